@@ -1,0 +1,93 @@
+# outlierlab — build, test, benchmark and reproduce.
+#   make               engine library (static + shared) and bin/outlierlab
+#   make test          every test (C and Lua) through prove; the closing line says it all
+#   make bench         speed against this machine's own sgemm peak
+#   make reproduce-ID  one experiment (PROFILE=quick|default|paper); make list shows them
+#   make deps          install the Debian packages that are missing (as root), or print the command
+
+SHELL   := /bin/bash
+CC      ?= cc
+PROFILE ?= default
+ARCH    ?= -march=native
+PKGS    := ompi-c luajit libcjson netcdf
+CFLAGS  ?= -O3 $(ARCH)
+CFLAGS  += -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -fPIC -g \
+           $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lopenblas -lgomp -lm -ldl -lpthread
+ENGINE_SRC := $(filter-out engine/host/%,$(wildcard engine/*.c))
+ENGINE_OBJ := $(patsubst engine/%.c,build/engine/%.o,$(ENGINE_SRC))
+HEADERS    := $(wildcard engine/*.h)
+CTESTS     := $(patsubst tests/c/%.c,build/tests/%.t,$(wildcard tests/c/*.c))
+LUATESTS   := $(sort $(wildcard tests/lua/*.lua))
+
+# Debian 12 packages the project needs (build, run, plot, test).
+DEB_PKGS := build-essential pkg-config libluajit-5.1-dev luajit libopenblas-dev libopenmpi-dev \
+            openmpi-bin libnetcdf-dev netcdf-bin gnuplot-nox fonts-dejavu-core libcjson-dev \
+            lua-cjson perl
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+
+.PHONY: all build deps test test-c test-lua bench clean list reproduce-all
+# Builds are serialised by a lock so that several make runs in one tree do not collide.
+all: deps
+	@mkdir -p build && flock build/.lock $(MAKE) --no-print-directory build
+build: lib/liboutlierlab.a lib/liboutlierlab.so bin/outlierlab
+
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "make deps: installing $$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	  else \
+	    echo "make deps: missing Debian packages; run:"; \
+	    echo "  sudo apt-get install -y $$missing"; exit 1; \
+	  fi; \
+	fi
+
+build/engine/%.o: engine/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+lib/liboutlierlab.a: $(ENGINE_OBJ)
+	@mkdir -p lib
+	rm -f $@ && ar rcs $@ $^
+
+lib/liboutlierlab.so: $(ENGINE_OBJ)
+	@mkdir -p lib
+	$(CC) -shared -fopenmp -o $@ $^ $(LDLIBS)
+
+bin/outlierlab: engine/host/main.c lib/liboutlierlab.a
+	@mkdir -p bin
+	$(CC) $(CFLAGS) -o $@ $< -Wl,-E -Wl,--whole-archive lib/liboutlierlab.a -Wl,--no-whole-archive $(LDLIBS)
+
+build/tests/%.t: tests/c/%.c tests/c/tap.h lib/liboutlierlab.a
+	@mkdir -p build/tests
+	$(CC) $(CFLAGS) -Iengine -o $@ $< lib/liboutlierlab.a $(LDLIBS)
+
+# One harness: prove runs C test binaries and Lua test files (through tests/exec.sh).
+test: all
+	@flock build/.lock $(MAKE) --no-print-directory $(CTESTS)
+	prove --exec 'sh tests/exec.sh' $(PROVE_FLAGS) $(CTESTS) $(LUATESTS)
+
+test-c: all
+	@flock build/.lock $(MAKE) --no-print-directory $(CTESTS)
+	prove --exec 'sh tests/exec.sh' $(CTESTS)
+
+test-lua: all
+	prove --exec 'sh tests/exec.sh' $(LUATESTS)
+
+bench: all build/bench/bench_matmul
+	@echo "== engine matmul vs raw cblas_sgemm (threads: $${OMP_NUM_THREADS:-all}) =="
+	build/bench/bench_matmul
+	@for f in $(sort $(wildcard bench/*.lua)); do bin/outlierlab run $$f || exit 1; done
+
+build/bench/%: bench/%.c lib/liboutlierlab.a
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -Iengine -o $@ $< lib/liboutlierlab.a $(LDLIBS)
+
+clean:
+	rm -rf build lib bin
+
+-include mk/*.mk

@@ -1,0 +1,90 @@
+/*
+ * host/main.c — bin/outlierlab: embeds LuaJIT, initialises MPI (a single process works
+ * without mpirun), points package.path at <root>/lua and hands the command line to the
+ * Lua side (outlierlab.cli). A Lua error prints a traceback and exits non-zero; under
+ * several ranks the failing rank prints its message and aborts the job.
+ */
+#define _GNU_SOURCE
+#include <lua.h>
+#include <lualib.h>
+#include <lauxlib.h>
+#include <mpi.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int traceback(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) msg = "(error object is not a string)";
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* <root> = the directory above bin/, or $OUTLIERLAB_ROOT */
+static void find_root(char *root, size_t n) {
+    const char *env = getenv("OUTLIERLAB_ROOT");
+    if (env && *env) { snprintf(root, n, "%s", env); return; }
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) { snprintf(root, n, "."); return; }
+    exe[len] = 0;
+    char *bin = dirname(exe);
+    snprintf(root, n, "%s", dirname(bin));
+}
+
+int main(int argc, char **argv) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+    char root[PATH_MAX];
+    find_root(root, sizeof root);
+    lua_State *L = luaL_newstate();
+    if (!L) { fprintf(stderr, "outlierlab: cannot create the Lua state\n"); MPI_Finalize(); return 1; }
+    luaL_openlibs(L);
+
+    char code[3 * PATH_MAX + 256];
+    snprintf(code, sizeof code,
+             "package.path = '%s/lua/?.lua;%s/lua/?/init.lua;' .. package.path\n"
+             "OUTLIERLAB_ROOT = '%s'\n", root, root, root);
+    if (luaL_dostring(L, code) != 0) {
+        fprintf(stderr, "outlierlab: %s\n", lua_tostring(L, -1));
+        lua_close(L); MPI_Finalize(); return 1;
+    }
+    lua_newtable(L);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i);
+    }
+    lua_setglobal(L, "arg");
+
+    lua_pushcfunction(L, traceback);
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "outlierlab.cli");
+    int rc = lua_pcall(L, 1, 1, 1);
+    if (rc == 0) {
+        lua_getfield(L, -1, "main");
+        lua_remove(L, -2);
+        lua_getglobal(L, "arg");
+        rc = lua_pcall(L, 1, 1, 1);
+    }
+    int status = 0;
+    if (rc != 0) {
+        const char *msg = lua_tostring(L, -1);
+        if (size > 1) fprintf(stderr, "outlierlab: rank %d of %d: %s\n", rank, size, msg ? msg : "?");
+        else fprintf(stderr, "outlierlab: %s\n", msg ? msg : "?");
+        fflush(stderr);
+        if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+        status = 1;
+    } else if (lua_isnumber(L, -1)) {
+        status = (int)lua_tointeger(L, -1);
+    }
+    lua_close(L);
+    MPI_Finalize();
+    return status;
+}

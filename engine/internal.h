@@ -1,0 +1,96 @@
+/*
+ * internal.h — what the engine's source files share and the public header does not show:
+ * the context layout, the tape node, error helpers and small checked utilities.
+ */
+#ifndef OL_INTERNAL_H
+#define OL_INTERNAL_H
+#include "outlierlab.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <math.h>
+
+/* ---- errors: set the thread's message and return a failure value ------------------ */
+void ol__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define OL_FAIL(...)     do { ol__set_error(__VA_ARGS__); return NULL; } while (0)
+#define OL_FAIL_INT(...) do { ol__set_error(__VA_ARGS__); return -1; } while (0)
+/* "(2,3,4)" into buf (at least 64 bytes); returns buf. */
+const char *ol__shape_str(const ol_tensor *t, char *buf);
+/* Two shape strings for messages: SH(a) uses a per-call buffer. */
+#define OL_SHAPE(t) ol__shape_str((t), (char[64]){0})
+
+/* ---- arenas ----------------------------------------------------------------------- */
+typedef struct ol_arena {
+    char   *base;
+    int64_t cap, used, peak;
+} ol_arena;
+int   ol__arena_init(ol_arena *a, int64_t cap, const char *what);
+void  ol__arena_free(ol_arena *a);
+void *ol__arena_alloc(ol_arena *a, int64_t bytes, const char *what);  /* 64-byte aligned */
+
+/* ---- tape ------------------------------------------------------------------------- */
+typedef struct ol_node ol_node;
+typedef void (*ol_backward_fn)(ol_node *n);
+struct ol_node {
+    ol_backward_fn backward;
+    ol_node   *prev;
+    const char *op;
+    ol_tensor *out;
+    ol_tensor *in[4];
+    int32_t    nin;
+    int32_t    iarg[6];
+    float      farg[4];
+    uint64_t   uarg;
+    void      *saved;      /* op-specific data in the step arena */
+    void      *saved2;
+};
+
+typedef struct ol_param_info {
+    ol_tensor *t;
+    int64_t offset;
+    int32_t group;
+} ol_param_info;
+
+struct ol_ctx {
+    int64_t   param_cap, param_used;
+    float    *params, *grads, *adam_m, *adam_v;   /* flat buffers of param_cap floats */
+    int64_t   params_mapped_bytes;
+    ol_param_info *ptab;
+    int32_t   nparams, ptab_cap;
+    ol_arena  persist;   /* param tensor structs, persistent tensors */
+    ol_arena  step;      /* step tensors, their grads, tape nodes */
+    ol_node  *tape;      /* tail of the tape (most recent node) */
+    uint64_t  gen;       /* current step generation (>= 1) */
+    int       grad_enabled;
+};
+
+/* Allocate a step tensor (data included) / raw step memory. */
+ol_tensor *ol__new(ol_ctx *ctx, int32_t dtype, int32_t ndim, const int64_t *shape, const char *name);
+void      *ol__step_alloc(ol_ctx *ctx, int64_t bytes, const char *what);
+/* Validate an op input: non-NULL, of this ctx's current step (or persistent), dtype f32. */
+int  ol__check_live(const char *op, const ol_tensor *t);
+int  ol__check_f32(const char *op, const ol_tensor *t);
+/* 1 if the op's output must be recorded: grad mode on and some input requires grad. */
+int  ol__needs_grad(ol_ctx *ctx, int n, ol_tensor *const *ins);
+/* Push a node for out (sets out->requires_grad); returns the node or NULL (error set). */
+ol_node *ol__record(const char *op, ol_backward_fn fn, ol_tensor *out, int n, ol_tensor *const *ins);
+/* The gradient buffer of t, allocated zero-filled in the step arena on first use. */
+float *ol__grad(ol_tensor *t);
+
+/* counter-based hashing RNG */
+uint64_t ol__hash64(uint64_t seed, uint64_t idx);
+static inline float ol__u01(uint64_t seed, uint64_t idx) {
+    return (float)((ol__hash64(seed, idx) >> 40) * (1.0 / 16777216.0));
+}
+
+/* Size arithmetic with overflow checks: returns -1 on overflow. */
+int64_t ol__numel(int32_t ndim, const int64_t *shape);
+
+/* OpenMP: parallelise loops with at least this many elements of work. */
+#define OL_PAR_MIN 32768
+
+/* rows = numel / last dim */
+static inline int64_t ol__rows(const ol_tensor *t) { return t->numel / t->shape[t->ndim - 1]; }
+static inline int64_t ol__last(const ol_tensor *t) { return t->shape[t->ndim - 1]; }
+
+#endif

@@ -1,0 +1,250 @@
+/*
+ * ops_elementwise.c — broadcasting binary ops (add, sub, mul, div), y = s·a + c, the unary
+ * functions (exp … abs) and seeded dropout. Forward and backward side by side.
+ *
+ * Broadcasting: the output has the shape of the larger operand; the smaller one has either
+ * one element or a shape equal to the larger one's trailing dims, and repeats every
+ * `inner` elements. Its gradient is the sum over the repeats, taken in a fixed order.
+ */
+#include "internal.h"
+#include <omp.h>
+
+enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV };
+static const char *bin_names[] = { "add", "sub", "mul", "div" };
+
+/* the larger operand is "big"; the small one repeats with period `inner` */
+static int broadcast_plan(const char *op, ol_tensor *a, ol_tensor *b, int64_t *inner) {
+    if (a->numel == b->numel) {
+        int same = a->ndim == b->ndim;
+        for (int i = 0; same && i < a->ndim; i++) same = a->shape[i] == b->shape[i];
+        if (same || a->numel == 1) { *inner = a->numel; return 0; }
+    }
+    const ol_tensor *big = a->numel >= b->numel ? a : b, *sm = big == a ? b : a;
+    if (sm->numel == 1) { *inner = 1; return 0; }
+    if (sm->ndim <= big->ndim) {
+        int ok = 1;
+        for (int i = 1; i <= sm->ndim; i++) ok &= sm->shape[sm->ndim - i] == big->shape[big->ndim - i];
+        if (ok) { *inner = sm->numel; return 0; }
+    }
+    OL_FAIL_INT("%s: shapes do not broadcast: '%s' %s and '%s' %s", op, a->name, OL_SHAPE(a), b->name, OL_SHAPE(b));
+}
+
+/* element i of operand t when the output has `n` elements */
+static inline float at(const ol_tensor *t, int64_t i, int64_t n) {
+    return t->numel == n ? t->data[i] : t->data[i % t->numel];
+}
+
+/* Accumulate g (n elements, one per output element) into grad of t, summing repeats. */
+static void accum_broadcast(ol_tensor *t, const float *g, int64_t n) {
+    float *dt = t->grad;
+    int64_t m = t->numel;
+    if (m == n) {
+        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) dt[i] += g[i];
+        return;
+    }
+    /* threads own disjoint element ranges of t; repeats are summed in order */
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t j = 0; j < m; j++) {
+        double s = 0;
+        for (int64_t r = j; r < n; r += m) s += g[r];
+        dt[j] += (float)s;
+    }
+}
+
+static void binary_backward(ol_node *nd) {
+    ol_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
+    int op = nd->iarg[0];
+    int64_t n = y->numel;
+    const float *gy = y->grad;
+    float *tmp = ol__step_alloc(y->ctx, n * 4, "binary backward");
+    if (!tmp) return;
+    if (a->requires_grad) {
+        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float g = gy[i];
+            switch (op) {
+            case BIN_ADD: case BIN_SUB: tmp[i] = g; break;
+            case BIN_MUL: tmp[i] = g * at(b, i, n); break;
+            default:      tmp[i] = g / at(b, i, n); break;
+            }
+        }
+        accum_broadcast(a, tmp, n);
+    }
+    if (b->requires_grad) {
+        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float g = gy[i];
+            switch (op) {
+            case BIN_ADD: tmp[i] = g; break;
+            case BIN_SUB: tmp[i] = -g; break;
+            case BIN_MUL: tmp[i] = g * at(a, i, n); break;
+            default: { float bv = at(b, i, n); tmp[i] = -g * at(a, i, n) / (bv * bv); }
+            }
+        }
+        accum_broadcast(b, tmp, n);
+    }
+}
+
+static ol_tensor *binary(int op, ol_tensor *a, ol_tensor *b) {
+    const char *name = bin_names[op];
+    if (ol__check_f32(name, a) || ol__check_f32(name, b)) return NULL;
+    if (a->ctx != b->ctx) OL_FAIL("%s: '%s' and '%s' belong to different contexts", name, a->name, b->name);
+    int64_t inner;
+    if (broadcast_plan(name, a, b, &inner) != 0) return NULL;
+    const ol_tensor *big = a->numel >= b->numel ? a : b;
+    ol_tensor *y = ol__new(a->ctx, OL_F32, big->ndim, big->shape, name);
+    if (!y) return NULL;
+    int64_t n = y->numel;
+    float *o = y->data;
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float x = at(a, i, n), z = at(b, i, n);
+        o[i] = op == BIN_ADD ? x + z : op == BIN_SUB ? x - z : op == BIN_MUL ? x * z : x / z;
+    }
+    ol_tensor *ins[2] = { a, b };
+    if (ol__needs_grad(a->ctx, 2, ins)) {
+        ol_node *nd = ol__record(name, binary_backward, y, 2, ins);
+        if (!nd) return NULL;
+        nd->iarg[0] = op;
+    }
+    return y;
+}
+
+ol_tensor *ol_add(ol_tensor *a, ol_tensor *b) { return binary(BIN_ADD, a, b); }
+ol_tensor *ol_sub(ol_tensor *a, ol_tensor *b) { return binary(BIN_SUB, a, b); }
+ol_tensor *ol_mul(ol_tensor *a, ol_tensor *b) { return binary(BIN_MUL, a, b); }
+ol_tensor *ol_div(ol_tensor *a, ol_tensor *b) { return binary(BIN_DIV, a, b); }
+
+/* ------------------------------------------------------------- y = s·a + c */
+static void affine_backward(ol_node *nd) {
+    ol_tensor *a = nd->in[0];
+    float s = nd->farg[0];
+    const float *g = nd->out->grad;
+    float *da = a->grad;
+    int64_t n = a->numel;
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) da[i] += s * g[i];
+}
+
+ol_tensor *ol_affine_scalar(ol_tensor *a, float s, float c) {
+    if (ol__check_f32("affine_scalar", a)) return NULL;
+    ol_tensor *y = ol__new(a->ctx, OL_F32, a->ndim, a->shape, "affine_scalar");
+    if (!y) return NULL;
+    int64_t n = a->numel;
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y->data[i] = s * a->data[i] + c;
+    if (ol__needs_grad(a->ctx, 1, &a)) {
+        ol_node *nd = ol__record("affine_scalar", affine_backward, y, 1, &a);
+        if (!nd) return NULL;
+        nd->farg[0] = s;
+    }
+    return y;
+}
+
+/* ------------------------------------------------------------- unary */
+static const char *un_names[] = { "exp", "log", "sqrt", "relu", "gelu_tanh", "gelu_erf",
+                                  "silu", "sigmoid", "tanh", "neg", "square", "abs" };
+#define GELU_K 0.7978845608028654f   /* sqrt(2/pi) */
+
+static inline float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static inline float un_fwd(int op, float x) {
+    switch (op) {
+    case OL_EXP: return expf(x);
+    case OL_LOG: return logf(x);
+    case OL_SQRT: return sqrtf(x);
+    case OL_RELU: return x > 0 ? x : 0;
+    case OL_GELU_TANH: return 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    case OL_GELU_ERF: return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+    case OL_SILU: return x * sigm(x);
+    case OL_SIGMOID: return sigm(x);
+    case OL_TANH: return tanhf(x);
+    case OL_NEG: return -x;
+    case OL_SQUARE: return x * x;
+    default: return fabsf(x);
+    }
+}
+
+/* dy/dx at input x with output y */
+static inline float un_bwd(int op, float x, float y) {
+    switch (op) {
+    case OL_EXP: return y;
+    case OL_LOG: return 1.0f / x;
+    case OL_SQRT: return 0.5f / y;
+    case OL_RELU: return x > 0 ? 1.0f : 0.0f;
+    case OL_GELU_TANH: {
+        float u = GELU_K * (x + 0.044715f * x * x * x), th = tanhf(u);
+        return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    }
+    case OL_GELU_ERF:
+        return 0.5f * (1.0f + erff(x * 0.7071067811865476f)) + x * 0.3989422804014327f * expf(-0.5f * x * x);
+    case OL_SILU: { float s = sigm(x); return s * (1.0f + x * (1.0f - s)); }
+    case OL_SIGMOID: return y * (1.0f - y);
+    case OL_TANH: return 1.0f - y * y;
+    case OL_NEG: return -1.0f;
+    case OL_SQUARE: return 2.0f * x;
+    default: return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f;
+    }
+}
+
+static void unary_backward(ol_node *nd) {
+    ol_tensor *a = nd->in[0], *y = nd->out;
+    int op = nd->iarg[0];
+    int64_t n = a->numel;
+    const float *x = a->data, *yv = y->data, *g = y->grad;
+    float *da = a->grad;
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) da[i] += g[i] * un_bwd(op, x[i], yv[i]);
+}
+
+ol_tensor *ol_unary(ol_tensor *a, int32_t op) {
+    if (op < 0 || op > OL_ABS) OL_FAIL("unary: unknown op %d", op);
+    const char *name = un_names[op];
+    if (ol__check_f32(name, a)) return NULL;
+    ol_tensor *y = ol__new(a->ctx, OL_F32, a->ndim, a->shape, name);
+    if (!y) return NULL;
+    int64_t n = a->numel;
+    const float *x = a->data;
+    float *o = y->data;
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) o[i] = un_fwd(op, x[i]);
+    if (ol__needs_grad(a->ctx, 1, &a)) {
+        ol_node *nd = ol__record(name, unary_backward, y, 1, &a);
+        if (!nd) return NULL;
+        nd->iarg[0] = op;
+    }
+    return y;
+}
+
+/* ------------------------------------------------------------- dropout */
+static inline float drop_scale(uint64_t seed, int64_t i, float p) {
+    return ol__u01(seed, (uint64_t)i) < p ? 0.0f : 1.0f / (1.0f - p);
+}
+
+static void dropout_backward(ol_node *nd) {
+    ol_tensor *a = nd->in[0];
+    float p = nd->farg[0];
+    uint64_t seed = nd->uarg;
+    const float *g = nd->out->grad;
+    int64_t n = a->numel;
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) a->grad[i] += g[i] * drop_scale(seed, i, p);
+}
+
+ol_tensor *ol_dropout(ol_tensor *a, float p, uint64_t seed) {
+    if (ol__check_f32("dropout", a)) return NULL;
+    if (!(p >= 0.0f && p < 1.0f)) OL_FAIL("dropout: p = %g not in [0, 1) for '%s' %s", p, a->name, OL_SHAPE(a));
+    ol_tensor *y = ol__new(a->ctx, OL_F32, a->ndim, a->shape, "dropout");
+    if (!y) return NULL;
+    int64_t n = a->numel;
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y->data[i] = a->data[i] * drop_scale(seed, i, p);
+    if (ol__needs_grad(a->ctx, 1, &a)) {
+        ol_node *nd = ol__record("dropout", dropout_backward, y, 1, &a);
+        if (!nd) return NULL;
+        nd->farg[0] = p;
+        nd->uarg = seed;
+    }
+    return y;
+}

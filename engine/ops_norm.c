@@ -1,0 +1,146 @@
+/*
+ * ops_norm.c — LayerNorm and RMSNorm over the last dim, forward and backward side by side.
+ * x is (R, C) after flattening the leading dims; w, b are (C) or NULL. Per-row statistics
+ * (mean, rstd) are saved for the backward pass (as in llm.c's layernorm_forward).
+ */
+#include "internal.h"
+#include <omp.h>
+
+/* y = (x − μ)·rstd [·w + b],  μ = mean_c x,  rstd = 1/sqrt(mean_c (x−μ)² + eps).
+ * Backward (x̂ = (x−μ)·rstd, g = dy·w):
+ *   dx = rstd · (g − mean(g) − x̂·mean(g·x̂)),  dw += Σ_rows dy·x̂,  db += Σ_rows dy. */
+static void param_grads(ol_tensor *x, ol_tensor *w, ol_tensor *b, const float *dy, const float *mean,
+                        const float *rstd) {
+    int64_t C = ol__last(x), R = ol__rows(x);
+    /* threads own column blocks; rows summed serially (fixed order) */
+    #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
+    for (int64_t c0 = 0; c0 < C; c0 += 32) {
+        int64_t c1 = c0 + 32 < C ? c0 + 32 : C;
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = x->data + r * C, *gr = dy + r * C;
+            float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+            for (int64_t c = c0; c < c1; c++) {
+                if (w && w->requires_grad) w->grad[c] += gr[c] * (xr[c] - mu) * rs;
+                if (b && b->requires_grad) b->grad[c] += gr[c];
+            }
+        }
+    }
+}
+
+static void layernorm_backward(ol_node *nd) {
+    ol_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2];
+    const float *mean = nd->saved, *rstd = nd->saved2, *dy = nd->out->grad;
+    int64_t C = ol__last(x), R = ol__rows(x);
+    if (x->requires_grad) {
+        #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = x->data + r * C, *gr = dy + r * C;
+            float *dx = x->grad + r * C;
+            float mu = mean[r], rs = rstd[r];
+            double sg = 0, sgx = 0;
+            for (int64_t c = 0; c < C; c++) {
+                float g = gr[c] * (w ? w->data[c] : 1.0f);
+                sg += g;
+                sgx += g * (xr[c] - mu) * rs;
+            }
+            float mg = (float)(sg / C), mgx = (float)(sgx / C);
+            for (int64_t c = 0; c < C; c++) {
+                float g = gr[c] * (w ? w->data[c] : 1.0f);
+                dx[c] += rs * (g - mg - (xr[c] - mu) * rs * mgx);
+            }
+        }
+    }
+    param_grads(x, w, b, dy, mean, rstd);
+}
+
+static int check_affine(const char *op, ol_tensor *x, ol_tensor *p) {
+    if (!p) return 0;
+    if (ol__check_f32(op, p)) return -1;
+    if (p->ndim != 1 || p->shape[0] != ol__last(x))
+        OL_FAIL_INT("%s: parameter '%s' %s must be (%lld) for input '%s' %s", op, p->name, OL_SHAPE(p),
+                    (long long)ol__last(x), x->name, OL_SHAPE(x));
+    return 0;
+}
+
+ol_tensor *ol_layernorm(ol_tensor *x, ol_tensor *w, ol_tensor *b, float eps) {
+    if (ol__check_f32("layernorm", x) || check_affine("layernorm", x, w) || check_affine("layernorm", x, b)) return NULL;
+    int64_t C = ol__last(x), R = ol__rows(x);
+    ol_tensor *y = ol__new(x->ctx, OL_F32, x->ndim, x->shape, "layernorm");
+    float *mean = ol__step_alloc(x->ctx, R * 4, "layernorm"), *rstd = ol__step_alloc(x->ctx, R * 4, "layernorm");
+    if (!y || !mean || !rstd) return NULL;
+    #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x->data + r * C;
+        float *yr = y->data + r * C;
+        double s = 0, ss = 0;
+        for (int64_t c = 0; c < C; c++) s += xr[c];
+        float mu = (float)(s / C);
+        for (int64_t c = 0; c < C; c++) { float d = xr[c] - mu; ss += (double)d * d; }
+        float rs = 1.0f / sqrtf((float)(ss / C) + eps);
+        for (int64_t c = 0; c < C; c++) {
+            float v = (xr[c] - mu) * rs;
+            if (w) v *= w->data[c];
+            if (b) v += b->data[c];
+            yr[c] = v;
+        }
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+    ol_tensor *ins[3] = { x, w, b };
+    if (ol__needs_grad(x->ctx, 3, ins)) {
+        ol_node *n = ol__record("layernorm", layernorm_backward, y, 3, ins);
+        if (!n) return NULL;
+        n->saved = mean;
+        n->saved2 = rstd;
+    }
+    return y;
+}
+
+/* y = x·rstd [·w], rstd = 1/sqrt(mean_c x² + eps).
+ * Backward (g = dy·w): dx = rstd · (g − x·rstd² · mean(g·x)),  dw += Σ_rows dy·x·rstd. */
+static void rmsnorm_backward(ol_node *nd) {
+    ol_tensor *x = nd->in[0], *w = nd->in[1];
+    const float *rstd = nd->saved, *dy = nd->out->grad;
+    int64_t C = ol__last(x), R = ol__rows(x);
+    if (x->requires_grad) {
+        #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = x->data + r * C, *gr = dy + r * C;
+            float *dx = x->grad + r * C;
+            float rs = rstd[r];
+            double sgx = 0;
+            for (int64_t c = 0; c < C; c++) sgx += gr[c] * (w ? w->data[c] : 1.0f) * xr[c];
+            float m = (float)(sgx / C);
+            for (int64_t c = 0; c < C; c++) {
+                float g = gr[c] * (w ? w->data[c] : 1.0f);
+                dx[c] += rs * (g - xr[c] * rs * rs * m);
+            }
+        }
+    }
+    param_grads(x, w, NULL, dy, NULL, rstd);
+}
+
+ol_tensor *ol_rmsnorm(ol_tensor *x, ol_tensor *w, float eps) {
+    if (ol__check_f32("rmsnorm", x) || check_affine("rmsnorm", x, w)) return NULL;
+    int64_t C = ol__last(x), R = ol__rows(x);
+    ol_tensor *y = ol__new(x->ctx, OL_F32, x->ndim, x->shape, "rmsnorm");
+    float *rstd = ol__step_alloc(x->ctx, R * 4, "rmsnorm");
+    if (!y || !rstd) return NULL;
+    #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x->data + r * C;
+        float *yr = y->data + r * C;
+        double ss = 0;
+        for (int64_t c = 0; c < C; c++) ss += (double)xr[c] * xr[c];
+        float rs = 1.0f / sqrtf((float)(ss / C) + eps);
+        for (int64_t c = 0; c < C; c++) yr[c] = xr[c] * rs * (w ? w->data[c] : 1.0f);
+        rstd[r] = rs;
+    }
+    ol_tensor *ins[2] = { x, w };
+    if (ol__needs_grad(x->ctx, 2, ins)) {
+        ol_node *n = ol__record("rmsnorm", rmsnorm_backward, y, 2, ins);
+        if (!n) return NULL;
+        n->saved = rstd;
+    }
+    return y;
+}

@@ -1,0 +1,45 @@
+-- cli — the command line of bin/outlierlab.
+--   outlierlab run FILE.lua [--key=value ...]   run a script (an experiment file runs its stages)
+--   outlierlab version
+local M = {}
+
+local usage = [[
+usage: outlierlab run FILE.lua [--key=value ...]
+       outlierlab version
+A script reads its settings with require("outlierlab.config").get{...}; --key=value overrides
+them (nested keys with dots). An experiment file (one that returns a table with stages) is
+run by the experiment runner: --profile=quick|default|paper selects its profile.]]
+
+function M.main(argv)
+  local cmd = argv[1]
+  if cmd == "version" then
+    print(require("outlierlab").version())
+    return 0
+  end
+  if cmd ~= "run" or not argv[2] then
+    io.stderr:write(usage, "\n")
+    return 2
+  end
+  local file = argv[2]
+  local config = require "outlierlab.config"
+  local rest = {}
+  for i = 3, #argv do rest[#rest + 1] = argv[i] end
+  local positional = config.set_args(rest)
+  local chunk, err = loadfile(file)
+  if not chunk then error("cannot load " .. file .. ": " .. tostring(err), 0) end
+  -- the script sees its own arguments as ... and in the global arg (arg[0] = the file)
+  local sarg = { [0] = file }
+  for i, a in ipairs(rest) do sarg[i] = a end
+  arg = sarg
+  local result = chunk(unpack(positional))
+  if type(result) == "table" and result.stages then
+    require("outlierlab.experiment").run_file(result, file)
+  end
+  local left = config.unconsumed()
+  if #left > 0 then
+    error("config: unknown key(s) for " .. file .. ": --" .. table.concat(left, ", --"), 0)
+  end
+  return type(result) == "number" and result or 0
+end
+
+return M

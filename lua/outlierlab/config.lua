@@ -1,0 +1,99 @@
+-- config — a script's settings: defaults in the script, `--key=value` on the command line.
+-- An unknown key, or a value that does not parse as the default's type, is an error that
+-- names the key and lists the valid ones (as nanoGPT's configurator does).
+--
+--   local cfg = require("outlierlab.config").get{ steps = 100, lr = 1e-3, model = { n_layer = 2 } }
+--   -- bin/outlierlab run train.lua --steps=500 --model.n_layer=4
+local M = {}
+
+M.overrides = {}      -- key -> raw string, set by the CLI
+M.consumed = {}       -- key -> true once a config call used it
+
+-- parse "--a.b=value" arguments into M.overrides; returns the remaining positional args
+function M.set_args(list)
+  local rest = {}
+  for _, a in ipairs(list) do
+    local k, v = a:match("^%-%-([%w_%.%-]+)=(.*)$")
+    if k then
+      M.overrides[k] = v
+    elseif a:match("^%-%-[%w_%.%-]+$") then
+      M.overrides[a:sub(3)] = "true"
+    else
+      rest[#rest + 1] = a
+    end
+  end
+  return rest
+end
+
+local function keys_of(t, prefix, out)
+  for k, v in pairs(t) do
+    local full = prefix and (prefix .. "." .. k) or k
+    if type(v) == "table" and next(v) ~= nil and #v == 0 then keys_of(v, full, out) else out[#out + 1] = full end
+  end
+  return out
+end
+
+local function parse_as(key, raw, default)
+  local ty = type(default)
+  if ty == "number" then
+    local n = tonumber(raw)
+    if not n then error(string.format("config: --%s=%s: expected a number", key, raw), 0) end
+    return n
+  elseif ty == "boolean" then
+    if raw == "true" or raw == "1" then return true end
+    if raw == "false" or raw == "0" then return false end
+    error(string.format("config: --%s=%s: expected true or false", key, raw), 0)
+  elseif ty == "string" then
+    return raw
+  elseif ty == "table" then   -- a list: comma-separated, element type from the first default element
+    local out = {}
+    for item in raw:gmatch("[^,]+") do
+      out[#out + 1] = default[1] ~= nil and parse_as(key, item, default[1]) or item
+    end
+    return out
+  end
+  error(string.format("config: --%s cannot be set from the command line (its default is a %s)", key, ty), 0)
+end
+
+local function deep_copy(t)
+  if type(t) ~= "table" then return t end
+  local o = {}
+  for k, v in pairs(t) do o[k] = deep_copy(v) end
+  return o
+end
+M.deep_copy = deep_copy
+
+-- Merge the command-line overrides into a copy of defaults. prefix limits which overrides
+-- apply (e.g. only keys under "train."), nil takes them all. strict: an override that
+-- names no key of defaults is an error.
+function M.get(defaults, opts)
+  opts = opts or {}
+  local cfg = deep_copy(defaults)
+  local valid = keys_of(defaults, nil, {})
+  table.sort(valid)
+  local set = {}
+  for _, k in ipairs(valid) do set[k] = true end
+  for key, raw in pairs(M.overrides) do
+    if set[key] then
+      local node, parts = cfg, {}
+      for p in key:gmatch("[^%.]+") do parts[#parts + 1] = p end
+      local dnode = defaults
+      for i = 1, #parts - 1 do node = node[parts[i]]; dnode = dnode[parts[i]] end
+      node[parts[#parts]] = parse_as(key, raw, dnode[parts[#parts]])
+      M.consumed[key] = true
+    elseif opts.strict ~= false and not (opts.ignore and opts.ignore[key]) then
+      error(string.format("config: unknown key --%s; valid keys: %s", key, table.concat(valid, ", ")), 0)
+    end
+  end
+  return cfg
+end
+
+-- keys given on the command line that no config call used
+function M.unconsumed()
+  local out = {}
+  for k in pairs(M.overrides) do if not M.consumed[k] then out[#out + 1] = k end end
+  table.sort(out)
+  return out
+end
+
+return M
