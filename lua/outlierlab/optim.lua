@@ -1,0 +1,190 @@
+-- optim — AdamW over the engine's flat parameter buffer, gradient clipping by global norm,
+-- and warmup + cosine/linear/constant learning-rate schedules.
+--
+--   local optim = require "outlierlab.optim"
+--   local opt = optim.AdamW(ctx, { lr = 6e-4, betas = {0.9, 0.95}, eps = 1e-8, weight_decay = 0.1 })
+--   local lr_at = optim.schedule{ kind = "cosine", lr = 6e-4, min_lr = 6e-5, warmup = 100, steps = 2000 }
+--   for step = 1, 2000 do
+--     ctx:reset(); ctx:zero_grad()
+--     model:loss(batch):backward()
+--     optim.clip_grad_norm(ctx, 1.0)
+--     opt:step(lr_at(step))
+--   end
+--
+-- AdamW is decoupled weight decay (Loshchilov & Hutter, "Decoupled Weight Decay
+-- Regularization", Alg. 2): the decay term lr·wd·p is applied to the parameter directly,
+-- not added to the gradient. The update itself is one C pass over the flat buffers
+-- (ol_adamw_step); this file only decides the two parameter groups:
+--   group 0 = decayed, group 1 = not decayed.
+-- Default rule (GPT-2/nanoGPT): decay every parameter with ndim >= 2 (matmul weights and
+-- embeddings), not biases or LayerNorm gains. decay_norm_gains = true also decays the 1-D
+-- parameters whose name ends in ".weight" (LayerNorm/RMSNorm gains), as in the OPT
+-- training runs the quantizable-transformers paper (QT) follows. A custom
+-- decay = function(p) -> bool replaces the default rule (decay_norm_gains still adds gains).
+local ol = require "outlierlab"
+local ffi = require "ffi"
+local C = ol.C
+
+local M = {}
+
+local function raw_ctx(ctx)
+  if type(ctx) == "table" and ctx.raw ~= nil then return ctx.raw end
+  if type(ctx) == "cdata" then return ctx end
+  error("optim: expected an outlierlab Context, got " .. tostring(ctx), 3)
+end
+
+local function default_decay(p) return p.ndim >= 2 end
+
+local function is_norm_gain(p)
+  return p.ndim == 1 and ffi.string(p.name):sub(-7) == ".weight"
+end
+
+-- ---------------------------------------------------------------- AdamW
+local AdamW = {}
+AdamW.__index = AdamW
+M.AdamWClass = AdamW
+
+local known = { lr = true, betas = true, eps = true, weight_decay = true, decay = true,
+                decay_norm_gains = true }
+
+-- optim.AdamW(ctx, opts): see the file header for opts. Groups are assigned to the
+-- parameters that exist now and, lazily, to any parameter created later (checked at step).
+function M.AdamW(ctx, opts)
+  opts = opts or {}
+  for k in pairs(opts) do
+    if not known[k] then error("optim.AdamW: unknown option '" .. tostring(k) .. "'", 2) end
+  end
+  local betas = opts.betas or { 0.9, 0.95 }
+  if type(betas) ~= "table" or type(betas[1]) ~= "number" or type(betas[2]) ~= "number"
+     or betas[1] < 0 or betas[1] >= 1 or betas[2] < 0 or betas[2] >= 1 then
+    error("optim.AdamW: betas must be two numbers in [0, 1)", 2)
+  end
+  local self = setmetatable({
+    ctx = ctx, raw = raw_ctx(ctx),
+    lr = opts.lr or 6e-4,
+    beta1 = betas[1], beta2 = betas[2],
+    eps = opts.eps or 1e-8,
+    weight_decay = opts.weight_decay or 0.1,
+    decay_rule = opts.decay or default_decay,
+    decay_norm_gains = opts.decay_norm_gains and true or false,
+    t = 0,                 -- steps taken (bias correction uses t+1 on the next step)
+    nassigned = 0,         -- parameters whose group is set
+    lr_scale = ffi.new("float[2]", 1, 1),
+    wd = ffi.new("float[2]"),
+  }, AdamW)
+  if type(self.lr) ~= "number" or type(self.eps) ~= "number" or type(self.weight_decay) ~= "number" then
+    error("optim.AdamW: lr, eps and weight_decay must be numbers", 2)
+  end
+  self:assign_groups()
+  return self
+end
+
+-- true when parameter p is in the decayed group
+function AdamW:decays(p)
+  if self.decay_rule(p) then return true end
+  return self.decay_norm_gains and is_norm_gain(p)
+end
+
+-- give every not-yet-assigned parameter its group (0 decay, 1 no decay)
+function AdamW:assign_groups()
+  local n = C.ol_param_count(self.raw)
+  for i = self.nassigned, n - 1 do
+    local p = C.ol_param_get(self.raw, i)
+    ol.check_status(C.ol_param_set_group(p, self:decays(p) and 0 or 1))
+  end
+  self.nassigned = n
+end
+
+-- the parameters of each group as name lists: { decay = {...}, no_decay = {...} }
+function AdamW:groups()
+  self:assign_groups()
+  local out = { decay = {}, no_decay = {} }
+  for i = 0, C.ol_param_count(self.raw) - 1 do
+    local p = C.ol_param_get(self.raw, i)
+    local list = C.ol_param_group(p) == 0 and out.decay or out.no_decay
+    list[#list + 1] = ffi.string(p.name)
+  end
+  return out
+end
+
+-- one AdamW step over every parameter with learning rate lr (default: opts.lr)
+function AdamW:step(lr)
+  lr = lr or self.lr
+  if type(lr) ~= "number" or lr ~= lr then error("optim.AdamW:step: lr must be a number, got " .. tostring(lr), 2) end
+  if C.ol_param_count(self.raw) ~= self.nassigned then self:assign_groups() end
+  self.wd[0] = self.weight_decay
+  self.wd[1] = 0
+  self.t = self.t + 1
+  local rc = C.ol_adamw_step(self.raw, lr, self.beta1, self.beta2, self.eps, 2, self.lr_scale, self.wd, self.t)
+  if rc ~= 0 then
+    self.t = self.t - 1
+    ol.engine_error(1)
+  end
+  self.last_lr = lr
+end
+
+-- what a checkpoint needs besides the m/v buffers (those live in the flat buffers)
+function AdamW:state()
+  return { step = self.t, lr = self.lr, betas = { self.beta1, self.beta2 }, eps = self.eps,
+           weight_decay = self.weight_decay }
+end
+
+function AdamW:load_state(s)
+  if type(s) ~= "table" or type(s.step) ~= "number" or s.step < 0 or s.step ~= math.floor(s.step) then
+    error("optim.AdamW:load_state: expected a table with an integer step >= 0", 2)
+  end
+  self.t = s.step
+  return self
+end
+
+-- ---------------------------------------------------------------- clipping
+-- Scales the flat gradient buffer so that its global L2 norm is at most max_norm
+-- (as torch.nn.utils.clip_grad_norm_: factor max/(norm + 1e-6), applied only when < 1).
+-- Returns the norm before clipping. A non-finite norm leaves the gradients untouched
+-- (the caller decides: skip the step or stop).
+function M.clip_grad_norm(ctx, max_norm)
+  local raw = raw_ctx(ctx)
+  if type(max_norm) ~= "number" or max_norm <= 0 then
+    error("optim.clip_grad_norm: max_norm must be a positive number, got " .. tostring(max_norm), 2)
+  end
+  local norm = C.ol_grad_norm(raw)
+  if norm == norm and norm < math.huge then
+    local f = max_norm / (norm + 1e-6)
+    if f < 1 then C.ol_grad_scale(raw, f) end
+  end
+  return norm
+end
+
+-- ---------------------------------------------------------------- schedules
+-- optim.schedule{kind=, lr=, min_lr=0, warmup=0, steps=} returns lr_at(step), step >= 1:
+--   warmup: lr·step/warmup for step <= warmup (linear from 0, reaching lr at step = warmup);
+--   then with progress q = (step − warmup)/(steps − warmup) clamped to [0, 1]:
+--   cosine:   min_lr + ½(1 + cos πq)(lr − min_lr)
+--   linear:   lr − q(lr − min_lr)
+--   constant: lr
+function M.schedule(s)
+  if type(s) ~= "table" then error("optim.schedule: expected a table", 2) end
+  local kind = s.kind or "cosine"
+  if kind ~= "cosine" and kind ~= "linear" and kind ~= "constant" then
+    error("optim.schedule: kind must be cosine, linear or constant, got " .. tostring(kind), 2)
+  end
+  local lr, min_lr, warmup, steps = s.lr, s.min_lr or 0, s.warmup or 0, s.steps
+  if type(lr) ~= "number" then error("optim.schedule: lr must be a number", 2) end
+  if type(min_lr) ~= "number" or type(warmup) ~= "number" or warmup < 0 then
+    error("optim.schedule: min_lr must be a number and warmup a number >= 0", 2)
+  end
+  if kind ~= "constant" and (type(steps) ~= "number" or steps < 1) then
+    error("optim.schedule: " .. kind .. " needs steps >= 1", 2)
+  end
+  return function(step)
+    if warmup > 0 and step <= warmup then return lr * step / warmup end
+    if kind == "constant" then return lr end
+    local span = steps - warmup
+    local q = span > 0 and (step - warmup) / span or 1
+    if q < 0 then q = 0 elseif q > 1 then q = 1 end
+    if kind == "cosine" then return min_lr + 0.5 * (1 + math.cos(math.pi * q)) * (lr - min_lr) end
+    return lr - q * (lr - min_lr)
+  end
+end
+
+return M
