@@ -1,6 +1,6 @@
 /*
- * host/main.c — bin/outlierlab: embeds LuaJIT, initialises MPI (a single process works
- * without mpirun), points package.path at <root>/lua and hands the command line to the
+ * host/main.c — bin/outlierlab: embeds LuaJIT, initialises MPI when a launcher started it
+ * (a single process runs without mpirun, as one rank), points package.path at <root>/lua and hands the command line to the
  * Lua side (outlierlab.cli). A Lua error prints a traceback and exits non-zero; under
  * several ranks the failing rank prints its message and aborts the job.
  */
@@ -35,17 +35,27 @@ static void find_root(char *root, size_t n) {
     snprintf(root, n, "%s", dirname(bin));
 }
 
+/* Started by a launcher (mpirun, srun --mpi=pmix, a PMI launcher)? A plain process does
+ * not initialise MPI at all: it runs as one rank (engine/dist.c), starts faster, and its
+ * children (tests spawn bin/outlierlab, mpirun) inherit no MPI environment. */
+static int launched_by_mpi(void) {
+    if (getenv("OUTLIERLAB_NO_MPI")) return 0;
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") || getenv("PMI_SIZE");
+}
+
 int main(int argc, char **argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    int provided = 0, use_mpi = launched_by_mpi();
     int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (use_mpi) {
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
 
     char root[PATH_MAX];
     find_root(root, sizeof root);
     lua_State *L = luaL_newstate();
-    if (!L) { fprintf(stderr, "outlierlab: cannot create the Lua state\n"); MPI_Finalize(); return 1; }
+    if (!L) { fprintf(stderr, "outlierlab: cannot create the Lua state\n"); if (use_mpi) MPI_Finalize(); return 1; }
     luaL_openlibs(L);
 
     char code[3 * PATH_MAX + 256];
@@ -54,7 +64,7 @@ int main(int argc, char **argv) {
              "OUTLIERLAB_ROOT = '%s'\n", root, root, root);
     if (luaL_dostring(L, code) != 0) {
         fprintf(stderr, "outlierlab: %s\n", lua_tostring(L, -1));
-        lua_close(L); MPI_Finalize(); return 1;
+        lua_close(L); if (use_mpi) MPI_Finalize(); return 1;
     }
     lua_newtable(L);
     for (int i = 0; i < argc; i++) {
@@ -85,6 +95,6 @@ int main(int argc, char **argv) {
         status = (int)lua_tointeger(L, -1);
     }
     lua_close(L);
-    MPI_Finalize();
+    if (use_mpi) MPI_Finalize();
     return status;
 }

@@ -1,0 +1,211 @@
+/*
+ * dist.c — data parallelism over MPI: rank/size of the current communicator (the world, or
+ * a group made by ol_dist_split for sweeps), one MPI_Allreduce over the flat gradient
+ * buffer, exact reductions for analysis accumulators, parameter broadcast and a
+ * cross-rank parameter checksum. Without MPI_Init (a plain LuaJIT process) every call
+ * behaves as a single rank.
+ */
+#include "internal.h"
+#include <mpi.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <time.h>
+#include <signal.h>
+
+static MPI_Comm g_comm = MPI_COMM_NULL;   /* current communicator; NULL = world */
+
+static int active(void) {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    return init && !fin;
+}
+static MPI_Comm comm(void) { return g_comm == MPI_COMM_NULL ? MPI_COMM_WORLD : g_comm; }
+
+int ol_dist_initialized(void) { return active(); }
+
+int ol_dist_rank(void) {
+    if (!active()) return 0;
+    int r;
+    MPI_Comm_rank(comm(), &r);
+    return r;
+}
+int ol_dist_size(void) {
+    if (!active()) return 1;
+    int s;
+    MPI_Comm_size(comm(), &s);
+    return s;
+}
+int ol_dist_world_rank(void) {
+    if (!active()) return 0;
+    int r;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+int ol_dist_world_size(void) {
+    if (!active()) return 1;
+    int s;
+    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    return s;
+}
+
+static int mpi_fail(const char *op, int rc) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    OL_FAIL_INT("%s: MPI error on rank %d: %s", op, ol_dist_world_rank(), msg);
+}
+
+int ol_dist_split(int32_t color) {
+    if (!active()) return 0;
+    if (color < 0) OL_FAIL_INT("dist_split: color %d must be >= 0", color);
+    MPI_Comm nc;
+    int rc = MPI_Comm_split(MPI_COMM_WORLD, color, ol_dist_world_rank(), &nc);
+    if (rc != MPI_SUCCESS) return mpi_fail("dist_split", rc);
+    if (g_comm != MPI_COMM_NULL) MPI_Comm_free(&g_comm);
+    g_comm = nc;
+    return 0;
+}
+
+int ol_dist_unsplit(void) {
+    if (active() && g_comm != MPI_COMM_NULL) MPI_Comm_free(&g_comm);
+    g_comm = MPI_COMM_NULL;
+    return 0;
+}
+
+/* In-place allreduce in chunks that fit MPI's int counts. */
+static int allreduce(void *buf, int64_t n, MPI_Datatype ty, int64_t size, MPI_Op op, const char *what) {
+    char *p = buf;
+    while (n > 0) {
+        int cnt = n > INT_MAX / 2 ? INT_MAX / 2 : (int)n;
+        int rc = MPI_Allreduce(MPI_IN_PLACE, p, cnt, ty, op, comm());
+        if (rc != MPI_SUCCESS) return mpi_fail(what, rc);
+        p += (int64_t)cnt * size;
+        n -= cnt;
+    }
+    return 0;
+}
+
+/* grads[0:P] = Σ_ranks grads (average != 0: divided by the number of ranks). One call over
+ * the whole flat buffer. */
+int ol_dist_allreduce_grads(ol_ctx *c, int32_t average) {
+    if (!c) OL_FAIL_INT("dist_allreduce_grads: NULL context");
+    int n = ol_dist_size();
+    if (n == 1) return 0;
+    if (allreduce(c->grads, c->param_used, MPI_FLOAT, 4, MPI_SUM, "dist_allreduce_grads")) return -1;
+    if (average) ol_grad_scale(c, 1.0f / (float)n);
+    return 0;
+}
+
+static MPI_Op op_of(int32_t op) { return op == 1 ? MPI_MAX : op == 2 ? MPI_MIN : MPI_SUM; }
+
+int ol_dist_allreduce_f64(double *buf, int64_t n, int32_t op) {
+    if (ol_dist_size() == 1) return 0;
+    if (op < 0 || op > 2) OL_FAIL_INT("dist_allreduce_f64: op %d not in 0 (sum), 1 (max), 2 (min)", op);
+    return allreduce(buf, n, MPI_DOUBLE, 8, op_of(op), "dist_allreduce_f64");
+}
+int ol_dist_allreduce_f32(float *buf, int64_t n, int32_t op) {
+    if (ol_dist_size() == 1) return 0;
+    if (op < 0 || op > 2) OL_FAIL_INT("dist_allreduce_f32: op %d not in 0 (sum), 1 (max), 2 (min)", op);
+    return allreduce(buf, n, MPI_FLOAT, 4, op_of(op), "dist_allreduce_f32");
+}
+int ol_dist_allreduce_i64(int64_t *buf, int64_t n, int32_t op) {
+    if (ol_dist_size() == 1) return 0;
+    if (op < 0 || op > 2) OL_FAIL_INT("dist_allreduce_i64: op %d not in 0 (sum), 1 (max), 2 (min)", op);
+    return allreduce(buf, n, MPI_INT64_T, 8, op_of(op), "dist_allreduce_i64");
+}
+
+/* Gather n doubles from every rank into out[size·n] on every rank, in rank order (for
+ * merges that are not elementwise, such as top-k lists). */
+int ol_dist_allgather_f64(const double *in, int64_t n, double *out) {
+    if (ol_dist_size() == 1) { memcpy(out, in, (size_t)n * 8); return 0; }
+    if (n > INT_MAX) OL_FAIL_INT("dist_allgather_f64: %lld values exceed MPI's count range", (long long)n);
+    int rc = MPI_Allgather(in, (int)n, MPI_DOUBLE, out, (int)n, MPI_DOUBLE, comm());
+    return rc == MPI_SUCCESS ? 0 : mpi_fail("dist_allgather_f64", rc);
+}
+
+int ol_dist_bcast_f32(float *buf, int64_t n, int32_t root) {
+    if (ol_dist_size() == 1) return 0;
+    char *p = (char *)buf;
+    while (n > 0) {
+        int cnt = n > INT_MAX / 2 ? INT_MAX / 2 : (int)n;
+        int rc = MPI_Bcast(p, cnt, MPI_FLOAT, root, comm());
+        if (rc != MPI_SUCCESS) return mpi_fail("dist_bcast_f32", rc);
+        p += (int64_t)cnt * 4;
+        n -= cnt;
+    }
+    return 0;
+}
+
+/* Broadcast parameters (and AdamW state) from root so every rank starts identical. */
+int ol_dist_bcast_params(ol_ctx *c, int32_t root) {
+    if (!c) OL_FAIL_INT("dist_bcast_params: NULL context");
+    if (ol_dist_bcast_f32(c->params, c->param_used, root)) return -1;
+    if (ol_dist_bcast_f32(c->adam_m, c->param_used, root)) return -1;
+    return ol_dist_bcast_f32(c->adam_v, c->param_used, root);
+}
+
+/* FNV-1a over the bytes of the flat parameter buffer. */
+uint64_t ol_params_checksum(ol_ctx *c) {
+    const unsigned char *p = (const unsigned char *)c->params;
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t i = 0; i < c->param_used * 4; i++) { h ^= p[i]; h *= 1099511628211ULL; }
+    return h;
+}
+
+/* Every rank computes the checksum; an error names the ranks that differ from rank 0. */
+int ol_dist_check_params(ol_ctx *c) {
+    if (!c) OL_FAIL_INT("dist_check_params: NULL context");
+    int n = ol_dist_size();
+    if (n == 1) return 0;
+    uint64_t mine = ol_params_checksum(c);
+    uint64_t all[1024];
+    uint64_t *buf = n <= 1024 ? all : malloc((size_t)n * 8);
+    if (!buf) OL_FAIL_INT("dist_check_params: out of memory");
+    int rc = MPI_Allgather(&mine, 1, MPI_UINT64_T, buf, 1, MPI_UINT64_T, comm());
+    if (rc != MPI_SUCCESS) { if (buf != all) free(buf); return mpi_fail("dist_check_params", rc); }
+    int bad = -1;
+    for (int r = 1; r < n && bad < 0; r++) if (buf[r] != buf[0]) bad = r;
+    uint64_t b0 = buf[0], bb = bad >= 0 ? buf[bad] : 0;
+    if (buf != all) free(buf);
+    if (bad >= 0)
+        OL_FAIL_INT("dist_check_params: parameters differ across ranks: rank 0 checksum %016llx, rank %d %016llx",
+                    (unsigned long long)b0, bad, (unsigned long long)bb);
+    return 0;
+}
+
+void ol_dist_barrier(void) { if (active()) MPI_Barrier(comm()); }
+double ol_dist_wtime(void) {
+    if (active()) return MPI_Wtime();
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Stop every rank of the job (after the caller printed its message). */
+void ol_dist_abort(int32_t code) {
+    if (active() && ol_dist_world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+/* ---- checkpoint-before-timeout: Slurm's --signal sends e.g. SIGUSR1 some minutes before the
+ * time limit; the handler only sets a flag that the training loop polls between steps. */
+static volatile sig_atomic_t g_signal_seen = 0;
+static void on_signal(int sig) { g_signal_seen = sig; }
+
+int ol_signal_watch(int32_t signum) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(signum, &sa, NULL) != 0) OL_FAIL_INT("signal_watch: cannot watch signal %d", signum);
+    return 0;
+}
+
+int32_t ol_signal_pending(void) { return (int32_t)g_signal_seen; }
+
+/* The signal seen on any rank (max over ranks), so every rank stops at the same step. */
+int32_t ol_dist_signal_pending(void) {
+    int64_t s = g_signal_seen;
+    if (ol_dist_size() > 1 && ol_dist_allreduce_i64(&s, 1, 1) != 0) return -1;
+    return (int32_t)s;
+}
