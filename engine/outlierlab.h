@@ -174,6 +174,12 @@ ol_tensor *ol_concat(int32_t n, ol_tensor **ts, int32_t dim);
  * function of (seed, element index) only. */
 ol_tensor *ol_dropout(ol_tensor *a, float p, uint64_t seed);
 
+/* Rotary position embedding (RoPE, rotate-half layout as in HF LLaMA / lit-gpt):
+ * x (..., T, HD) with HD even; row t sits at position t + pos_offset; θ_i = base^(−2i/HD);
+ * y[i] = x[i]·cos(pθ_i) − x[i+HD/2]·sin(pθ_i), y[i+HD/2] = x[i+HD/2]·cos + x[i]·sin.
+ * (engine/ops_model.c) */
+ol_tensor *ol_rope(ol_tensor *x, float base, int64_t pos_offset);
+
 /* ================================================================ optimizer */
 
 /* AdamW over every parameter (one pass over the flat buffers). Group g uses lr·lr_scale[g]
@@ -190,9 +196,206 @@ int   ol_grads_finite(ol_ctx *ctx);
 
 /* ================================================================= analysis */
 
+/* Outlier statistics (REFERENCE.md §2; docs/METRICS.md). A streaming accumulator ol_stats
+ * reads activation tensors x (B, T, C) batch after batch without keeping them, and holds its
+ * whole state in ONE flat double array, in three sections:
+ *   [0, nsum)            counts and sums     — merge across accumulators/ranks by +
+ *   [nsum, nsum+nmax)    running maxima      — merge by elementwise max
+ *   [nsum+nmax, size)    global top-k        — merge with ol_stats_merge (union, keep k)
+ * ol_stats_merge(dst, src) does all three exactly (sums to rounding). Offsets of every named
+ * field are in ol_stats_layout. Sums are in double, reduced in sequence order: the result does
+ * not depend on the thread count, and streaming batch by batch equals one big batch. */
+typedef enum ol_outlier_kind {
+    OL_OUTLIER_NONE = 0,      /* no outlier counting */
+    OL_OUTLIER_SIGMA = 1,     /* |x − μ| > k·σ (QT: k = 6), σ unbiased */
+    OL_OUTLIER_TAU_MEAN = 2   /* |x| > k·mean|x| (SO §3: k = τ = 1000) */
+} ol_outlier_kind;
+typedef enum ol_outlier_scope {
+    OL_SCOPE_BATCH = 0,       /* μ, σ / mean|x| over the whole tensor passed to one update (B·T·C) */
+    OL_SCOPE_SEQUENCE = 1,    /* over each sequence's T·C values (SO: one sample at a time) */
+    OL_SCOPE_FIXED = 2        /* given values (dataset level: two passes, the first one's moments) */
+} ol_outlier_scope;
+typedef struct ol_outlier_rule {
+    int32_t kind;             /* ol_outlier_kind */
+    int32_t scope;            /* ol_outlier_scope */
+    double  k;                /* 6 for 6σ, τ for τ·mean */
+    double  mu, sigma;        /* SIGMA with FIXED scope */
+    double  mean_abs;         /* TAU_MEAN with FIXED scope */
+} ol_outlier_rule;
+typedef struct ol_stats_spec {
+    int64_t T;                /* max positions (x's T may be smaller) */
+    int64_t C;                /* channels: x's last dim must equal it */
+    int64_t V;                /* vocabulary size for by-token counts; 0 = none */
+    int32_t topk;             /* k of the per-sequence and global top-k (SO: 3); 1..64 */
+    int32_t nbins;            /* histogram bins (+ underflow and overflow); 0 = none */
+    int32_t hist_log;         /* 0: bins of x over [lo, hi); 1: log10-spaced bins of |x| over [lo, hi) */
+    double  hist_lo, hist_hi;
+    ol_outlier_rule rule;
+} ol_stats_spec;
+typedef struct ol_stats_layout {
+    int64_t size, nsum, nmax, ntopk;
+    /* sums: scalars */
+    int64_t n, nseq, ntok, nnonfinite, s1, s2, s3, s4, sabs;
+    int64_t seq_kurt, nseq_kurt, seq_maxabs, seq_median, seq_topk /* topk values */;
+    int64_t nout, nout_tok, nseq_out;
+    /* sums: arrays */
+    int64_t out_pos /* T */, out_tok_pos /* T */, tok_pos /* T */;
+    int64_t out_ch /* C */, sabs_ch /* C */;
+    int64_t out_id /* V */, out_tok_id /* V */, tok_id /* V */;
+    int64_t hist /* nbins + 2: [0] underflow, [nbins+1] overflow */;
+    /* maxima */
+    int64_t maxabs, maxv, negminv, maxabs_ch /* C */, maxabs_pos /* T */;
+    /* top-k: topk records of 6 doubles (|x|, x, seq, pos, channel, token id or −1), |x| = −1 when empty */
+    int64_t topk;
+} ol_stats_layout;
+typedef struct ol_stats ol_stats;
+
+ol_stats *ol_stats_new(const ol_stats_spec *spec);
+void      ol_stats_free(ol_stats *s);
+int       ol_stats_reset(ol_stats *s);
+const ol_stats_spec   *ol_stats_get_spec(const ol_stats *s);
+const ol_stats_layout *ol_stats_get_layout(const ol_stats *s);
+double   *ol_stats_data(ol_stats *s);
+/* Sequence index given to the next sequence in top-k records (default 0; set it to a global
+ * offset, e.g. per MPI rank, so that merged records name distinct sequences). */
+int       ol_stats_set_seq_offset(ol_stats *s, int64_t offset);
+/* Adds x (B, T, C) or (T, C). ids, mask: int32 with B·T elements or NULL; mask 0 = padding
+ * (skipped everywhere). ids index the by-token counts (must be in [0, V) when V > 0). */
+int       ol_stats_update(ol_stats *s, const ol_tensor *x, const ol_tensor *ids, const ol_tensor *mask);
+/* dst += src: sums added, maxima maxed, top-k merged (same spec required). */
+int       ol_stats_merge(ol_stats *dst, const ol_stats *src);
+
+/* Per-token outlier flags of x (B, T, C) under rule: flags[b·T+t] = 1 if some channel is an
+ * outlier (SO's per-token rule), else 0 (and 0 for masked tokens). tok_maxabs (B·T) or NULL
+ * receives max_c |x|. Returns the number of flagged tokens, or −1 on error. */
+int64_t   ol_outlier_token_flags(const ol_tensor *x, const ol_outlier_rule *rule, const ol_tensor *mask,
+                                 int32_t *flags, double *tok_maxabs);
+/* Weight W (O, I) (SO §3, Fig. 5): col_ratio[j] = max_i|w_ij| / mean_i|w_ij| (I values),
+ * row_ratio[i] = max_j / mean_j (O values); col_out[j] / row_out[i] = number of weight outliers
+ * |w_ij| > tau·mean_j|w_ij| (row-wise mean) in column j / row i. Any output may be NULL. */
+int       ol_weight_stats(const ol_tensor *w, double tau, double *col_ratio, double *row_ratio,
+                          double *col_out, double *row_out);
+/* Cumulative attention (SO §3): A (B, NH, Tq, Tk) -> out[(b·NH+h)·Tk + j] = Σ_i A[b,h,i,j]. */
+int       ol_attn_cumulative(const ol_tensor *a, double *out);
+/* L2 norm of every row of the last dim: x (..., D) -> out (numel/D) (QT Fig. 3e: ‖v_j‖). */
+int       ol_row_norms(const ol_tensor *x, double *out);
+
 /* ======================================================================= io */
 
+/* -- safetensors (engine/io_safetensors.c). File = u64 little-endian header length N, N
+ * bytes of JSON {name: {dtype, shape, data_offsets:[begin,end]}, "__metadata__": {str: str}}
+ * (padded with spaces to a multiple of 8), then the raw little-endian data area, which the
+ * tensors cover exactly (no gaps, no overlap). Writer: add tensors (their data pointers must
+ * stay valid until save) and metadata, then save writes "<path>.tmp.<pid>", fsyncs and
+ * renames it to path (atomic). Reader: open maps the file and validates every entry; all
+ * errors name the file and what is wrong. */
+typedef enum ol_st_dtype {
+    OL_ST_F32 = 0, OL_ST_F16, OL_ST_BF16, OL_ST_F64, OL_ST_I32, OL_ST_I64, OL_ST_I16,
+    OL_ST_I8, OL_ST_U8, OL_ST_U16, OL_ST_U32, OL_ST_U64, OL_ST_BOOL, OL_ST_F8_E4M3, OL_ST_F8_E5M2
+} ol_st_dtype;
+typedef struct ol_st_writer ol_st_writer;
+typedef struct ol_st_file ol_st_file;
+ol_st_writer *ol_st_writer_new(void);
+void          ol_st_writer_free(ol_st_writer *w);
+/* shape has ndim (0..8) dims; data holds prod(shape) elements of dtype (F32, I32, ...). */
+int ol_st_writer_add(ol_st_writer *w, const char *name, int32_t dtype, int32_t ndim,
+                     const int64_t *shape, const void *data);
+int ol_st_writer_set_metadata(ol_st_writer *w, const char *key, const char *value);
+int ol_st_writer_save(ol_st_writer *w, const char *path);
+
+ol_st_file *ol_st_open(const char *path);
+void        ol_st_close(ol_st_file *f);
+int32_t     ol_st_count(const ol_st_file *f);
+const char *ol_st_name(const ol_st_file *f, int32_t i);          /* NULL if out of range */
+int32_t     ol_st_find(const ol_st_file *f, const char *name);   /* index, or -1 (no error set) */
+/* dtype, ndim and up to 8 dims of entry i; returns 0 or -1 */
+int         ol_st_info(const ol_st_file *f, int32_t i, int32_t *dtype, int32_t *ndim, int64_t *shape);
+const char *ol_st_dtype_name(int32_t dtype);
+/* value of a metadata key, NULL if absent (no error set) */
+const char *ol_st_metadata(const ol_st_file *f, const char *key);
+int32_t     ol_st_metadata_count(const ol_st_file *f);
+const char *ol_st_metadata_key(const ol_st_file *f, int32_t i);
+/* Copy entry `name` into dst converting to f32 (from F32, F16, BF16, F64) or to i32 (from
+ * I32, I64 in range, I16, U16, U8, I8); numel must equal the entry's element count. */
+int ol_st_read_f32(const ol_st_file *f, const char *name, float *dst, int64_t numel);
+int ol_st_read_i32(const ol_st_file *f, const char *name, int32_t *dst, int64_t numel);
+/* Copy entry `name` into tensor t (f32 or i32), checking the shape against t's. */
+int ol_st_read_into(const ol_st_file *f, const char *name, ol_tensor *t);
+
+/* -- token files (engine/io_tokens.c), memory-mapped read-only. Formats: OL_TOK_RAW16 (nanoGPT
+ * train.bin: bare uint16 tokens), OL_TOK_LLMC (llm.c: 256 int32 header {20240520, version,
+ * count, 0...}, then count tokens, uint16 for version 1, uint32 for version 2); OL_TOK_AUTO
+ * picks LLMC when the file starts with the magic. Size and header are checked on open. */
+typedef enum ol_tok_format { OL_TOK_AUTO = 0, OL_TOK_RAW16 = 1, OL_TOK_LLMC = 2 } ol_tok_format;
+typedef struct ol_token_file ol_token_file;
+ol_token_file *ol_tokens_open(const char *path, int32_t format);
+void           ol_tokens_close(ol_token_file *f);
+int64_t        ol_tokens_count(const ol_token_file *f);
+int32_t        ol_tokens_format(const ol_token_file *f);
+int32_t        ol_tokens_width(const ol_token_file *f);   /* bytes per token: 2 or 4 */
+/* largest token id in the file (one pass; cached) */
+int64_t        ol_tokens_max(ol_token_file *f);
+/* dst[i] = token[start + i], i < n; -1 if [start, start+n) leaves the file */
+int            ol_tokens_copy_i32(const ol_token_file *f, int64_t start, int64_t n, int32_t *dst);
+/* Write n tokens (each in [0, 65535]) as RAW16 or LLMC version 1, atomically. */
+int            ol_tokens_write(const char *path, int32_t format, const int32_t *tokens, int64_t n);
+
+/* -- synthetic images (engine/io_images.c): one centred object of class cls on a textured
+ * background, deterministic in (seed, index). out is (3, H, W) f32, normalised as (x-0.5)/0.25
+ * from [0,1] colours; objmask (H, W), if not NULL, gets 1 for object pixels, 0 otherwise.
+ * Classes: 0 disc, 1 square, 2 cross, 3 triangle, 4 ring, 5 diamond, 6 bar, 7 plus-ring. */
+int32_t ol_image_num_classes(void);
+const char *ol_image_class_name(int32_t cls);
+int ol_image_synth(float *out, uint8_t *objmask, int32_t H, int32_t W, int32_t cls,
+                   uint64_t seed, uint64_t index);
+
+/* -- NetCDF-4 result files (engine/io_netcdf.c). Build in define mode (dims, vars, attributes;
+ * varid -1 = global attribute), ol_nc_enddef, put whole variables, then ol_nc_close, which
+ * closes the temporary "<path>.tmp.<pid>" and renames it to path (atomic). Variables with
+ * dims are deflated (level 4, shuffle). Ids >= 0 on success, -1 with ol_error() set. */
+typedef struct ol_nc ol_nc;
+typedef enum ol_nc_type { OL_NC_FLOAT = 0, OL_NC_DOUBLE = 1, OL_NC_INT = 2 } ol_nc_type;
+ol_nc *ol_nc_create(const char *path);
+int    ol_nc_def_dim(ol_nc *f, const char *name, int64_t len);
+int    ol_nc_def_var(ol_nc *f, const char *name, int32_t type, int32_t ndims, const int32_t *dimids);
+int    ol_nc_put_att_text(ol_nc *f, int32_t varid, const char *name, const char *value);
+int    ol_nc_put_att_double(ol_nc *f, int32_t varid, const char *name, double value);
+int    ol_nc_put_att_int(ol_nc *f, int32_t varid, const char *name, int32_t value);
+int    ol_nc_enddef(ol_nc *f);
+int    ol_nc_put_float(ol_nc *f, int32_t varid, const float *data);
+int    ol_nc_put_double(ol_nc *f, int32_t varid, const double *data);
+int    ol_nc_put_int(ol_nc *f, int32_t varid, const int32_t *data);
+int    ol_nc_close(ol_nc *f);
+void   ol_nc_abort(ol_nc *f);
+
 /* ============================================================= distributed */
+/* Data parallelism over MPI (engine/dist.c). Calls refer to the current communicator: the
+ * world, or the group this rank joined with ol_dist_split (sweeps). Without MPI_Init every
+ * call behaves as one rank. Reduction ops: 0 sum, 1 max, 2 min. */
+int      ol_dist_initialized(void);
+int      ol_dist_rank(void);
+int      ol_dist_size(void);
+int      ol_dist_world_rank(void);
+int      ol_dist_world_size(void);
+int      ol_dist_split(int32_t color);      /* join the group of ranks with the same color */
+int      ol_dist_unsplit(void);             /* back to the world communicator */
+int      ol_dist_allreduce_grads(ol_ctx *ctx, int32_t average);   /* one MPI_Allreduce */
+int      ol_dist_allreduce_f64(double *buf, int64_t n, int32_t op);
+int      ol_dist_allreduce_f32(float *buf, int64_t n, int32_t op);
+int      ol_dist_allreduce_i64(int64_t *buf, int64_t n, int32_t op);
+int      ol_dist_allgather_f64(const double *in, int64_t n, double *out);  /* out: size·n */
+int      ol_dist_bcast_f32(float *buf, int64_t n, int32_t root);
+int      ol_dist_bcast_params(ol_ctx *ctx, int32_t root);  /* params and AdamW state */
+uint64_t ol_params_checksum(ol_ctx *ctx);   /* FNV-1a over the parameter bytes */
+int      ol_dist_check_params(ol_ctx *ctx); /* error if any rank's checksum differs */
+void     ol_dist_barrier(void);
+double   ol_dist_wtime(void);
+void     ol_dist_abort(int32_t code);
+/* Checkpoint before a batch system's time limit: watch a signal (e.g. SIGUSR1 = 10); the
+ * training loop polls between steps. ol_dist_signal_pending agrees across ranks (max). */
+int      ol_signal_watch(int32_t signum);
+int32_t  ol_signal_pending(void);
+int32_t  ol_dist_signal_pending(void);
 
 /* ============================================================= compression */
 
