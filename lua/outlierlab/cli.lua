@@ -11,6 +11,7 @@ them (nested keys with dots). An experiment file (one that returns a table with 
 run by the experiment runner: --profile=quick|default|paper selects its profile.]]
 
 function M.main(argv)
+  M.argv = argv   -- the full command line, for result files' history attribute
   local cmd = argv[1]
   if cmd == "version" then
     print(require("outlierlab").version())
