@@ -275,8 +275,9 @@ int64_t   ol_outlier_token_flags(const ol_tensor *x, const ol_outlier_rule *rule
  * |w_ij| > tau·mean_j|w_ij| (row-wise mean) in column j / row i. Any output may be NULL. */
 int       ol_weight_stats(const ol_tensor *w, double tau, double *col_ratio, double *row_ratio,
                           double *col_out, double *row_out);
-/* Cumulative attention (SO §3): A (B, NH, Tq, Tk) -> out[(b·NH+h)·Tk + j] = Σ_i A[b,h,i,j]. */
-int       ol_attn_cumulative(const ol_tensor *a, double *out);
+/* Cumulative attention (SO §3): A (B, NH, Tq, Tk) -> out[(b·NH+h)·Tk + j] = Σ_i A[b,h,i,j],
+ * over the query rows i with qmask[b·Tq+i] != 0 (qmask int32 (B, Tq) or NULL = all). */
+int       ol_attn_cumulative(const ol_tensor *a, const ol_tensor *qmask, double *out);
 /* L2 norm of every row of the last dim: x (..., D) -> out (numel/D) (QT Fig. 3e: ‖v_j‖). */
 int       ol_row_norms(const ol_tensor *x, double *out);
 

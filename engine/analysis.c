@@ -1,0 +1,602 @@
+/*
+ * analysis.c — streaming outlier statistics over activation tensors (REFERENCE.md §2,
+ * docs/METRICS.md): moments, per-sequence kurtosis / max inf norm / median / top-k, outlier
+ * counts by position, channel and token id (6σ of QT, τ·mean of SO), histograms, running
+ * maxima and a global top-k with indices; weight extremal ratios; cumulative attention; row
+ * norms.
+ *
+ * x is (B, T, C). Sequences are independent: threads split sequences and every per-sequence
+ * quantity is computed serially; the per-sequence results are then added to the accumulator
+ * in sequence order, so the numbers do not depend on the thread count, and feeding the
+ * batches one by one gives bit-identical sums to one big batch.
+ */
+#include "internal.h"
+#include <stdlib.h>
+#include <omp.h>
+
+#define TOPK_MAX 64
+#define REC 6          /* doubles per top-k record: |x|, x, seq, pos, channel, token */
+
+struct ol_stats {
+    ol_stats_spec   spec;
+    ol_stats_layout L;
+    double         *d;
+    int64_t         seq_offset;
+};
+
+/* ---------------------------------------------------------------- layout */
+static void make_layout(const ol_stats_spec *sp, ol_stats_layout *L) {
+    int64_t o = 0, T = sp->T, C = sp->C, V = sp->V, k = sp->topk;
+    memset(L, 0, sizeof *L);
+    L->n = o++; L->nseq = o++; L->ntok = o++; L->nnonfinite = o++;
+    L->s1 = o++; L->s2 = o++; L->s3 = o++; L->s4 = o++; L->sabs = o++;
+    L->seq_kurt = o++; L->nseq_kurt = o++; L->seq_maxabs = o++; L->seq_median = o++;
+    L->seq_topk = o; o += k;
+    L->nout = o++; L->nout_tok = o++; L->nseq_out = o++;
+    L->out_pos = o; o += T;
+    L->out_tok_pos = o; o += T;
+    L->tok_pos = o; o += T;
+    L->out_ch = o; o += C;
+    L->sabs_ch = o; o += C;
+    L->out_id = o; o += V;
+    L->out_tok_id = o; o += V;
+    L->tok_id = o; o += V;
+    L->hist = o; o += sp->nbins > 0 ? sp->nbins + 2 : 0;
+    L->nsum = o;
+    L->maxabs = o++; L->maxv = o++; L->negminv = o++;
+    L->maxabs_ch = o; o += C;
+    L->maxabs_pos = o; o += T;
+    L->nmax = o - L->nsum;
+    L->topk = o; o += k * REC;
+    L->ntopk = k * REC;
+    L->size = o;
+}
+
+static int check_rule(const char *op, const ol_outlier_rule *r) {
+    if (!r) OL_FAIL_INT("%s: NULL outlier rule", op);
+    if (r->kind < OL_OUTLIER_NONE || r->kind > OL_OUTLIER_TAU_MEAN)
+        OL_FAIL_INT("%s: unknown outlier kind %d (0 none, 1 sigma, 2 tau_mean)", op, r->kind);
+    if (r->scope < OL_SCOPE_BATCH || r->scope > OL_SCOPE_FIXED)
+        OL_FAIL_INT("%s: unknown outlier scope %d (0 batch, 1 sequence, 2 fixed)", op, r->scope);
+    if (r->kind != OL_OUTLIER_NONE && !(r->k > 0))
+        OL_FAIL_INT("%s: outlier threshold k must be > 0, got %g", op, r->k);
+    if (r->kind == OL_OUTLIER_SIGMA && r->scope == OL_SCOPE_FIXED && !(r->sigma >= 0 && isfinite(r->mu)))
+        OL_FAIL_INT("%s: fixed-scope sigma rule needs finite mu and sigma >= 0 (got mu %g, sigma %g)", op,
+                    r->mu, r->sigma);
+    if (r->kind == OL_OUTLIER_TAU_MEAN && r->scope == OL_SCOPE_FIXED && !(r->mean_abs >= 0))
+        OL_FAIL_INT("%s: fixed-scope tau_mean rule needs mean_abs >= 0 (got %g)", op, r->mean_abs);
+    return 0;
+}
+
+static void clear(ol_stats *s) {
+    memset(s->d, 0, (size_t)s->L.size * sizeof(double));
+    for (int64_t i = 0; i < s->L.nmax; i++) s->d[s->L.nsum + i] = -INFINITY;
+    for (int64_t r = 0; r < s->spec.topk; r++) {
+        double *e = s->d + s->L.topk + r * REC;
+        e[0] = -1; e[1] = 0; e[2] = e[3] = e[4] = e[5] = -1;
+    }
+}
+
+ol_stats *ol_stats_new(const ol_stats_spec *sp) {
+    if (!sp) OL_FAIL("stats_new: NULL spec");
+    if (sp->T < 1 || sp->C < 1 || sp->V < 0)
+        OL_FAIL("stats_new: need T >= 1, C >= 1, V >= 0 (got T %lld, C %lld, V %lld)", (long long)sp->T,
+                (long long)sp->C, (long long)sp->V);
+    if (sp->topk < 1 || sp->topk > TOPK_MAX) OL_FAIL("stats_new: topk %d not in 1..%d", sp->topk, TOPK_MAX);
+    if (sp->nbins < 0) OL_FAIL("stats_new: nbins %d < 0", sp->nbins);
+    if (sp->nbins > 0) {
+        if (!(sp->hist_hi > sp->hist_lo)) OL_FAIL("stats_new: histogram needs hi > lo (got lo %g, hi %g)", sp->hist_lo, sp->hist_hi);
+        if (sp->hist_log && !(sp->hist_lo > 0)) OL_FAIL("stats_new: log histogram needs lo > 0 (got %g)", sp->hist_lo);
+    }
+    if (check_rule("stats_new", &sp->rule)) return NULL;
+    ol_stats *s = calloc(1, sizeof *s);
+    if (!s) OL_FAIL("stats_new: out of memory");
+    s->spec = *sp;
+    make_layout(sp, &s->L);
+    s->d = malloc((size_t)s->L.size * sizeof(double));
+    if (!s->d) {
+        long long want = (long long)s->L.size;
+        free(s);
+        OL_FAIL("stats_new: out of memory for %lld doubles", want);
+    }
+    clear(s);
+    return s;
+}
+
+void ol_stats_free(ol_stats *s) {
+    if (!s) return;
+    free(s->d);
+    free(s);
+}
+int ol_stats_reset(ol_stats *s) {
+    if (!s) OL_FAIL_INT("stats_reset: NULL accumulator");
+    clear(s);
+    return 0;
+}
+const ol_stats_spec *ol_stats_get_spec(const ol_stats *s) { return s ? &s->spec : NULL; }
+const ol_stats_layout *ol_stats_get_layout(const ol_stats *s) { return s ? &s->L : NULL; }
+double *ol_stats_data(ol_stats *s) { return s ? s->d : NULL; }
+int ol_stats_set_seq_offset(ol_stats *s, int64_t off) {
+    if (!s) OL_FAIL_INT("stats_set_seq_offset: NULL accumulator");
+    if (off < 0) OL_FAIL_INT("stats_set_seq_offset: negative offset %lld", (long long)off);
+    s->seq_offset = off - (int64_t)s->d[s->L.nseq];
+    return 0;
+}
+
+/* ---------------------------------------------------------------- top-k records */
+/* Total order of records: |x| descending, then seq, pos, channel ascending. With a total
+ * order the top-k of a union is unique, so merging is exact. */
+static int rec_before(const double *a, const double *b) {
+    if (a[0] != b[0]) return a[0] > b[0];
+    if (a[2] != b[2]) return a[2] < b[2];
+    if (a[3] != b[3]) return a[3] < b[3];
+    return a[4] < b[4];
+}
+/* insert rec into the sorted list of k records (empty ones have |x| = −1) */
+static void topk_insert(double *list, int k, const double *rec) {
+    double *last = list + (int64_t)(k - 1) * REC;
+    if (!rec_before(rec, last)) return;
+    int i = k - 1;
+    while (i > 0 && rec_before(rec, list + (int64_t)(i - 1) * REC)) {
+        memcpy(list + (int64_t)i * REC, list + (int64_t)(i - 1) * REC, REC * sizeof(double));
+        i--;
+    }
+    memcpy(list + (int64_t)i * REC, rec, REC * sizeof(double));
+}
+
+/* ---------------------------------------------------------------- selection */
+static void swapf(float *a, float *b) { float t = *a; *a = *b; *b = t; }
+/* k-th smallest (0-based) of v[0..n), reordering v (deterministic quickselect, median of 3) */
+static float select_kth(float *v, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1;
+    while (hi > lo) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (v[mid] < v[lo]) swapf(&v[mid], &v[lo]);
+        if (v[hi] < v[lo]) swapf(&v[hi], &v[lo]);
+        if (v[hi] < v[mid]) swapf(&v[hi], &v[mid]);
+        float p = v[mid];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < p) i++;
+            while (v[j] > p) j--;
+            if (i <= j) { swapf(&v[i], &v[j]); i++; j--; }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return v[k];
+    }
+    return v[k];
+}
+/* maximum of v[0..n), n >= 1 */
+static float max_of(const float *v, int64_t n) {
+    float m = v[0];
+    for (int64_t i = 1; i < n; i++) if (v[i] > m) m = v[i];
+    return m;
+}
+
+/* ---------------------------------------------------------------- update */
+typedef struct seq_res {
+    double n, s1, s2, s3, s4, sabs, nonfinite;
+    double m2;             /* Σ (x − mean_seq)² */
+    double kurt;           /* Pearson kurtosis, NAN if undefined (n < 2 or constant) */
+    double maxabs, median;
+    double topk[TOPK_MAX];
+    double ntok;
+} seq_res;
+
+static int check_i32(const char *op, const char *what, const ol_tensor *t, int64_t n) {
+    if (!t) return 0;
+    if (ol__check_live(op, t)) return -1;
+    if (t->dtype != OL_I32) OL_FAIL_INT("%s: %s '%s' %s must be int32", op, what, t->name, OL_SHAPE(t));
+    if (t->numel != n)
+        OL_FAIL_INT("%s: %s '%s' %s must have B·T = %lld elements", op, what, t->name, OL_SHAPE(t), (long long)n);
+    return 0;
+}
+
+/* x (B, T, C) or (T, C) -> B, T, C */
+static int btc(const char *op, const ol_tensor *x, int64_t *B, int64_t *T, int64_t *C) {
+    if (ol__check_f32(op, x)) return -1;
+    if (x->ndim == 3) { *B = x->shape[0]; *T = x->shape[1]; *C = x->shape[2]; }
+    else if (x->ndim == 2) { *B = 1; *T = x->shape[0]; *C = x->shape[1]; }
+    else OL_FAIL_INT("%s: x '%s' %s must be (B, T, C) or (T, C)", op, x->name, OL_SHAPE(x));
+    return 0;
+}
+
+/* Pass 1 over sequence b: moments (in element order), kurtosis, max |x|, median |x|, top-k |x|.
+ * Kurtosis (QT): mean((x − m)⁴) / s⁴ with s² = Σ(x − m)²/(n − 1), over the T·C values. */
+static void seq_pass(const float *x, const int32_t *mask, int64_t T, int64_t C, int k, float *scratch, seq_res *r) {
+    memset(r, 0, sizeof *r);
+    int64_t n = 0;
+    double s1 = 0, s2 = 0, s3 = 0, s4 = 0, sabs = 0, maxabs = 0, nonfinite = 0, ntok = 0;
+    double top[TOPK_MAX];                      /* k largest |x|, descending; −1 = empty */
+    for (int i = 0; i < k; i++) top[i] = -1;
+    for (int64_t t = 0; t < T; t++) {
+        if (mask && !mask[t]) continue;
+        ntok++;
+        const float *xt = x + t * C;
+        for (int64_t c = 0; c < C; c++) {
+            double v = xt[c];
+            if (!isfinite(v)) { nonfinite++; continue; }
+            double a = fabs(v), v2 = v * v;
+            s1 += v; s2 += v2; s3 += v2 * v; s4 += v2 * v2; sabs += a;
+            if (a > maxabs) maxabs = a;
+            if (a > top[k - 1]) {
+                int i = k - 1;
+                while (i > 0 && a > top[i - 1]) { top[i] = top[i - 1]; i--; }
+                top[i] = a;
+            }
+            scratch[n++] = (float)a;
+        }
+    }
+    r->n = (double)n; r->s1 = s1; r->s2 = s2; r->s3 = s3; r->s4 = s4; r->sabs = sabs;
+    r->nonfinite = nonfinite; r->maxabs = maxabs; r->ntok = ntok;
+    r->kurt = NAN;
+    if (n >= 2) {
+        double m = s1 / n, m2 = 0, m4 = 0;
+        for (int64_t t = 0; t < T; t++) {
+            if (mask && !mask[t]) continue;
+            const float *xt = x + t * C;
+            for (int64_t c = 0; c < C; c++) {
+                double v = xt[c];
+                if (!isfinite(v)) continue;
+                double d2 = (v - m) * (v - m);
+                m2 += d2; m4 += d2 * d2;
+            }
+        }
+        r->m2 = m2;
+        if (m2 > 0) {
+            double var = m2 / (n - 1);
+            r->kurt = (m4 / n) / (var * var);
+        }
+    }
+    /* top-k |x| in descending order; missing ones (n < k) count as 0 */
+    for (int i = 0; i < k; i++) r->topk[i] = top[i] < 0 ? 0 : top[i];
+    if (n == 0) { r->median = NAN; return; }
+    /* median |x| (mean of the two middle values when n is even, as numpy.median). After the
+     * selection every element before n/2 is <= v[n/2], so the lower middle is their max. */
+    float hi = select_kth(scratch, n, n / 2);
+    r->median = (n % 2) ? hi : 0.5 * ((double)hi + (double)max_of(scratch, n / 2));
+}
+
+/* threshold for the element test, from the rule and the moments of its scope */
+typedef struct thr { double mu, lim; int kind; } thr;
+static thr make_thr(const ol_outlier_rule *r, double n, double s1, double m2, double sabs) {
+    thr t = { 0, INFINITY, r->kind };
+    if (r->kind == OL_OUTLIER_SIGMA) {
+        double mu, sd;
+        if (r->scope == OL_SCOPE_FIXED) { mu = r->mu; sd = r->sigma; }
+        else { mu = n > 0 ? s1 / n : 0; sd = n > 1 ? sqrt(m2 / (n - 1)) : 0; }
+        t.mu = mu; t.lim = r->k * sd;
+    } else if (r->kind == OL_OUTLIER_TAU_MEAN) {
+        double ma = r->scope == OL_SCOPE_FIXED ? r->mean_abs : (n > 0 ? sabs / n : 0);
+        t.lim = r->k * ma;
+    }
+    return t;
+}
+static inline int is_out(const thr *t, double v) {
+    if (t->kind == OL_OUTLIER_SIGMA) return fabs(v - t->mu) > t->lim;
+    if (t->kind == OL_OUTLIER_TAU_MEAN) return fabs(v) > t->lim;
+    return 0;
+}
+
+/* Σ (x − mu)² over the valid finite elements of the whole batch (for BATCH scope σ) */
+static double batch_m2(const float *x, const int32_t *mask, int64_t B, int64_t T, int64_t C, double mu, double *part) {
+    #pragma omp parallel for schedule(static) if (B * T * C > OL_PAR_MIN)
+    for (int64_t b = 0; b < B; b++) {
+        double s = 0;
+        for (int64_t t = 0; t < T; t++) {
+            if (mask && !mask[b * T + t]) continue;
+            const float *xt = x + (b * T + t) * C;
+            for (int64_t c = 0; c < C; c++) {
+                double v = xt[c];
+                if (isfinite(v)) s += (v - mu) * (v - mu);
+            }
+        }
+        part[b] = s;
+    }
+    double s = 0;
+    for (int64_t b = 0; b < B; b++) s += part[b];
+    return s;
+}
+
+static int check_ids(const char *op, const ol_tensor *ids, int64_t V) {
+    if (!ids || V <= 0) return 0;
+    for (int64_t i = 0; i < ids->numel; i++)
+        if (ids->idata[i] < 0 || ids->idata[i] >= V)
+            OL_FAIL_INT("%s: token id %d at index %lld of '%s' is outside [0, V = %lld)", op, ids->idata[i],
+                        (long long)i, ids->name, (long long)V);
+    return 0;
+}
+
+int ol_stats_update(ol_stats *s, const ol_tensor *x, const ol_tensor *ids, const ol_tensor *mask) {
+    const char *op = "stats_update";
+    if (!s) OL_FAIL_INT("%s: NULL accumulator", op);
+    int64_t B, T, C;
+    if (btc(op, x, &B, &T, &C)) return -1;
+    const ol_stats_spec *sp = &s->spec;
+    if (C != sp->C) OL_FAIL_INT("%s: x '%s' %s has C = %lld channels, the accumulator expects %lld", op, x->name,
+                                OL_SHAPE(x), (long long)C, (long long)sp->C);
+    if (T > sp->T) OL_FAIL_INT("%s: x '%s' %s has T = %lld positions, the accumulator holds at most %lld", op,
+                               x->name, OL_SHAPE(x), (long long)T, (long long)sp->T);
+    if (check_i32(op, "ids", ids, B * T) || check_i32(op, "mask", mask, B * T)) return -1;
+    if (check_ids(op, ids, sp->V)) return -1;
+    if (B == 0 || T == 0) return 0;
+    const ol_stats_layout *L = &s->L;
+    double *d = s->d;
+    const int k = sp->topk;
+    const int32_t *mk = mask ? mask->idata : NULL, *id = ids ? ids->idata : NULL;
+
+    seq_res *res = malloc((size_t)B * sizeof *res);
+    float *scratch = malloc((size_t)(B * T * C) * sizeof(float));
+    double *part = malloc((size_t)B * sizeof(double));
+    if (!res || !scratch || !part) {
+        free(res); free(scratch); free(part);
+        OL_FAIL_INT("%s: out of memory for the scratch of x '%s' %s", op, x->name, OL_SHAPE(x));
+    }
+    /* pass 1: per-sequence statistics, in parallel over sequences */
+    #pragma omp parallel for schedule(dynamic, 1) if (B * T * C > OL_PAR_MIN)
+    for (int64_t b = 0; b < B; b++)
+        seq_pass(x->data + b * T * C, mk ? mk + b * T : NULL, T, C, k, scratch + b * T * C, &res[b]);
+
+    /* outlier thresholds for BATCH scope: μ over the batch, then Σ(x − μ)² (two passes) */
+    thr tb = { 0, INFINITY, OL_OUTLIER_NONE };
+    const ol_outlier_rule *rule = &sp->rule;
+    if (rule->kind != OL_OUTLIER_NONE && rule->scope != OL_SCOPE_SEQUENCE) {
+        double n = 0, s1 = 0, sabs = 0, m2 = 0;
+        for (int64_t b = 0; b < B; b++) { n += res[b].n; s1 += res[b].s1; sabs += res[b].sabs; }
+        if (rule->scope == OL_SCOPE_BATCH && rule->kind == OL_OUTLIER_SIGMA && n > 0)
+            m2 = batch_m2(x->data, mk, B, T, C, s1 / n, part);
+        tb = make_thr(rule, n, s1, m2, sabs);
+    }
+
+    /* pass 2, serial in (b, t, c) order: accumulate sums, counts, maxima, histogram, top-k */
+    double lg_lo = sp->hist_log ? log10(sp->hist_lo) : sp->hist_lo;
+    double lg_hi = sp->hist_log ? log10(sp->hist_hi) : sp->hist_hi;
+    double bin_w = sp->nbins > 0 ? (lg_hi - lg_lo) / sp->nbins : 1;
+    double *kth = d + L->topk + (int64_t)(k - 1) * REC;   /* current k-th record */
+    for (int64_t b = 0; b < B; b++) {
+        seq_res *r = &res[b];
+        double seq = (double)(s->seq_offset + (int64_t)d[L->nseq]);
+        d[L->n] += r->n; d[L->nseq] += 1; d[L->ntok] += r->ntok; d[L->nnonfinite] += r->nonfinite;
+        d[L->s1] += r->s1; d[L->s2] += r->s2; d[L->s3] += r->s3; d[L->s4] += r->s4; d[L->sabs] += r->sabs;
+        if (!isnan(r->kurt)) { d[L->seq_kurt] += r->kurt; d[L->nseq_kurt] += 1; }
+        d[L->seq_maxabs] += r->maxabs;
+        if (r->n > 0) d[L->seq_median] += r->median;
+        for (int i = 0; i < k; i++) d[L->seq_topk + i] += r->topk[i];
+        thr th = rule->scope == OL_SCOPE_SEQUENCE ? make_thr(rule, r->n, r->s1, r->m2, r->sabs) : tb;
+        int seq_has_out = 0;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t bt = b * T + t;
+            if (mk && !mk[bt]) continue;
+            int32_t tok = id ? id[bt] : -1;
+            int has_v = sp->V > 0 && id;
+            d[L->tok_pos + t] += 1;
+            if (has_v) d[L->tok_id + tok] += 1;
+            const float *xt = x->data + bt * C;
+            int64_t nout = 0;
+            double tmax = 0;
+            for (int64_t c = 0; c < C; c++) {
+                double v = xt[c];
+                if (!isfinite(v)) continue;
+                double a = fabs(v);
+                if (a > tmax) tmax = a;
+                d[L->sabs_ch + c] += a;
+                if (a > d[L->maxabs_ch + c]) d[L->maxabs_ch + c] = a;
+                if (is_out(&th, v)) {
+                    nout++;
+                    d[L->out_ch + c] += 1;
+                }
+                if (sp->nbins > 0) {
+                    double u = sp->hist_log ? (a > 0 ? log10(a) : -INFINITY) : v;
+                    int64_t bin;
+                    if (u < lg_lo) bin = 0;
+                    else if (u >= lg_hi) bin = sp->nbins + 1;
+                    else {
+                        bin = 1 + (int64_t)((u - lg_lo) / bin_w);
+                        if (bin > sp->nbins) bin = sp->nbins;
+                    }
+                    d[L->hist + bin] += 1;
+                }
+                if (a >= kth[0]) {
+                    double rec[REC] = { a, v, seq, (double)t, (double)c, (double)tok };
+                    topk_insert(d + L->topk, k, rec);
+                }
+                if (v > d[L->maxv]) d[L->maxv] = v;
+                if (-v > d[L->negminv]) d[L->negminv] = -v;
+            }
+            if (tmax > d[L->maxabs_pos + t]) d[L->maxabs_pos + t] = tmax;
+            if (tmax > d[L->maxabs]) d[L->maxabs] = tmax;
+            if (nout > 0) {
+                seq_has_out = 1;
+                d[L->nout] += (double)nout; d[L->nout_tok] += 1;
+                d[L->out_pos + t] += (double)nout; d[L->out_tok_pos + t] += 1;
+                if (has_v) { d[L->out_id + tok] += (double)nout; d[L->out_tok_id + tok] += 1; }
+            }
+        }
+        if (seq_has_out) d[L->nseq_out] += 1;
+    }
+    free(res); free(scratch); free(part);
+    return 0;
+}
+
+int ol_stats_merge(ol_stats *dst, const ol_stats *src) {
+    if (!dst || !src) OL_FAIL_INT("stats_merge: NULL accumulator");
+    const ol_stats_spec *a = &dst->spec, *b = &src->spec;
+    if (a->T != b->T || a->C != b->C || a->V != b->V || a->topk != b->topk || a->nbins != b->nbins ||
+        a->hist_log != b->hist_log || a->hist_lo != b->hist_lo || a->hist_hi != b->hist_hi ||
+        a->rule.kind != b->rule.kind || a->rule.scope != b->rule.scope || a->rule.k != b->rule.k)
+        OL_FAIL_INT("stats_merge: accumulators have different specs (T %lld/%lld, C %lld/%lld, V %lld/%lld, "
+                    "topk %d/%d, bins %d/%d, rule %d/%d)", (long long)a->T, (long long)b->T, (long long)a->C,
+                    (long long)b->C, (long long)a->V, (long long)b->V, a->topk, b->topk, a->nbins, b->nbins,
+                    a->rule.kind, b->rule.kind);
+    const ol_stats_layout *L = &dst->L;
+    double nseq_before = dst->d[L->nseq];
+    for (int64_t i = 0; i < L->nsum; i++) dst->d[i] += src->d[i];
+    for (int64_t i = L->nsum; i < L->nsum + L->nmax; i++)
+        if (src->d[i] > dst->d[i]) dst->d[i] = src->d[i];
+    for (int r = 0; r < a->topk; r++) {
+        const double *e = src->d + L->topk + (int64_t)r * REC;
+        if (e[0] >= 0) topk_insert(dst->d + L->topk, a->topk, e);
+    }
+    /* keep the next sequence index of dst where it was */
+    dst->seq_offset -= (int64_t)(dst->d[L->nseq] - nseq_before);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- token flags */
+int64_t ol_outlier_token_flags(const ol_tensor *x, const ol_outlier_rule *rule, const ol_tensor *mask,
+                               int32_t *flags, double *tok_maxabs) {
+    const char *op = "outlier_token_flags";
+    int64_t B, T, C;
+    if (btc(op, x, &B, &T, &C)) return -1;
+    if (check_rule(op, rule) || check_i32(op, "mask", mask, B * T)) return -1;
+    if (!flags) OL_FAIL_INT("%s: NULL flags buffer", op);
+    const int32_t *mk = mask ? mask->idata : NULL;
+    /* moments per sequence in element order, batch totals in sequence order */
+    double *mom = calloc((size_t)(B * 4 + 1), sizeof(double));   /* n, s1, sabs, m2 per sequence */
+    if (!mom) OL_FAIL_INT("%s: out of memory", op);
+    for (int64_t b = 0; b < B; b++) {
+        double n = 0, s1 = 0, sabs = 0;
+        for (int64_t t = 0; t < T; t++) {
+            if (mk && !mk[b * T + t]) continue;
+            const float *xt = x->data + (b * T + t) * C;
+            for (int64_t c = 0; c < C; c++) {
+                double v = xt[c];
+                if (!isfinite(v)) continue;
+                n++; s1 += v; sabs += fabs(v);
+            }
+        }
+        mom[4 * b] = n; mom[4 * b + 1] = s1; mom[4 * b + 2] = sabs;
+        if (rule->scope == OL_SCOPE_SEQUENCE && rule->kind == OL_OUTLIER_SIGMA && n > 0) {
+            double mu = s1 / n, m2 = 0;
+            for (int64_t t = 0; t < T; t++) {
+                if (mk && !mk[b * T + t]) continue;
+                const float *xt = x->data + (b * T + t) * C;
+                for (int64_t c = 0; c < C; c++) if (isfinite(xt[c])) m2 += (xt[c] - mu) * (xt[c] - mu);
+            }
+            mom[4 * b + 3] = m2;
+        }
+    }
+    thr tb = { 0, INFINITY, OL_OUTLIER_NONE };
+    if (rule->kind != OL_OUTLIER_NONE && rule->scope != OL_SCOPE_SEQUENCE) {
+        double n = 0, s1 = 0, sabs = 0, m2 = 0;
+        for (int64_t b = 0; b < B; b++) { n += mom[4 * b]; s1 += mom[4 * b + 1]; sabs += mom[4 * b + 2]; }
+        if (rule->scope == OL_SCOPE_BATCH && rule->kind == OL_OUTLIER_SIGMA && n > 0) {
+            double *part = malloc((size_t)B * sizeof(double));
+            if (!part) { free(mom); OL_FAIL_INT("%s: out of memory", op); }
+            m2 = batch_m2(x->data, mk, B, T, C, s1 / n, part);
+            free(part);
+        }
+        tb = make_thr(rule, n, s1, m2, sabs);
+    }
+    int64_t count = 0;
+    for (int64_t b = 0; b < B; b++) {
+        thr th = rule->scope == OL_SCOPE_SEQUENCE
+                     ? make_thr(rule, mom[4 * b], mom[4 * b + 1], mom[4 * b + 3], mom[4 * b + 2]) : tb;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t bt = b * T + t;
+            int f = 0;
+            double mx = 0;
+            if (!mk || mk[bt]) {
+                const float *xt = x->data + bt * C;
+                for (int64_t c = 0; c < C; c++) {
+                    double v = xt[c];
+                    if (!isfinite(v)) continue;
+                    if (fabs(v) > mx) mx = fabs(v);
+                    if (is_out(&th, v)) f = 1;
+                }
+            }
+            flags[bt] = f;
+            count += f;
+            if (tok_maxabs) tok_maxabs[bt] = mx;
+        }
+    }
+    free(mom);
+    return count;
+}
+
+/* ---------------------------------------------------------------- weights */
+/* W (O, I): per column j: max_i |w_ij| / mean_i |w_ij|; per row i: max_j / mean_j (SO §3.2's
+ * extremal ratio); weight outliers |w_ij| > tau · mean_j |w_ij| (SO §3 eq. for O_weight, the
+ * mean taken along row i), counted per column and per row. */
+int ol_weight_stats(const ol_tensor *w, double tau, double *col_ratio, double *row_ratio, double *col_out,
+                    double *row_out) {
+    const char *op = "weight_stats";
+    if (ol__check_f32(op, w)) return -1;
+    if (w->ndim != 2) OL_FAIL_INT("%s: weight '%s' %s must be 2-D (O, I)", op, w->name, OL_SHAPE(w));
+    if (!(tau > 0)) OL_FAIL_INT("%s: tau must be > 0, got %g", op, tau);
+    int64_t O = w->shape[0], I = w->shape[1];
+    double *cmax = calloc((size_t)I * 2, sizeof(double));
+    if (!cmax) OL_FAIL_INT("%s: out of memory", op);
+    double *csum = cmax + I;
+    if (col_out) memset(col_out, 0, (size_t)I * sizeof(double));
+    for (int64_t i = 0; i < O; i++) {
+        const float *wr = w->data + i * I;
+        double rsum = 0, rmax = 0;
+        for (int64_t j = 0; j < I; j++) {
+            double a = fabs((double)wr[j]);
+            rsum += a;
+            if (a > rmax) rmax = a;
+            csum[j] += a;
+            if (a > cmax[j]) cmax[j] = a;
+        }
+        double rmean = I > 0 ? rsum / I : 0;
+        if (row_ratio) row_ratio[i] = rmean > 0 ? rmax / rmean : (rmax > 0 ? INFINITY : 0);
+        double lim = tau * rmean, nr = 0;
+        for (int64_t j = 0; j < I; j++) {
+            if (fabs((double)wr[j]) > lim) {
+                nr++;
+                if (col_out) col_out[j] += 1;
+            }
+        }
+        if (row_out) row_out[i] = nr;
+    }
+    if (col_ratio)
+        for (int64_t j = 0; j < I; j++) {
+            double m = O > 0 ? csum[j] / O : 0;
+            col_ratio[j] = m > 0 ? cmax[j] / m : (cmax[j] > 0 ? INFINITY : 0);
+        }
+    free(cmax);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- attention */
+/* A (B, NH, Tq, Tk), qmask (B, Tq) or NULL -> out (B, NH, Tk): Â_j = Σ_i A_ij over the
+ * unmasked queries i, summed in query order (SO §3, attention outliers). */
+int ol_attn_cumulative(const ol_tensor *a, const ol_tensor *qmask, double *out) {
+    const char *op = "attn_cumulative";
+    if (ol__check_f32(op, a)) return -1;
+    if (a->ndim != 4) OL_FAIL_INT("%s: attention '%s' %s must be (B, NH, Tq, Tk)", op, a->name, OL_SHAPE(a));
+    if (!out) OL_FAIL_INT("%s: NULL output buffer", op);
+    int64_t B = a->shape[0], NH = a->shape[1], Tq = a->shape[2], Tk = a->shape[3];
+    if (check_i32(op, "query mask", qmask, B * Tq)) return -1;
+    const int32_t *mk = qmask ? qmask->idata : NULL;
+    #pragma omp parallel for schedule(static) if (a->numel > OL_PAR_MIN)
+    for (int64_t bh = 0; bh < B * NH; bh++) {
+        int64_t b = bh / NH;
+        double *o = out + bh * Tk;
+        for (int64_t j = 0; j < Tk; j++) o[j] = 0;
+        for (int64_t i = 0; i < Tq; i++) {
+            if (mk && !mk[b * Tq + i]) continue;
+            const float *row = a->data + (bh * Tq + i) * Tk;
+            for (int64_t j = 0; j < Tk; j++) o[j] += row[j];
+        }
+    }
+    return 0;
+}
+
+/* x (R, D) -> out (R): ‖x_r‖₂ in double (QT Fig. 3e: value magnitude of each token). */
+int ol_row_norms(const ol_tensor *x, double *out) {
+    const char *op = "row_norms";
+    if (ol__check_f32(op, x)) return -1;
+    if (!out) OL_FAIL_INT("%s: NULL output buffer", op);
+    int64_t D = ol__last(x), R = ol__rows(x);
+    #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x->data + r * D;
+        double s = 0;
+        for (int64_t c = 0; c < D; c++) s += (double)xr[c] * xr[c];
+        out[r] = sqrt(s);
+    }
+    return 0;
+}
