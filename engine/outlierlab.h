@@ -193,6 +193,29 @@ void  ol_grad_scale(ol_ctx *ctx, float s);
 int   ol_grads_finite(ol_ctx *ctx);
 
 /* ================================================================ attention */
+/* Fused attention variants (engine/attention.c; formulas there and in docs/ATTENTION.md).
+ * q (B,NH,Tq,HD), k, v (B,NH,Tk,HD) -> (B,NH,Tq,HD), s = q·kᵀ/√HD. Causal hides key j > i + Tk − Tq;
+ * pad_mask int32 (B,Tk) (1 = real key) or NULL. kp, vp (NH,HD) are the variant's k′, v′:
+ * kp for ca_bias/attn_bias, vp for fixed_bias/ca_bias/attn_bias, otherwise NULL. Only row
+ * statistics are kept for backward (the T×T block is recomputed). */
+typedef enum ol_attn_kind {
+    OL_ATTN_SOFTMAX = 0, OL_ATTN_CLIPPED = 1, OL_ATTN_SOFTMAX1 = 2, OL_ATTN_SIGMOID = 3,
+    OL_ATTN_FIXED_BIAS = 4, OL_ATTN_CA_BIAS = 5, OL_ATTN_ATTN_BIAS = 6
+} ol_attn_kind;
+typedef struct ol_attn_cfg {
+    int32_t kind;          /* ol_attn_kind */
+    int32_t causal;        /* 1: decoder mask */
+    float   gamma, zeta;   /* clipped_softmax: clip((zeta-gamma)·p + gamma, 0, 1) */
+    float   sigmoid_bias;  /* sigmoid: σ(s + b) */
+} ol_attn_cfg;
+ol_tensor *ol_attention(ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp, ol_tensor *vp,
+                        ol_tensor *pad_mask, const ol_attn_cfg *cfg);
+/* The weights the forward multiplies V by, materialised (B,NH,Tq,Tk), no tape (for probes).
+ * For ca_bias/attn_bias *sink (if sink is not NULL) receives the sink weight P′ (B,NH,Tq). */
+ol_tensor *ol_attention_probs(ol_tensor *q, ol_tensor *k, ol_tensor *kp, ol_tensor *pad_mask,
+                              const ol_attn_cfg *cfg, ol_tensor **sink);
+/* y (B,NH,T,HD), g (B,T,NH) -> out[b,h,t,:] = g[b,t,h]·y[b,h,t,:] (gates, context-aware scale). */
+ol_tensor *ol_head_scale(ol_tensor *y, ol_tensor *g);
 
 /* ================================================================= analysis */
 
@@ -344,7 +367,7 @@ int            ol_tokens_write(const char *path, int32_t format, const int32_t *
 /* -- synthetic images (engine/io_images.c): one centred object of class cls on a textured
  * background, deterministic in (seed, index). out is (3, H, W) f32, normalised as (x-0.5)/0.25
  * from [0,1] colours; objmask (H, W), if not NULL, gets 1 for object pixels, 0 otherwise.
- * Classes: 0 disc, 1 square, 2 cross, 3 triangle, 4 ring, 5 diamond, 6 bar, 7 plus-ring. */
+ * Classes: 0 disc, 1 square, 2 plus, 3 triangle, 4 ring, 5 diamond, 6 x-cross, 7 frame. */
 int32_t ol_image_num_classes(void);
 const char *ol_image_class_name(int32_t cls);
 int ol_image_synth(float *out, uint8_t *objmask, int32_t H, int32_t W, int32_t cls,
@@ -399,5 +422,15 @@ int32_t  ol_signal_pending(void);
 int32_t  ol_dist_signal_pending(void);
 
 /* ============================================================= compression */
+/* Post-training compression (engine/compress.c). Uniform quantiser with scale s, zero point z
+ * and integer range [qmin, qmax]: q(x) = s·(clamp(round(x/s) + z, qmin, qmax) − z). */
+ol_tensor *ol_fake_quant(ol_tensor *x, float scale, float zero_point, float qmin, float qmax);
+int        ol_fake_quant_(ol_tensor *x, float scale, float zero_point, float qmin, float qmax);
+int        ol_minmax(ol_tensor *x, float *out);                       /* out[2] = {min, max} */
+int        ol_percentile_range(ol_tensor *x, double p, float *out);   /* {(100−p)th, p-th} */
+float      ol_mse_scale_symmetric(ol_tensor *x, int32_t bits, int32_t n_grid);  /* < 0: error */
+int        ol_absmax_quant_(ol_tensor *w, int32_t bits, int32_t per_channel);
+float      ol_magnitude_kth(int32_t n, ol_tensor **ts, int64_t k);    /* < 0: error */
+int64_t    ol_magnitude_prune_(int32_t n, ol_tensor **ts, float sparsity, int32_t global);
 
 #endif

@@ -262,6 +262,34 @@ end
 function Tensor.dropout(a, p, seed) return P(C.ol_dropout(a, p, seed or 0)) end
 function Tensor.backward(loss) S(C.ol_backward(loss)) end
 
+-- ---------------------------------------------------------------- activation hooks
+-- ol.set_activation_hook(fn) routes the output of every op that makes a new activation value
+-- (linear, matmul, add, sub, mul, softmax, layernorm, rmsnorm, gelu, relu, silu) through
+-- fn(tensor, kind) -> tensor; nil removes it. Post-training quantisation uses it to quantise
+-- "every linear input/output, residual sum, attention score and softmax output" (QT §5).
+-- Without a hook the cost is one nil check per op. (The wrappers are installed once, before
+-- ffi.metatype: a metatype's table must not change afterwards.) ol.without_hook(fn, ...) runs
+-- fn with the hook suspended (gates and the final head stay in full precision).
+local active_hook, suspended = nil, 0
+for _, k in ipairs({ "linear", "matmul", "__add", "__sub", "__mul", "softmax", "layernorm", "rmsnorm", "gelu", "relu", "silu" }) do
+  local f = Tensor[k]
+  Tensor[k] = function(...)
+    local y = f(...)
+    if active_hook and suspended == 0 then return active_hook(y, k) end
+    return y
+  end
+end
+Tensor.add, Tensor.sub, Tensor.mul = Tensor.__add, Tensor.__sub, Tensor.__mul
+function ol.set_activation_hook(fn) active_hook = fn end
+function ol.activation_hook() return active_hook end
+function ol.without_hook(fn, ...)
+  suspended = suspended + 1
+  local res = { pcall(fn, ...) }
+  suspended = suspended - 1
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2)
+end
+
 ffi.metatype("ol_tensor", Tensor)
 
 -- ---------------------------------------------------------------- contexts
