@@ -1,0 +1,242 @@
+-- models/common — the pieces every model family shares: the multi-head self-attention
+-- sublayer (projections, heads, the attention variant, output projection), the MLPs
+-- (GELU/ReLU two-layer, SwiGLU), dropout with resumable seeds, the probe plumbing and the
+-- Model base class (parameters, num_params, train/eval, loss helpers).
+--
+-- Shapes (llm.c letters): B batch, T time, C = d_model, NH heads, HD = C/NH head dim,
+-- NKV key/value heads (NKV < NH: grouped/multi-query attention, LLaMA family), F = d_ff.
+--
+-- Probes. A forward takes opts.probe = fn(name, layer, tensor) (layer 0-based). Every call
+-- site reads `if P then P(...) end`, so with no probe nothing is computed or copied.
+local ol = require "outlierlab"
+local nn = require "outlierlab.nn"
+local attention = require "outlierlab.attention"
+
+local M = {}
+
+-- ---------------------------------------------------------------- small helpers
+
+-- nn.Linear with an explicit init std and optional bias.
+function M.linear(ctx, name, nin, nout, bias, std)
+  return nn.Linear(ctx, nin, nout, { name = name, bias = bias, std = std })
+end
+
+-- (B, T, NH·HD) -> (B, NH, T, HD): a free view, then one transpose copy.
+function M.split_heads(x, B, T, NH, HD)
+  return x:view({ B, T, NH, HD }):transpose(1, 2)
+end
+
+-- (B, NH, T, HD) -> (B, T, NH·HD)
+function M.merge_heads(y, B, T, NH, HD)
+  return y:transpose(1, 2):view({ B, T, NH * HD })
+end
+
+-- (B, NKV, T, HD) -> (B, NH, T, HD): head h reads key/value head floor(h / (NH/NKV)),
+-- as Hugging Face's repeat_kv (grouped-query attention, Ainslie et al. 2023).
+function M.repeat_kv(x, NH)
+  local NKV = x:size(1)
+  if NKV == NH then return x end
+  local rep = NH / NKV
+  local list = {}
+  for g = 0, NKV - 1 do
+    local xg = NKV == 1 and x or x:narrow(1, g, 1)
+    for _ = 1, rep do list[#list + 1] = xg end
+  end
+  return ol.cat(list, 1)
+end
+
+-- Dropout whose mask depends only on (model seed, forward counter, site): a resumed run
+-- that passes opts.step reproduces the masks of the uninterrupted one.
+function M.dropout(self, x, p, site)
+  if not self._train_now or not p or p == 0 then return x end
+  return x:dropout(p, self._drop_base + site)
+end
+
+-- ---------------------------------------------------------------- self-attention sublayer
+-- Attention(ctx, name, cfg, {causal=, bias=, rope=}) — q, k, v projections, the attention
+-- variant from outlierlab.attention (cfg.attention), the output projection.
+--   q = x·Wqᵀ (B,T,NH·HD), k, v = x·Wk/vᵀ (B,T,NKV·HD); split into heads (B,NH|NKV,T,HD);
+--   [RoPE on q and k]; y = A(q, k, v, x) (B,NH,T,HD); out = merge(y)·Woᵀ (B,T,C).
+-- Separate q, k, v projections (not one fused c_attn): the same parameter count for
+-- multi-head attention, one copy fewer per step, and room for NKV < NH.
+local Attention = nn.class("SelfAttention")
+M.Attention = Attention
+
+function M.Attention_new(ctx, name, cfg, opts)
+  local C, NH = cfg.d_model, cfg.n_head
+  local NKV = cfg.n_kv_head or NH
+  if C % NH ~= 0 then error(string.format("models: d_model %d is not a multiple of n_head %d", C, NH), 3) end
+  if NH % NKV ~= 0 then error(string.format("models: n_head %d is not a multiple of n_kv_head %d", NH, NKV), 3) end
+  local HD = C / NH
+  local self = setmetatable({ ctx = ctx, name = name, C = C, NH = NH, NKV = NKV, HD = HD,
+                              causal = opts.causal, rope = opts.rope, training = true }, Attention)
+  local std, bias = opts.std or 0.02, opts.bias
+  self.q = self:add_child(M.linear(ctx, name .. ".q_proj", C, NH * HD, bias, std))
+  self.k = self:add_child(M.linear(ctx, name .. ".k_proj", C, NKV * HD, bias, std))
+  self.v = self:add_child(M.linear(ctx, name .. ".v_proj", C, NKV * HD, bias, std))
+  self.attn = attention.new(ctx, cfg.attention or "softmax", { d_model = C, n_head = NH, name = name })
+  for _, p in ipairs(self.attn:parameters() or {}) do self:add_param(p) end
+  self.o = self:add_child(M.linear(ctx, name .. ".o_proj", NH * HD, C, bias, opts.proj_std or std))
+  return self
+end
+
+-- x (B,T,C) the attention input; returns (B,T,C). P = probe or nil, l = layer index.
+function Attention:forward(x, P, l, pad_mask)
+  local B, T = x:size(0), x:size(1)
+  local NH, NKV, HD = self.NH, self.NKV, self.HD
+  if P then P("attn_in", l, x) end
+  local q = M.split_heads(self.q:forward(x), B, T, NH, HD)
+  local k = M.split_heads(self.k:forward(x), B, T, NKV, HD)
+  local v = M.split_heads(self.v:forward(x), B, T, NKV, HD)
+  if self.rope then
+    q = ol.check_ptr(ol.C.ol_rope(q, self.rope, 0))
+    k = ol.check_ptr(ol.C.ol_rope(k, self.rope, 0))
+  end
+  if P then P("q", l, q); P("k", l, k); P("v", l, v) end
+  k, v = M.repeat_kv(k, NH), M.repeat_kv(v, NH)
+  local aprobe = P and function(name, t) P(name, l, t) end or nil
+  local y = self.attn:forward(q, k, v, x, { causal = self.causal, pad_mask = pad_mask, probe = aprobe })
+  if P then P("attn_head_out", l, y) end
+  local out = self.o:forward(M.merge_heads(y, B, T, NH, HD))
+  if P then P("attn_out", l, out) end
+  return out
+end
+
+-- ---------------------------------------------------------------- MLPs
+-- MLP(ctx, name, C, F, {act = "gelu_tanh"|"gelu_erf"|"relu", bias=, std=, proj_std=}):
+--   u = x·W_upᵀ (B,T,F) ["mlp_up"], x_down = act(u) ["x_down"], out = x_down·W_downᵀ (B,T,C).
+local MLP = nn.class("MLP")
+M.MLP = MLP
+function M.MLP_new(ctx, name, C, F, opts)
+  local self = setmetatable({ ctx = ctx, name = name, act = opts.act, training = true }, MLP)
+  self.up = self:add_child(M.linear(ctx, name .. ".up_proj", C, F, opts.bias, opts.std or 0.02))
+  self.down = self:add_child(M.linear(ctx, name .. ".down_proj", F, C, opts.bias, opts.proj_std or opts.std or 0.02))
+  return self
+end
+local acts = {
+  gelu_tanh = function(u) return u:gelu("tanh") end,
+  gelu_erf = function(u) return u:gelu("erf") end,
+  relu = function(u) return u:relu() end,
+}
+M.activations = acts
+function MLP:forward(x, P, l)
+  local u = self.up:forward(x)
+  if P then P("mlp_up", l, u) end
+  local act = acts[self.act] or error("models: unknown MLP activation '" .. tostring(self.act) .. "'")
+  local h = act(u)
+  if P then P("x_down", l, h) end
+  return self.down:forward(h)
+end
+
+-- SwiGLU(ctx, name, C, F, {std=, proj_std=}) (Shazeer 2020, as in LLaMA; no biases):
+--   g = x·W_gateᵀ ["mlp_gate"], u = x·W_upᵀ ["mlp_up"], x_down = silu(g)∘u ["x_down"],
+--   out = x_down·W_downᵀ.
+local SwiGLU = nn.class("SwiGLU")
+M.SwiGLU = SwiGLU
+function M.SwiGLU_new(ctx, name, C, F, opts)
+  local self = setmetatable({ ctx = ctx, name = name, training = true }, SwiGLU)
+  self.gate = self:add_child(M.linear(ctx, name .. ".gate_proj", C, F, false, opts.std or 0.02))
+  self.up = self:add_child(M.linear(ctx, name .. ".up_proj", C, F, false, opts.std or 0.02))
+  self.down = self:add_child(M.linear(ctx, name .. ".down_proj", F, C, false, opts.proj_std or opts.std or 0.02))
+  return self
+end
+function SwiGLU:forward(x, P, l)
+  local g = self.gate:forward(x)
+  if P then P("mlp_gate", l, g) end
+  local u = self.up:forward(x)
+  if P then P("mlp_up", l, u) end
+  local h = g:silu() * u
+  if P then P("x_down", l, h) end
+  return self.down:forward(h)
+end
+
+-- ---------------------------------------------------------------- pre-LN block
+-- PreLNBlock(ctx, name, cfg, {norm = "layernorm"|"rmsnorm", mlp = "mlp"|"swiglu", act=,
+-- causal=, bias=, rope=, proj_std=}) — GPT-2, OPT, LLaMA and ViT blocks (Radford et al.
+-- 2019 §2.3; Xiong et al. 2020):
+--   a = N1(x) ["ln1" = "attn_in"];  x = x + drop(Attn(a)) ["attn_out" before the add]
+--   m = N2(x) ["ln2"];              f = MLP(m) ["ffn_out"];  x = x + drop(f) ["h"]
+local PreLNBlock = nn.class("PreLNBlock")
+M.PreLNBlock = PreLNBlock
+function M.norm_new(ctx, name, C, cfg, kind)
+  if kind == "rmsnorm" then return nn.RMSNorm(ctx, C, { name = name, eps = cfg.norm_eps }) end
+  return nn.LayerNorm(ctx, C, { name = name, eps = cfg.norm_eps, bias = cfg.bias ~= false })
+end
+function M.PreLNBlock_new(ctx, name, cfg, opts)
+  local self = setmetatable({ ctx = ctx, name = name, training = true, p = cfg.dropout or 0 }, PreLNBlock)
+  local C, F = cfg.d_model, cfg.d_ff
+  self.ln1 = self:add_child(M.norm_new(ctx, name .. ".ln1", C, cfg, opts.norm))
+  self.attn = self:add_child(M.Attention_new(ctx, name .. ".attn", cfg,
+    { causal = opts.causal, bias = opts.bias, rope = opts.rope, std = opts.std, proj_std = opts.proj_std }))
+  self.ln2 = self:add_child(M.norm_new(ctx, name .. ".ln2", C, cfg, opts.norm))
+  if opts.mlp == "swiglu" then
+    self.mlp = self:add_child(M.SwiGLU_new(ctx, name .. ".mlp", C, F, { std = opts.std, proj_std = opts.proj_std }))
+  else
+    self.mlp = self:add_child(M.MLP_new(ctx, name .. ".mlp", C, F,
+      { act = opts.act, bias = opts.bias, std = opts.std, proj_std = opts.proj_std }))
+  end
+  return self
+end
+-- model: the Model (for dropout state); l: layer index; P: probe or nil
+function PreLNBlock:forward(x, model, l, P, pad_mask)
+  local a = self.ln1:forward(x)
+  if P then P("ln1", l, a) end
+  x = x + model:dropout(self.attn:forward(a, P, l, pad_mask), self.p, 2 * l + 1)
+  local m = self.ln2:forward(x)
+  if P then P("ln2", l, m) end
+  local f = self.mlp:forward(m, P, l)
+  if P then P("ffn_out", l, f) end
+  x = x + model:dropout(f, self.p, 2 * l + 2)
+  if P then P("h", l, x) end
+  return x
+end
+
+-- ---------------------------------------------------------------- the model base class
+local Model = nn.class("Model")
+M.Model = Model
+
+-- Set up the per-forward state: train mode and the dropout seed base.
+-- opts.train (default: the module's mode, m:train()/m:eval()); opts.step (default: an
+-- internal counter of training forwards) picks the dropout masks.
+function Model:begin_forward(opts)
+  local train = opts.train
+  if train == nil then train = self.training end
+  self._train_now = train and true or false
+  if self._train_now then
+    self.nforward = (self.nforward or 0) + 1
+    local step = opts.step or self.nforward
+    self._drop_base = (self.cfg.seed or 1234) * 1000003 + step * 7919 * 4096
+  end
+end
+
+function Model:dropout(x, p, site) return M.dropout(self, x, p, site) end
+
+-- number of entries of an int32 tensor that differ from ignore
+function M.count_targets(t, ignore)
+  local n = 0
+  for i = 0, tonumber(t.numel) - 1 do if t.idata[i] ~= ignore then n = n + 1 end end
+  return n
+end
+
+-- Next-token cross entropy for the decoders: logits (B,T,V), targets (B,T) (−100 ignored).
+function Model:decoder_loss(batch, opts)
+  if not batch.targets then error("models." .. self.cfg.family .. ": loss needs batch.targets (B,T) int32", 2) end
+  local logits = self:forward(batch, opts)
+  local loss = logits:cross_entropy(batch.targets, -100)
+  return loss, { ntokens = M.count_targets(batch.targets, -100), logits = logits }
+end
+
+-- check a batch field: int32, given number of dims
+function M.check_ids(t, what, family, ndim)
+  if not ol.is_tensor(t) then error(string.format("models.%s: batch.%s missing (expected an int32 tensor)", family, what), 3) end
+  if t.dtype ~= ol.C.OL_I32 then error(string.format("models.%s: batch.%s %s must be int32", family, what, tostring(t)), 3) end
+  if ndim and t.ndim ~= ndim then error(string.format("models.%s: batch.%s %s must have %d dims", family, what, tostring(t), ndim), 3) end
+end
+
+function M.check_block(family, T, block)
+  if T > block then
+    error(string.format("models.%s: sequence length %d exceeds block_size %d", family, T, block), 3)
+  end
+end
+
+return M
