@@ -387,6 +387,16 @@ int ol_backward(ol_tensor *loss) {
     if (loss->numel != 1) OL_FAIL_INT("backward: loss '%s' %s must have one element", loss->name, OL_SHAPE(loss));
     if (!loss->requires_grad) OL_FAIL_INT("backward: loss '%s' does not depend on any tensor that requires grad", loss->name);
     ol_ctx *c = loss->ctx;
+    /* The loss must be the output of a node on the current tape (unless it is itself a
+     * parameter or persistent leaf): a second backward over a consumed tape would
+     * otherwise silently add nothing. */
+    if (loss->gen != 0) {
+        ol_node *n = c->tape;
+        while (n && n->out != loss) n = n->prev;
+        if (!n)
+            OL_FAIL_INT("backward: loss '%s' %s is not on the tape: backward already ran over it "
+                        "(recompute the loss to accumulate again)", loss->name, OL_SHAPE(loss));
+    }
     float *g = ol__grad(loss);
     if (!g) return -1;
     g[0] += 1.0f;
@@ -395,9 +405,19 @@ int ol_backward(ol_tensor *loss) {
     for (ol_node *n = c->tape; n; n = n->prev)
         for (int i = 0; i < n->nin; i++)
             if (n->in[i] && n->in[i]->requires_grad && !ol__grad(n->in[i])) return -1;
+    /* A backward fn can fail only in an arena allocation (which sets the error): detect it
+     * through the error string, which is cleared first. */
+    ol_clear_error();
     for (ol_node *n = c->tape; n; n = n->prev) {
         if (!n->out->grad) continue;
         n->backward(n);
+        if (g_err[0]) {
+            char msg[sizeof g_err];
+            snprintf(msg, sizeof msg, "%s", g_err);
+            c->tape = NULL;
+            OL_FAIL_INT("backward: %s backward of '%s' %s failed (gradients are incomplete): %s",
+                        n->op, n->out->name, OL_SHAPE(n->out), msg);
+        }
     }
     c->tape = NULL;
     return 0;

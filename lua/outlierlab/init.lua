@@ -52,7 +52,17 @@ end
 ol.engine_error = engine_error
 
 -- check a returned pointer / status
-local function P(t) if t == nil then engine_error(2) end return t end
+-- A tensor pointer is handed to Lua as a reference to the struct (t[0]): LuaJIT gives
+-- pointers built-in arithmetic (p - q is a pointer difference, p + 1 an offset) that runs
+-- before any metamethod, so `a - b` or `x + 1` on raw pointers would silently compute
+-- addresses. A struct reference has no built-in arithmetic, passes to C as the pointer,
+-- and has the same fields and methods.
+local tensor_ptr_t = ffi.typeof("ol_tensor *")
+local function P(t)
+  if t == nil then engine_error(2) end
+  if ffi.istype(tensor_ptr_t, t) then return t[0] end
+  return t
+end
 local function S(rc) if rc ~= 0 then engine_error(2) end end
 ol.check_ptr, ol.check_status = P, S
 
@@ -180,7 +190,9 @@ local function scalar_like(t, v)
   s.data[0] = v
   return s
 end
-local function is_tensor(x) return type(x) == "cdata" and ffi.istype("ol_tensor *", x) end
+local function is_tensor(x)
+  return type(x) == "cdata" and (ffi.istype("ol_tensor", x) or ffi.istype(tensor_ptr_t, x))
+end
 ol.is_tensor = is_tensor
 
 function Tensor.__add(a, b)
@@ -328,7 +340,7 @@ function Context:next_seed()
 end
 function Context:params()
   local out = {}
-  for i = 0, C.ol_param_count(self.raw) - 1 do out[#out + 1] = C.ol_param_get(self.raw, i) end
+  for i = 0, C.ol_param_count(self.raw) - 1 do out[#out + 1] = C.ol_param_get(self.raw, i)[0] end
   return out
 end
 function Context:num_params()
