@@ -120,6 +120,9 @@ function M.config(cfg, what)
   if out.d_model % out.n_head ~= 0 then
     error(string.format("%s: d_model %d is not a multiple of n_head %d", what, out.d_model, out.n_head), 3)
   end
+  if out.n_kv_head and (out.n_kv_head < 1 or out.n_head % out.n_kv_head ~= 0) then
+    error(string.format("%s: n_head %d is not a multiple of n_kv_head %d", what, out.n_head, out.n_kv_head), 3)
+  end
   if out.dropout < 0 or out.dropout >= 1 then error(string.format("%s: dropout %g not in [0, 1)", what, out.dropout), 3) end
   return out
 end

@@ -1,0 +1,368 @@
+-- test_models — the five model families (lua/outlierlab/models) and the RoPE op:
+-- parameter counts (formula vs the known numbers of the papers' models, formula vs built),
+-- forward shapes, loss at init ≈ log(classes), AdamW steps drive the loss down on a fixed
+-- batch, probe points (names, layers, shapes; no probe = no extra step memory), causality
+-- of the decoders, padding invariance of BERT, dropout train/eval, config errors, ViT
+-- patch layout, RoPE values, relative-position property and gradient check.
+local ol = require "outlierlab"
+local t = require "outlierlab.tap"
+local models = require "outlierlab.models"
+local optim = require "outlierlab.optim"
+local gradcheck = require "outlierlab.gradcheck"
+local C = ol.C
+local now = require("outlierlab.progress").now
+
+-- ---------------------------------------------------------------- helpers
+local function persistent_ids(ctx, B, T, fn)
+  local x = ctx:tensor({ B, T }, { dtype = "i32", persistent = true })
+  for b = 0, B - 1 do for i = 0, T - 1 do x.idata[b * T + i] = fn(b, i) end end
+  return x
+end
+
+-- a fixed batch for a family's quick preset
+local function make_batch(ctx, cfg, B, T)
+  if cfg.family == "vit" then
+    local S = cfg.image_size
+    local img = ctx:tensor({ B, 3, S, S }, { persistent = true }):normal_(0, 1, 11)
+    local lab = ctx:tensor({ B }, { dtype = "i32", persistent = true })
+    for b = 0, B - 1 do lab.idata[b] = b % cfg.n_classes end
+    return { images = img, labels = lab }
+  end
+  local V = cfg.vocab_size
+  local ids = persistent_ids(ctx, B, T, function(b, i) return (b * 37 + i * 13 + (i * i) % 7) % V end)
+  if cfg.family == "bert" then
+    -- mask every third position: the target is the original id, the input a [MASK] id (V-1)
+    local tg = persistent_ids(ctx, B, T, function(b, i) return i % 3 == 1 and ids.idata[b * T + i] or -100 end)
+    for i = 0, B * T - 1 do if tg.idata[i] ~= -100 then ids.idata[i] = V - 1 end end
+    local tt = persistent_ids(ctx, B, T, function(_, i) return i < T / 2 and 0 or 1 end)
+    local pm = persistent_ids(ctx, B, T, function() return 1 end)
+    return { ids = ids, targets = tg, token_type = tt, pad_mask = pm }
+  end
+  local tg = persistent_ids(ctx, B, T, function(b, i) return (b * 37 + (i + 1) * 13 + ((i + 1) * (i + 1)) % 7) % V end)
+  return { ids = ids, targets = tg }
+end
+
+local function max_abs_diff(a, b, n, offa, offb)
+  local m = 0
+  for i = 0, n - 1 do
+    local d = math.abs(a[(offa or 0) + i] - b[(offb or 0) + i])
+    if d > m or d ~= d then m = d ~= d and math.huge or d end
+  end
+  return m
+end
+
+-- copy a step tensor's data to a Lua-owned float array
+local function snapshot(x)
+  local n = tonumber(x.numel)
+  local a = ol.ffi.new("float[?]", n)
+  ol.ffi.copy(a, x.data, n * 4)
+  return a, n
+end
+
+-- ---------------------------------------------------------------- parameter counts (formula)
+do
+  local known = {
+    -- GPT-2 as SO trains it (nanoGPT bias=False, vocab padded to 50304, block 1024, tied)
+    { "gpt2-124m", nil, 124373760 },
+    -- the original GPT-2 small (vocab 50257, biases): Hugging Face's count
+    { "gpt2-124m", { vocab_size = 50257, bias = true }, 124439808 },
+    -- Hugging Face BertForMaskedLM (no pooler, MLM head with its own decoder bias)
+    { "bert-base", nil, 109514298 },
+    { "opt-125m", nil, 125239296 },
+    { "vit-s16", nil, 22050664 },
+    -- lit-gpt tiny_LLaMA_120M: 12L, d 768, 12 heads, 1 kv head, F 2048, V 32000, untied
+    { "tinyllama-120m", nil, 121129728 },
+  }
+  for _, k in ipairs(known) do
+    local n = models.count_params(models.preset(k[1], k[2]))
+    t.is(n, k[3], string.format("parameter count of %s%s = %s", k[1], k[2] and " (vocab 50257, biases)" or "",
+      models.commas(k[3])))
+  end
+  -- BertModel with pooler (no MLM head): the usual "BERT-base 110M" number
+  local _, parts = models.count_params(models.preset("bert-base"))
+  t.is(parts.embeddings + parts.layers + parts.pooler, 109482240, "BERT-base encoder + pooler = 109,482,240")
+  t.is(models.count_params(models.preset("bert-base", { pooler = true })), 109514298 + 590592,
+    "bert-base with pooler = MLM model + 590,592")
+  t.is(models.count_params(models.preset("vit-s16", { patch_ln = true })), 22050664 + 768,
+    "ViT-S/16 with the LayerNorm after the patch embedding adds 2·384")
+end
+
+-- ---------------------------------------------------------------- the real GPT-2 124M, built once
+do
+  local ctx = ol.Context()
+  local t0 = now()
+  local m = models.build(ctx, "gpt2-124m")
+  local dt = now() - t0
+  t.is(m:num_params(), 124373760, "built gpt2-124m has 124,373,760 parameters")
+  t.diag(m:describe() .. string.format(" (built in %.1f s)", dt))
+  local n = 0
+  for _ in pairs(ctx:params()) do n = n + 1 end
+  t.is(n, 2 + 12 * 8 + 1, "gpt2-124m: wte, wpe, 8 tensors per block (q,k,v,o, up, down, 2 LN gains; no biases), ln_f; no lm_head (tied)")
+  -- residual projections start with std 0.02/√(2L) (nanoGPT), other weights 0.02
+  local function sample_std(p)
+    local s, ss, N = 0, 0, tonumber(p.numel)
+    for i = 0, N - 1 do s = s + p.data[i]; ss = ss + p.data[i] * p.data[i] end
+    return math.sqrt(ss / N - (s / N) ^ 2)
+  end
+  t.near(sample_std(m.blocks[1].attn.o.weight), 0.02 / math.sqrt(24), 2e-4, "GPT-2 attention out-proj init std 0.02/√(2L)")
+  t.near(sample_std(m.blocks[12].mlp.down.weight), 0.02 / math.sqrt(24), 2e-4, "GPT-2 MLP down-proj init std 0.02/√(2L)")
+  t.near(sample_std(m.blocks[1].attn.q.weight), 0.02, 2e-4, "GPT-2 q-proj init std 0.02")
+  -- a forward at a small batch works at full width
+  local ids = persistent_ids(ctx, 1, 8, function(_, i) return i * 1000 end)
+  local logits = ctx:no_grad(function() return m:forward({ ids = ids }, { train = false }) end)
+  t.is(logits:shape_str(), "(1,8,50304)", "gpt2-124m logits (B,T,V)")
+  ctx:reset()
+  m, ctx = nil, nil
+  collectgarbage()
+end
+
+-- ---------------------------------------------------------------- each family, quick preset
+local fams = { "gpt2", "opt", "llama", "bert", "vit" }
+for _, fam in ipairs(fams) do
+  local ctx = ol.Context({ seed = 7 })
+  local cfg = models.preset(fam .. "-quick", { dropout = 0.0 })
+  local m = models.build(ctx, cfg)
+  t.is(m:num_params(), models.count_params(cfg), fam .. "-quick: built count = formula count (" .. models.commas(m:num_params()) .. ")")
+  local B, T = 2, 12
+  local batch = make_batch(ctx, cfg, B, T)
+  local ncls = fam == "vit" and cfg.n_classes or cfg.vocab_size
+  local Tn = fam == "vit" and (cfg.image_size / cfg.patch_size) ^ 2 + 1 or T
+
+  -- forward shape and the probes
+  local seen, bad = {}, {}
+  local HD = cfg.d_model / cfg.n_head
+  local function expect(name)
+    local D, F, NH = cfg.d_model, cfg.d_ff, cfg.n_head
+    local NKV = fam == "llama" and cfg.n_kv_head or NH
+    local s = {
+      emb = { B, Tn, D }, attn_in = { B, Tn, D }, ln1 = { B, Tn, D }, ln2 = { B, Tn, D }, attn_out = { B, Tn, D },
+      ffn_out = { B, Tn, D }, h = { B, Tn, D }, ln_f = { B, Tn, D },
+      q = { B, NH, Tn, HD }, k = { B, NKV, Tn, HD }, v = { B, NKV, Tn, HD }, attn_head_out = { B, NH, Tn, HD },
+      attn_probs = { B, NH, Tn, Tn }, mlp_up = { B, Tn, F }, mlp_gate = { B, Tn, F }, x_down = { B, Tn, F },
+    }
+    return s[name] and "(" .. table.concat(s[name], ",") .. ")"
+  end
+  local probe = function(name, layer, x)
+    seen[name] = (seen[name] or 0) + 1
+    local want = expect(name)
+    if x:shape_str() ~= want then bad[#bad + 1] = string.format("%s[%d] %s want %s", name, layer, x:shape_str(), tostring(want)) end
+    if layer < 0 or layer > cfg.n_layer or (layer == cfg.n_layer and name ~= "ln_f") then
+      bad[#bad + 1] = name .. " bad layer " .. layer
+    end
+  end
+  local logits
+  ctx:no_grad(function() logits = m:forward(batch, { probe = probe, train = false }) end)
+  t.is(logits:shape_str(), fam == "vit" and string.format("(%d,%d)", B, ncls) or string.format("(%d,%d,%d)", B, T, ncls),
+    fam .. ": logits shape")
+  t.ok(#bad == 0, fam .. ": every probe tensor has the documented shape and layer", table.concat(bad, "; "))
+  local names = { "attn_in", "q", "k", "v", "attn_probs", "attn_head_out", "attn_out", "mlp_up", "x_down", "ffn_out",
+                  "h", "ln1", "ln2" }
+  if fam == "llama" then names[#names + 1] = "mlp_gate" end
+  local missing = {}
+  for _, n in ipairs(names) do if seen[n] ~= cfg.n_layer then missing[#missing + 1] = n .. "=" .. tostring(seen[n]) end end
+  if fam ~= "bert" and seen.ln_f ~= 1 then missing[#missing + 1] = "ln_f" end
+  if fam ~= "llama" and seen.mlp_gate then missing[#missing + 1] = "mlp_gate fired without a gate" end
+  t.ok(#missing == 0, fam .. ": each probe point fires once per layer", table.concat(missing, ", "))
+
+  -- no probe, no extra work: with a probe the model allocates nothing beyond what the
+  -- attention variant itself computes for its own probes (the fused kernels materialise
+  -- the T×T probabilities only when asked), measured on one attention module.
+  local function bytes(fn) ctx:reset(); ctx:no_grad(fn); local b = ctx:step_bytes(); ctx:reset(); return b end
+  local plain = bytes(function() m:forward(batch, { train = false }) end)
+  local probed = bytes(function() m:forward(batch, { train = false, probe = function() end }) end)
+  local A = (m.blocks and m.blocks[1] or m.layers[1]).attn.attn
+  local causal = fam ~= "bert" and fam ~= "vit"
+  local function attn_bytes(probe)
+    return bytes(function()
+      local q = ctx:tensor({ B, cfg.n_head, Tn, HD }):normal_(0, 1, 1)
+      local k = ctx:tensor({ B, cfg.n_head, Tn, HD }):normal_(0, 1, 2)
+      local v = ctx:tensor({ B, cfg.n_head, Tn, HD }):normal_(0, 1, 3)
+      local x = ctx:tensor({ B, Tn, cfg.d_model }):normal_(0, 1, 4)
+      A:forward(q, k, v, x, { causal = causal, probe = probe })
+    end)
+  end
+  local per_layer = attn_bytes(function() end) - attn_bytes(nil)
+  t.is(probed - plain, cfg.n_layer * per_layer,
+    string.format("%s: a probe adds no step memory beyond the attention variant's own probe tensors (%d B/layer)", fam, per_layer))
+  -- loss at init ≈ log(classes)
+  local loss, info = m:loss(batch)
+  local l0 = loss:item()
+  t.near(l0, math.log(ncls), 0.15, fam .. ": loss at init ≈ log(" .. ncls .. ")")
+  t.ok(info.ntokens > 0 and info.logits ~= nil, fam .. ": loss info has ntokens and logits")
+
+  -- AdamW on the fixed batch drives the loss down
+  local opt = optim.AdamW(ctx, { lr = 3e-3, betas = { 0.9, 0.95 }, weight_decay = 0.0 })
+  local last = l0
+  local steps = 25
+  local t0 = now()
+  for _ = 1, steps do
+    ctx:reset(); ctx:zero_grad()
+    local l = m:loss(batch)
+    last = l:item()
+    l:backward()
+    opt:step()
+  end
+  local dt = (now() - t0) / steps
+  t.ok(last < 0.5 * l0, string.format("%s: %d AdamW steps on a fixed batch: loss %.3f -> %.3f (< half)", fam, steps, l0, last))
+  t.ok(ctx:grads_finite(), fam .. ": gradients finite")
+  t.diag(string.format("%s-quick: %.1f ms per training step (B=%d, T=%d)", fam, dt * 1000, B, T))
+  ctx:reset()
+
+  -- decoders do not see the future: changing token j leaves logits before j unchanged
+  if fam == "gpt2" or fam == "opt" or fam == "llama" then
+    local ids2 = persistent_ids(ctx, B, T, function(b, i) return batch.ids.idata[b * T + i] end)
+    local j = 7
+    for b = 0, B - 1 do ids2.idata[b * T + j] = (ids2.idata[b * T + j] + 5) % cfg.vocab_size end
+    local a = snapshot(ctx:no_grad(function() return m:forward({ ids = batch.ids }, { train = false }) end))
+    ctx:reset()
+    local y = ctx:no_grad(function() return m:forward({ ids = ids2 }, { train = false }) end)
+    local V = cfg.vocab_size
+    local before, after = 0, 0
+    for b = 0, B - 1 do
+      before = math.max(before, max_abs_diff(a, y.data, j * V, b * T * V, b * T * V))
+      after = math.max(after, max_abs_diff(a, y.data, (T - j) * V, (b * T + j) * V, (b * T + j) * V))
+    end
+    t.ok(before == 0, fam .. ": logits before the changed token are bit-identical (causal)", "max diff " .. before)
+    t.ok(after > 1e-4, fam .. ": logits from the changed token on do change", "max diff " .. after)
+    ctx:reset()
+  end
+end
+
+-- ---------------------------------------------------------------- BERT: padding changes nothing
+do
+  local ctx = ol.Context({ seed = 3 })
+  local m = models.build(ctx, models.preset("bert-quick"))
+  local B, T, R = 2, 10, 6   -- R real tokens, T − R padding
+  local V = m.cfg.vocab_size
+  local real = function(b, i) return (b * 31 + i * 17) % V end
+  local ids_short = persistent_ids(ctx, B, R, real)
+  local ids_pad = persistent_ids(ctx, B, T, function(b, i) return i < R and real(b, i) or 0 end)
+  local ids_pad2 = persistent_ids(ctx, B, T, function(b, i) return i < R and real(b, i) or (i * 7 + b) % V end)
+  local mask = persistent_ids(ctx, B, T, function(_, i) return i < R and 1 or 0 end)
+  local ya = snapshot(ctx:no_grad(function() return m:forward({ ids = ids_short }, { train = false }) end))
+  ctx:reset()
+  local yb = snapshot(ctx:no_grad(function() return m:forward({ ids = ids_pad, pad_mask = mask }, { train = false }) end))
+  ctx:reset()
+  local yc = ctx:no_grad(function() return m:forward({ ids = ids_pad2, pad_mask = mask }, { train = false }) end)
+  local d1, d2 = 0, 0
+  for b = 0, B - 1 do
+    d1 = math.max(d1, max_abs_diff(ya, yb, R * V, b * R * V, b * T * V))
+    d2 = math.max(d2, max_abs_diff(yb, yc.data, R * V, b * T * V, b * T * V))
+  end
+  t.ok(d1 < 1e-5, "bert: real-token logits with padding + mask = without the padding", "max diff " .. d1)
+  t.ok(d2 < 1e-5, "bert: changing the padded ids changes no real-token logit", "max diff " .. d2)
+  ctx:reset()
+  -- without the mask the padding does leak in (so the test above can fail)
+  local yd = ctx:no_grad(function() return m:forward({ ids = ids_pad2 }, { train = false }) end)
+  local d3 = max_abs_diff(yb, yd.data, R * V)
+  t.ok(d3 > 1e-5, "bert: without pad_mask the padding changes real-token logits", "max diff " .. d3)
+  ctx:reset()
+end
+
+-- ---------------------------------------------------------------- dropout: train vs eval, resumable masks
+do
+  local ctx = ol.Context({ seed = 5 })
+  local m = models.build(ctx, models.preset("opt-quick", { dropout = 0.1 }))
+  local batch = make_batch(ctx, m.cfg, 2, 8)
+  local function run(opts)
+    local y = ctx:no_grad(function() return m:forward(batch, opts) end)
+    local a = snapshot(y); ctx:reset(); return a, tonumber(y.numel)
+  end
+  local e1, n = run({ train = false })
+  local e2 = run({ train = false })
+  local d1 = run({ train = true, step = 3 })
+  local d2 = run({ train = true, step = 3 })
+  local d3 = run({ train = true, step = 4 })
+  t.is(max_abs_diff(e1, e2, n), 0, "dropout: eval forward is deterministic")
+  t.ok(max_abs_diff(e1, d1, n) > 1e-4, "dropout: the training forward differs from eval")
+  t.is(max_abs_diff(d1, d2, n), 0, "dropout: the same step gives the same masks (resume)")
+  t.ok(max_abs_diff(d1, d3, n) > 1e-4, "dropout: another step gives other masks")
+  m:eval()
+  local e3 = run({})
+  t.is(max_abs_diff(e1, e3, n), 0, "dropout: m:eval() turns it off by default")
+end
+
+-- ---------------------------------------------------------------- ViT patch layout
+do
+  local ctx = ol.Context()
+  local vit = require "outlierlab.models.vit"
+  local B, CH, S, P = 2, 3, 8, 4
+  local img = ctx:tensor({ B, CH, S, S })
+  for i = 0, tonumber(img.numel) - 1 do img.data[i] = i end
+  local p = vit.patchify(img, P)
+  t.is(p:shape_str(), "(2,4,48)", "patchify: (B, N, 3·P·P)")
+  local ok = true
+  for b = 0, B - 1 do for pi = 0, 1 do for pj = 0, 1 do
+    for c = 0, CH - 1 do for y = 0, P - 1 do for x = 0, P - 1 do
+      local want = ((b * CH + c) * S + pi * P + y) * S + pj * P + x
+      local got = p.data[(b * 4 + pi * 2 + pj) * 48 + (c * P + y) * P + x]
+      if got ~= want then ok = false end
+    end end end
+  end end end
+  t.ok(ok, "patchify: patch (i,j) row is image[b, c, iP+y, jP+x] in (c, y, x) order (conv kernel layout)")
+  ctx:reset()
+end
+
+-- ---------------------------------------------------------------- config errors
+t.throws(function() models.preset("gpt3-175b") end, "unknown preset 'gpt3-175b'", "unknown preset is an error listing the valid ones")
+t.throws(function() models.preset("gpt2-quick", { n_layers = 3 }) end, "unknown key 'n_layers'", "unknown key is an error")
+t.throws(function() models.preset("gpt2-quick", { n_layer = "3" }) end, "key 'n_layer' must be a number", "wrong type is an error")
+t.throws(function() models.preset("gpt2-quick", { n_head = 3 }) end, "not a multiple of n_head", "d_model % n_head is checked")
+t.throws(function() models.preset("llama-quick", { n_kv_head = 3, n_head = 4 }) end, "not a multiple of n_kv_head",
+  "n_head % n_kv_head is checked")
+do
+  local ctx = ol.Context()
+  t.throws(function() models.build(ctx, { family = "llama", n_layer = 1, d_model = 64, n_head = 4, n_kv_head = 3 }) end,
+    "not a multiple of n_kv_head", "build checks a hand-made config too")
+  local m = models.build(ctx, "gpt2-quick")
+  local ids = persistent_ids(ctx, 1, 40, function() return 1 end)
+  t.throws(function() m:forward({ ids = ids }) end, "sequence length 40 exceeds block_size 32", "too long a sequence")
+  t.throws(function() m:loss({ ids = ids }) end, "loss needs batch.targets", "loss without targets")
+  local bad = ctx:tensor({ 1, 4 }, { persistent = true })
+  t.throws(function() m:forward({ ids = bad }) end, "batch.ids", "float ids are refused naming batch.ids")
+end
+
+-- ---------------------------------------------------------------- RoPE
+do
+  local ctx = ol.Context()
+  -- HD = 2: θ_0 = 1, so position p rotates (x0, x1) by angle p
+  local x = ctx:tensor({ 1, 1, 3, 2 }):load({ 1, 2, 1, 2, 1, 2 })
+  local y = ol.check_ptr(C.ol_rope(x, 10000, 1))   -- positions 1, 2, 3
+  local worst = 0
+  for tt = 0, 2 do
+    local p = tt + 1
+    local w0, w1 = math.cos(p) - 2 * math.sin(p), 2 * math.cos(p) + math.sin(p)
+    worst = math.max(worst, math.abs(y.data[2 * tt] - w0), math.abs(y.data[2 * tt + 1] - w1))
+  end
+  t.ok(worst < 1e-6, "rope: hand-computed rotation for HD=2 with offset 1", "max err " .. worst)
+  -- HD = 4: pairs (0,2) and (1,3), θ = (1, base^(-1/2))
+  local x4 = ctx:tensor({ 1, 2, 4 }):load({ 1, 0, 0, 0, 0, 1, 0, 0 })
+  local y4 = ol.check_ptr(C.ol_rope(x4, 100, 0))
+  local p, th = 1, 100 ^ -0.5
+  local want = { 1, 0, 0, 0, 0, math.cos(p * th), 0, math.sin(p * th) }
+  worst = 0
+  for i = 1, 8 do worst = math.max(worst, math.abs(y4.data[i - 1] - want[i])) end
+  t.ok(worst < 1e-6, "rope: rotate-half pairing (i, i+HD/2), θ_i = base^(-2i/HD)", "max err " .. worst)
+  -- relative positions: <rope(q)_s, rope(k)_u> depends only on s − u
+  local q = ctx:tensor({ 1, 6, 8 }):normal_(0, 1, 3)
+  local k = ctx:tensor({ 1, 6, 8 }):normal_(0, 1, 4)
+  local function dots(off)
+    local rq, rk = ol.check_ptr(C.ol_rope(q, 10000, off)), ol.check_ptr(C.ol_rope(k, 10000, off))
+    local s = rq:matmul(rk, false, true)
+    return snapshot(s)
+  end
+  local d0 = dots(0)
+  local d5 = dots(5)
+  t.ok(max_abs_diff(d0, d5, 36) < 1e-4, "rope: q·k scores are unchanged by a common position shift")
+  ctx:reset()
+  t.throws(function() ol.check_ptr(C.ol_rope(ctx:tensor({ 2, 3 }), 10000, 0)) end, "must be even", "rope: odd head dim refused")
+  t.throws(function() ol.check_ptr(C.ol_rope(ctx:tensor({ 2, 4 }), 1, 0)) end, "base", "rope: base <= 1 refused")
+  ctx:reset()
+  -- gradient check (B, NH, T, HD) = (2, 2, 3, 6), offset 2
+  local xin = ctx:tensor({ 2, 2, 3, 6 }, { persistent = true }):normal_(0, 1, 9)
+  local err, where = gradcheck.check(ctx, function(a) return ol.check_ptr(C.ol_rope(a, 10000, 2)) end, { xin })
+  t.ok(err < 1e-2, "rope: backward matches finite differences", string.format("%g at %s", err, where))
+  ctx:reset()
+end
+
+return t.done()
