@@ -86,6 +86,7 @@ void *ol__arena_alloc(ol_arena *a, int64_t bytes, const char *what) {
 }
 
 /* ---------------------------------------------------------------- context */
+static int hdr_ring_init(ol_ctx *c);   /* the step-tensor header ring (see make() below) */
 ol_ctx *ol_ctx_new(int64_t param_capacity, int64_t step_capacity) {
     ol_get_num_threads();
     if (param_capacity <= 0) param_capacity = (int64_t)1 << 30;
@@ -106,7 +107,7 @@ ol_ctx *ol_ctx_new(int64_t param_capacity, int64_t step_capacity) {
     c->grads = c->params + param_capacity;
     c->adam_m = c->grads + param_capacity;
     c->adam_v = c->adam_m + param_capacity;
-    if (ol__arena_init(&c->persist, (int64_t)1 << 34, "persistent") != 0 ||
+    if (ol__arena_init(&c->persist, (int64_t)1 << 34, "persistent") != 0 || hdr_ring_init(c) != 0 ||
         ol__arena_init(&c->step, step_capacity, "step") != 0) {
         munmap(flat, (size_t)c->params_mapped_bytes);
         ol__arena_free(&c->persist);
@@ -167,16 +168,44 @@ static int check_shape(const char *what, int32_t ndim, const int64_t *shape, int
     return 0;
 }
 
+/* Step tensor headers live in a ring of OL_HDR_RING structs at the start of the persistent
+ * arena, not in the step arena: after ol_step_reset the step arena is reused from offset 0,
+ * so a header kept there by the caller would be overwritten by a new tensor's header and a
+ * stale handle would silently alias the new tensor. In the ring, an old header keeps its
+ * generation (and so is reported as stale) until OL_HDR_RING newer tensors have been made.
+ * A step that makes more tensors than the ring holds takes the rest from the step arena. */
+#define OL_HDR_RING 65536
+typedef struct { int64_t head, used; uint64_t gen; int64_t pad[5]; } hdr_ring;   /* 64 bytes */
+
+static int hdr_ring_init(ol_ctx *c) {
+    hdr_ring *r = ol__arena_alloc(&c->persist, (int64_t)sizeof(hdr_ring) + (int64_t)OL_HDR_RING * (int64_t)sizeof(ol_tensor),
+                                  "tensor header ring");
+    if (!r) return -1;
+    memset(r, 0, sizeof *r);
+    return 0;
+}
+
+ol_tensor *ol__step_header(ol_ctx *c, const char *what) {
+    hdr_ring *r = (hdr_ring *)c->persist.base;   /* the ring is the first persistent allocation */
+    if (r->gen != c->gen) { r->gen = c->gen; r->used = 0; }
+    if (r->used >= OL_HDR_RING) return ol__arena_alloc(&c->step, sizeof(ol_tensor), what);
+    ol_tensor *t = (ol_tensor *)(r + 1) + r->head;
+    r->head = (r->head + 1) % OL_HDR_RING;
+    r->used++;
+    return t;
+}
+
 static ol_tensor *make(ol_ctx *c, ol_arena *a, uint64_t gen, int32_t dtype, int32_t ndim,
                        const int64_t *shape, const char *name) {
     int64_t n;
     if (!c) OL_FAIL("tensor_new: NULL context");
     if (dtype != OL_F32 && dtype != OL_I32) OL_FAIL("tensor_new '%s': unknown dtype %d", name ? name : "", dtype);
     if (check_shape("tensor_new", ndim, shape, &n) != 0) return NULL;
-    ol_tensor *t = ol__arena_alloc(a, sizeof *t, "tensor_new");
-    if (!t) return NULL;
+    /* data first: a failed allocation then leaves no header behind */
     void *d = ol__arena_alloc(a, n * 4, name && *name ? name : "tensor_new");
     if (!d) return NULL;
+    ol_tensor *t = a == &c->step ? ol__step_header(c, "tensor_new") : ol__arena_alloc(a, sizeof *t, "tensor_new");
+    if (!t) return NULL;
     memset(t, 0, sizeof *t);
     t->data = d;
     t->idata = d;
@@ -397,14 +426,13 @@ int ol_backward(ol_tensor *loss) {
             OL_FAIL_INT("backward: loss '%s' %s is not on the tape: backward already ran over it "
                         "(recompute the loss to accumulate again)", loss->name, OL_SHAPE(loss));
     }
-    float *g = ol__grad(loss);
-    if (!g) return -1;
-    g[0] += 1.0f;
     /* Preallocate every needed gradient before walking: an arena failure then happens
      * before any accumulation, so no gradient is left half-updated. */
+    if (!ol__grad(loss)) goto nomem;
     for (ol_node *n = c->tape; n; n = n->prev)
         for (int i = 0; i < n->nin; i++)
-            if (n->in[i] && n->in[i]->requires_grad && !ol__grad(n->in[i])) return -1;
+            if (n->in[i] && n->in[i]->requires_grad && !ol__grad(n->in[i])) goto nomem;
+    loss->grad[0] += 1.0f;
     /* A backward fn can fail only in an arena allocation (which sets the error): detect it
      * through the error string, which is cleared first. */
     ol_clear_error();
@@ -421,4 +449,9 @@ int ol_backward(ol_tensor *loss) {
     }
     c->tape = NULL;
     return 0;
+nomem: {
+        char msg[sizeof g_err];
+        snprintf(msg, sizeof msg, "%s", g_err);
+        OL_FAIL_INT("backward: cannot allocate gradients for loss '%s' (nothing accumulated yet): %s", loss->name, msg);
+    }
 }

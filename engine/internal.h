@@ -67,6 +67,8 @@ struct ol_ctx {
 /* Allocate a step tensor (data included) / raw step memory. */
 ol_tensor *ol__new(ol_ctx *ctx, int32_t dtype, int32_t ndim, const int64_t *shape, const char *name);
 void      *ol__step_alloc(ol_ctx *ctx, int64_t bytes, const char *what);
+/* A header for a step tensor (from the header ring, so stale handles stay detectable). */
+ol_tensor *ol__step_header(ol_ctx *ctx, const char *what);
 /* Validate an op input: non-NULL, of this ctx's current step (or persistent), dtype f32. */
 int  ol__check_live(const char *op, const ol_tensor *t);
 int  ol__check_f32(const char *op, const ol_tensor *t);

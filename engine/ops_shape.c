@@ -49,7 +49,7 @@ ol_tensor *ol_reshape(ol_tensor *a, int32_t ndim, const int64_t *shape) {
         for (int i = 0; i < ndim; i++) tmp.shape[i] = shape[i];
         OL_FAIL("reshape: cannot view '%s' %s (%lld elements) as %s", a->name, OL_SHAPE(a), (long long)a->numel, OL_SHAPE(&tmp));
     }
-    ol_tensor *y = ol__arena_alloc(&a->ctx->step, sizeof *y, "reshape");
+    ol_tensor *y = ol__step_header(a->ctx, "reshape");
     if (!y) return NULL;
     *y = *a;
     y->ndim = ndim;
