@@ -598,10 +598,7 @@ function Overlap:probe_attn(A, layer, batch)
   local per = {}
   for b, seq in ipairs(seqs) do
     local heads = {}
-    for h, hd in ipairs(seq.heads) do
-      heads[h] = (self.att.rule == "code") and analysis.attention_outlier_keys(hd.vals,
-        { rule = "code", frac = self.att.frac, T = seq.nq, valid = seq.valid }) or hd.keys
-    end
+    for h, hd in ipairs(seq.heads) do heads[h] = hd.keys end   -- per head, with self.att's rule
     per[b] = heads
   end
   self.attn[layer] = per

@@ -258,6 +258,14 @@ do
   t.ok(r.by_position[0] == 1 and r.by_position[1] == 1 and r.by_category.initial == 1 and r.by_category.weak == 1,
        "outlier keys by position and category")
   t.ok(r.code.count == 2 and r.code.by_category.initial == 1 and r.code.by_category.weak == 1, "code rule counts")
+  -- merge of two accumulators (the same tensor twice) equals one accumulator fed twice
+  local m1 = analysis.AttnStats{ rule = "tau_mean", tau = 1.5, topk = 2, category = cat }:update(A, ids)
+  local m2 = analysis.AttnStats{ rule = "tau_mean", tau = 1.5, topk = 2, category = cat }:update(A, ids)
+  local both = analysis.AttnStats{ rule = "tau_mean", tau = 1.5, topk = 2, category = cat }:update(A, ids):update(A, ids)
+  local rm, rb = m1:merge(m2):result(), both:result()
+  t.ok(rm.nseq == 2 and rm.count == rb.count and rm.count == 4 and rm.avg_median == rb.avg_median and
+       rm.per_head[1].score_max == rb.per_head[1].score_max and rm.code.count == rb.code.count and
+       rm.by_position[0] == 2, "AttnStats merge equals one accumulator over both")
   -- query mask: drop query 2 -> head 0 Â = {1.5, 0.5, 0}
   local cm = analysis.cumulative_attention(A, I2({ 1, 1, 0 }, 1, 3))
   t.ok(math.abs(cm.at(0, 0, 0) - 1.5) < 1e-7 and cm.at(0, 0, 2) == 0, "query mask excluded from Â")
