@@ -124,6 +124,36 @@ int ol_dist_allgather_f64(const double *in, int64_t n, double *out) {
     return rc == MPI_SUCCESS ? 0 : mpi_fail("dist_allgather_f64", rc);
 }
 
+int ol_dist_allgather_i64(const int64_t *in, int64_t n, int64_t *out) {
+    if (ol_dist_size() == 1) { memcpy(out, in, (size_t)n * 8); return 0; }
+    if (n > INT_MAX) OL_FAIL_INT("dist_allgather_i64: %lld values exceed MPI's count range", (long long)n);
+    int rc = MPI_Allgather(in, (int)n, MPI_INT64_T, out, (int)n, MPI_INT64_T, comm());
+    return rc == MPI_SUCCESS ? 0 : mpi_fail("dist_allgather_i64", rc);
+}
+
+/* Gather n bytes from every rank (counts[r] from rank r, known beforehand) into out, in
+ * rank order. Used to merge analysis state kept as Lua tables. */
+int ol_dist_allgatherv_bytes(const void *in, int64_t n, const int64_t *counts, void *out) {
+    int size = ol_dist_size();
+    if (size == 1) { memcpy(out, in, (size_t)n); return 0; }
+    int *cnt = malloc((size_t)size * sizeof *cnt), *disp = malloc((size_t)size * sizeof *disp);
+    if (!cnt || !disp) { free(cnt); free(disp); OL_FAIL_INT("dist_allgatherv_bytes: out of memory"); }
+    int64_t off = 0;
+    for (int r = 0; r < size; r++) {
+        if (counts[r] > INT_MAX || off > INT_MAX) {
+            free(cnt); free(disp);
+            OL_FAIL_INT("dist_allgatherv_bytes: %lld bytes exceed MPI's count range", (long long)(off + counts[r]));
+        }
+        cnt[r] = (int)counts[r];
+        disp[r] = (int)off;
+        off += counts[r];
+    }
+    int rc = MPI_Allgatherv(in, (int)n, MPI_BYTE, out, cnt, disp, MPI_BYTE, comm());
+    free(cnt);
+    free(disp);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail("dist_allgatherv_bytes", rc);
+}
+
 int ol_dist_bcast_f32(float *buf, int64_t n, int32_t root) {
     if (ol_dist_size() == 1) return 0;
     char *p = (char *)buf;

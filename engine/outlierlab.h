@@ -408,6 +408,8 @@ int      ol_dist_allreduce_f64(double *buf, int64_t n, int32_t op);
 int      ol_dist_allreduce_f32(float *buf, int64_t n, int32_t op);
 int      ol_dist_allreduce_i64(int64_t *buf, int64_t n, int32_t op);
 int      ol_dist_allgather_f64(const double *in, int64_t n, double *out);  /* out: size·n */
+int      ol_dist_allgather_i64(const int64_t *in, int64_t n, int64_t *out);
+int      ol_dist_allgatherv_bytes(const void *in, int64_t n, const int64_t *counts, void *out);
 int      ol_dist_bcast_f32(float *buf, int64_t n, int32_t root);
 int      ol_dist_bcast_params(ol_ctx *ctx, int32_t root);  /* params and AdamW state */
 uint64_t ol_params_checksum(ol_ctx *ctx);   /* FNV-1a over the parameter bytes */

@@ -62,6 +62,117 @@ function M.allgather_list(list)
   return out
 end
 
+-- every rank's string, in rank order
+function M.allgather_string(str)
+  local size = M.size()
+  if size == 1 then return { str } end
+  local n = #str
+  local mine, counts = ol.ffi.new("int64_t[1]", n), ol.ffi.new("int64_t[?]", size)
+  ol.check_status(C.ol_dist_allgather_i64(mine, 1, counts))
+  local total = 0
+  for r = 0, size - 1 do total = total + tonumber(counts[r]) end
+  local out = ol.ffi.new("char[?]", math.max(total, 1))
+  ol.check_status(C.ol_dist_allgatherv_bytes(str, n, counts, out))
+  local list, off = {}, 0
+  for r = 0, size - 1 do
+    local c = tonumber(counts[r])
+    list[r + 1] = ol.ffi.string(out + off, c)
+    off = off + c
+  end
+  return list
+end
+
+-- ---------------------------------------------------------------- merging analysis state
+-- Lua-table state (numbers, strings, booleans, nested tables) to Lua source and back;
+-- numbers round-trip exactly (%.17g, with inf and nan spelled out).
+local function ser(v, out)
+  local ty = type(v)
+  if ty == "number" then
+    if v ~= v then out[#out + 1] = "0/0"
+    elseif v == math.huge then out[#out + 1] = "1/0"
+    elseif v == -math.huge then out[#out + 1] = "-1/0"
+    else out[#out + 1] = string.format("%.17g", v) end
+  elseif ty == "string" then out[#out + 1] = string.format("%q", v)
+  elseif ty == "boolean" then out[#out + 1] = tostring(v)
+  elseif ty == "table" then
+    out[#out + 1] = "{"
+    for k, x in pairs(v) do
+      if type(x) ~= "function" and type(x) ~= "cdata" and type(x) ~= "userdata" then
+        out[#out + 1] = "["
+        ser(k, out)
+        out[#out + 1] = "]="
+        ser(x, out)
+        out[#out + 1] = ","
+      end
+    end
+    out[#out + 1] = "}"
+  else
+    out[#out + 1] = "nil"
+  end
+end
+function M.serialize(v) local out = {} ser(v, out) return table.concat(out) end
+function M.deserialize(s)
+  local f = assert(loadstring("return " .. s))
+  setfenv(f, {})
+  return f()
+end
+
+-- Merge an analysis accumulator across the ranks of the current group, in place, so every
+-- rank ends with the state of one accumulator that saw every rank's sequences:
+--   analysis.Stats: the flat state is gathered and merged in rank order (counts and maxima
+--     exact, top-k exact, double sums re-associated: equal to one rank within 1e-12 relative);
+--   LayerStats / LayerAttn (.stats per layer): each layer merged (the union of layers);
+--   other objects with :merge (AttnStats, …): their Lua state is gathered and merged.
+function M.allmerge(acc)
+  if M.size() == 1 then return acc end
+  if acc.raw ~= nil and acc.data and acc.clone_empty then
+    local n = acc:size()
+    local all = ol.ffi.new("double[?]", n * M.size())
+    ol.check_status(C.ol_dist_allgather_f64(acc:data(), n, all))
+    local total = acc:clone_empty()
+    for r = 0, M.size() - 1 do
+      local part = acc:clone_empty()
+      ol.ffi.copy(part:data(), all + r * n, n * 8)
+      total:merge(part)
+    end
+    ol.ffi.copy(acc:data(), total:data(), n * 8)
+    return acc
+  end
+  if type(acc.stats) == "table" and acc.get then
+    local mine = {}
+    for l in pairs(acc.stats) do mine[#mine + 1] = l end
+    local union = {}
+    for _, s in ipairs(M.allgather_string(M.serialize(mine))) do
+      for _, l in ipairs(M.deserialize(s)) do union[l] = true end
+    end
+    local layers = {}
+    for l in pairs(union) do layers[#layers + 1] = l end
+    table.sort(layers)
+    for _, l in ipairs(layers) do M.allmerge(acc:get(l)) end
+    return acc
+  end
+  if acc.merge then
+    local mt = getmetatable(acc)
+    local function has_fn(v)
+      if type(v) == "function" or type(v) == "cdata" then return true end
+      if type(v) == "table" then for _, x in pairs(v) do if has_fn(x) then return true end end end
+      return false
+    end
+    local parts = M.allgather_string(M.serialize(acc))
+    local total
+    for r, s in ipairs(parts) do
+      local st = setmetatable(M.deserialize(s), mt)
+      for k, v in pairs(acc) do   -- fields holding functions (a category map, options) stay local
+        if has_fn(v) then st[k] = v end
+      end
+      if r == 1 then total = st else total:merge(st) end
+    end
+    for k, v in pairs(total) do if not has_fn(acc[k]) then acc[k] = v end end
+    return acc
+  end
+  error("dist.allmerge: don't know how to merge " .. tostring(acc), 2)
+end
+
 function M.split(color) ol.check_status(C.ol_dist_split(color)) end
 function M.unsplit() C.ol_dist_unsplit() end
 
