@@ -4,6 +4,7 @@
 #   make bench         speed against this machine's own sgemm peak
 #   make reproduce-ID  one experiment (PROFILE=quick|default|paper); make list shows them
 #   make deps          install the Debian packages that are missing (as root), or print the command
+#                      (APT_FLAGS=--no-install-recommends for a lean container)
 
 SHELL   := /bin/bash
 CC      ?= cc
@@ -39,7 +40,7 @@ deps:
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "make deps: installing $$missing"; \
 	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_FLAGS) $$missing; \
 	  else \
 	    echo "make deps: missing Debian packages; run:"; \
 	    echo "  sudo apt-get install -y $$missing"; exit 1; \
