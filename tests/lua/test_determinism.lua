@@ -1,0 +1,160 @@
+-- test_determinism — the same seed and thread count give bit-identical parameters after a
+-- few training steps; and across processes with different OMP_NUM_THREADS.
+-- The model: embedding → LayerNorm → Linear → GELU → dropout → Linear → cross_entropy,
+-- with (B·T, hidden) = (128, 512) so the elementwise kernels cross OL_PAR_MIN and run
+-- threaded, trained 4 AdamW steps with gradient clipping.
+-- Child mode (OL_DET_CHILD=1): train once and print "checksum <hex>" for the parent.
+local ol = require "outlierlab"
+local nn = require "outlierlab.nn"
+local optim = require "outlierlab.optim"
+local ffi = require "ffi"
+
+local V, C, H, BT = 64, 128, 512, 128
+
+-- FNV-1a over the bytes of the flat parameter buffer, as 8 hex digits ×2 (two lanes)
+local function checksum(ctx)
+  local n = tonumber(ol.C.ol_params_numel(ctx.raw))
+  local p = ffi.cast("const uint32_t *", ol.C.ol_params_data(ctx.raw))
+  local h1, h2 = 0x811c9dc5, 0x01000193
+  for i = 0, n - 1 do
+    local w = p[i]
+    h1 = bit.bxor(h1, w); h1 = bit.tobit(h1 * 16777619 % 4294967296)
+    h2 = bit.bxor(h2, bit.rol(w, 13)); h2 = bit.tobit(h2 * 2246822519 % 4294967296)
+  end
+  return bit.tohex(h1) .. bit.tohex(h2), n
+end
+
+local function train(steps)
+  local ctx = ol.Context{ params = 2^20, step_bytes = 2^26, seed = 99 }
+  local emb = nn.Embedding(ctx, V, C, { name = "wte" })
+  local ln = nn.LayerNorm(ctx, C, { name = "ln" })
+  local fc = nn.Linear(ctx, C, H, { name = "fc" })
+  local proj = nn.Linear(ctx, H, V, { name = "proj" })
+  local drop = nn.Dropout(0.1, 3)
+  local ids = ctx:tensor({ BT }, { dtype = "i32", persistent = true, name = "ids" })
+  local tg = ctx:tensor({ BT }, { dtype = "i32", persistent = true, name = "targets" })
+  for i = 0, BT - 1 do
+    ids.idata[i] = math.floor(ol.C.ol_rand_uniform(1, i) * V)
+    tg.idata[i] = (ids.idata[i] * 7 + 3) % V
+  end
+  local opt = optim.AdamW(ctx, { lr = 1e-2 })
+  local losses = {}
+  for step = 1, steps do
+    ctx:reset(); ctx:zero_grad()
+    local h = drop(fc(ln(emb(ids))):gelu())
+    local loss = proj(h):cross_entropy(tg)
+    losses[step] = loss:item()
+    loss:backward()
+    optim.clip_grad_norm(ctx, 1.0)
+    opt:step()
+  end
+  return ctx, losses
+end
+
+if os.getenv("OL_DET_CHILD") == "1" then
+  local ctx = train(4)
+  print("threads " .. ol.num_threads() .. " checksum " .. checksum(ctx))
+  return 0
+end
+
+local t = require "outlierlab.tap"
+-- a TAP TODO check: reported (prove lists it), not counted as a failure
+local function todo(cond, name, reason)
+  local failed = t.failed
+  t.ok(cond, name .. " # TODO " .. reason)
+  t.failed = failed
+end
+local ctx1, l1 = train(4)
+local ctx2, l2 = train(4)
+local n = tonumber(ol.C.ol_params_numel(ctx1.raw))
+t.ok(n > 100000, "model has " .. n .. " parameter floats")
+t.ok(l1[4] < l1[1], string.format("training moves the loss (%.4f -> %.4f)", l1[1], l1[4]))
+pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")   -- may be declared already
+local same = ffi.C.memcmp(ol.C.ol_params_data(ctx1.raw), ol.C.ol_params_data(ctx2.raw), n * 4) == 0
+t.ok(same, "in-process, same seed and threads (" .. ol.num_threads() .. "): parameters bit-identical after 4 steps")
+local mv = ffi.C.memcmp(ol.C.ol_adam_v_data(ctx1.raw), ol.C.ol_adam_v_data(ctx2.raw), n * 4) == 0
+t.ok(mv, "in-process: AdamW second moments bit-identical")
+local lsame = true
+for i = 1, 4 do if l1[i] ~= l2[i] then lsame = false end end
+t.ok(lsame, "in-process: the four losses are bit-identical")
+local here = checksum(ctx1)
+
+-- subprocesses with different thread counts
+local function child(threads)
+  local cmd = string.format("OL_DET_CHILD=1 OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d '%s/bin/outlierlab' run '%s' 2>&1",
+                            threads, threads, ol.root, arg and arg[0] or "tests/lua/test_determinism.lua")
+  local f = io.popen(cmd)
+  local out = f:read("*a")
+  f:close()
+  return out:match("checksum (%x+)"), out
+end
+local c1a, o1 = child(1)
+local c1b = child(1)
+local c2a, o2 = child(2)
+local c2b = child(2)
+t.ok(c1a ~= nil and c2a ~= nil, "child processes report checksums", (o1 or "") .. (o2 or ""))
+t.ok(c1a == c1b, "two processes with OMP_NUM_THREADS=1: identical parameters (" .. tostring(c1a) .. ")")
+t.ok(c2a == c2b, "two processes with OMP_NUM_THREADS=2: identical parameters (" .. tostring(c2a) .. ")")
+if ol.num_threads() == 1 or ol.num_threads() == 2 then
+  local same_proc = ol.num_threads() == 1 and c1a or c2a
+  t.ok(here == same_proc, "in-process result equals the subprocess with the same thread count")
+end
+-- Across thread counts the whole training run is NOT bit-identical: OpenBLAS 0.3.21's
+-- sgemm itself rounds differently with 1 and 2 threads (checked below, op by op). Reported
+-- as a TAP TODO: it is a known property of the BLAS, not of the engine's kernels.
+todo(c1a == c2a, "OMP_NUM_THREADS=1 and =2 give bit-identical parameters (" .. tostring(c1a) .. " vs " ..
+     tostring(c2a) .. ")", "OpenBLAS sgemm results depend on its thread count")
+
+-- Op by op, in-process, 1 vs 2 threads: forward output and input gradients. The engine's
+-- own kernels (fixed-order reductions, threads over rows/columns) must be bit-identical;
+-- the sgemm-based ops are reported.
+local octx = ol.Context{ params = 2^20, step_bytes = 2^27 }
+local function P(shape, seed, lo, hi)
+  return octx:tensor(shape, { persistent = true, name = "in" }):uniform_(lo or -1, hi or 1, seed)
+end
+local function snapshot(y, inputs)
+  local parts = { ffi.string(y.data, y.numel * 4) }
+  for _, x in ipairs(inputs) do parts[#parts + 1] = ffi.string(x.grad, x.numel * 4) end
+  return table.concat(parts)
+end
+local function run(threads, f, inputs)
+  ol.set_num_threads(threads)
+  octx:reset()
+  for _, x in ipairs(inputs) do x:requires_grad_(true); x:zero_grad() end
+  local y = f(unpack(inputs))
+  local R = octx:tensor(y:size()):uniform_(-1, 1, 17)
+  ;(y * R):sum_all():backward()
+  local snap = snapshot(y, inputs)
+  octx:reset()
+  return snap
+end
+local big = { 256, 256 }       -- 65536 elements > OL_PAR_MIN: the threaded paths run
+local ids = octx:tensor({ 256 }, { dtype = "i32", persistent = true, name = "ids" })
+local tg = octx:tensor({ 256 }, { dtype = "i32", persistent = true, name = "tg" })
+for i = 0, 255 do ids.idata[i] = i % 37; tg.idata[i] = (i * 5) % 256 end
+local own = {
+  { "layernorm+affine", function(x, w, b) return x:layernorm(w, b) end, { P(big, 1), P({ 256 }, 2), P({ 256 }, 3) } },
+  { "rmsnorm", function(x, w) return x:rmsnorm(w) end, { P(big, 4), P({ 256 }, 5) } },
+  { "softmax causal", function(x) return x:view({ 1, 256, 256 }):softmax(true) end, { P(big, 6) } },
+  { "cross_entropy", function(x) return x:cross_entropy(tg) end, { P(big, 7) } },
+  { "gelu", function(x) return x:gelu() end, { P(big, 8) } },
+  { "add broadcast", function(x, r) return x + r end, { P(big, 9), P({ 256 }, 10) } },
+  { "mul one-element", function(x, s) return x * s end, { P(big, 11), P({ 1 }, 12) } },
+  { "sum", function(x) return x:sum() end, { P(big, 13) } },
+  { "embedding", function(w) return ids:embedding(w) end, { P({ 37, 256 }, 14) } },
+  { "transpose", function(x) return x:transpose(0, 1) end, { P(big, 15) } },
+  { "dropout", function(x) return x:dropout(0.3, 5) end, { P(big, 16) } },
+}
+for _, c in ipairs(own) do
+  t.ok(run(1, c[2], c[3]) == run(2, c[2], c[3]), c[1] .. ": forward and gradients bit-identical with 1 and 2 threads")
+end
+local blas = {
+  { "matmul", function(a, b) return a:matmul(b) end, { P(big, 20), P(big, 21) } },
+  { "linear+bias", function(x, w, b) return x:linear(w, b) end, { P(big, 22), P(big, 23), P({ 256 }, 24) } },
+}
+for _, c in ipairs(blas) do
+  local same_bits = run(1, c[2], c[3]) == run(2, c[2], c[3])
+  todo(same_bits, c[1] .. " (sgemm): bit-identical with 1 and 2 threads", "OpenBLAS sgemm depends on its thread count")
+end
+ol.set_num_threads(0)
+return t.done()
