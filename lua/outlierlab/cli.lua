@@ -5,6 +5,7 @@ local M = {}
 
 local usage = [[
 usage: outlierlab run FILE.lua [--key=value ...]
+       outlierlab list               experiments with their status
        outlierlab version
 A script reads its settings with require("outlierlab.config").get{...}; --key=value overrides
 them (nested keys with dots). An experiment file (one that returns a table with stages) is
@@ -13,6 +14,9 @@ run by the experiment runner: --profile=quick|default|paper selects its profile.
 function M.main(argv)
   M.argv = argv   -- the full command line, for result files' history attribute
   local cmd = argv[1]
+  if cmd == "list" then   -- experiments/*.lua with their status (make list)
+    return require("outlierlab.experiment").print_list()
+  end
   if cmd == "version" then
     print(require("outlierlab").version())
     return 0

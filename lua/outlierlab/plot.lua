@@ -73,9 +73,10 @@ function M.write_dat(path, blocks)
       for j, c in ipairs(cols) do hdr[j] = fmt_value(tostring(c)) end
       out[#out + 1] = table.concat(hdr, " ") .. "\n"
       if #(blk.rows or {}) == 0 then
-        -- gnuplot cannot plot an empty block: one row of NaN keeps the panel (and the index) valid
+        -- gnuplot cannot plot an empty block: one placeholder row (blk.empty_row, default all
+        -- zeros) keeps the panel and the block indices valid
         local cells = {}
-        for j = 1, #cols do cells[j] = "NaN" end
+        for j = 1, #cols do cells[j] = fmt_value(blk.empty_row and blk.empty_row[j] or 0) end
         out[#out + 1] = table.concat(cells, " ") .. "\n"
       end
       for i, row in ipairs(blk.rows or {}) do
@@ -107,7 +108,7 @@ function M.render(script, dat, out_base, formats)
     local dir, base = final:match("^(.*)/([^/]*)$")
     dir, base = dir or ".", base or final
     local tmp = dir .. "/.tmp-" .. base
-    local cmd = string.format("LC_ALL=C gnuplot -c %s %s %s 2>&1; echo \"__rc=$?\"", quote(gp), quote(dat), quote(tmp))
+    local cmd = string.format("LC_ALL=C.UTF-8 gnuplot -c %s %s %s 2>&1; echo \"__rc=$?\"", quote(gp), quote(dat), quote(tmp))
     local p = io.popen(cmd)
     local msg = p:read("*a")
     p:close()

@@ -1,0 +1,495 @@
+-- experiment — the runner behind `bin/outlierlab run experiments/<id>.lua --profile=quick`.
+--
+-- An experiment file returns a table (docs/EXPERIMENTS.md):
+--   { id = "qt-fig1", title = "...",
+--     source = { paper = "QT", figure = "Fig. 1", claim = "..." },
+--     profiles = { quick = {...}, default = {...}, paper = {...} },   -- settings, seed included
+--     stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", plot } },
+--     summary = function(run) return { paper =, reproduced =, holds = true|false|nil, notes = } end }
+-- (stages may also be a map { train = fn, analyze = fn, plot = fn }: run in that order, analyze cached).
+--
+-- The runner picks the profile (--profile=, default "default"), applies --key=value overrides
+-- to it (an unknown key is an error listing the valid ones: outlierlab.config), then calls
+-- each stage as fn(run) with
+--   run.id, run.profile, run.cfg (the settings), run.seed, run.dir (results/<id>/),
+--   run.out[stage] (what earlier stages returned), run.file, run.exp,
+--   run:model(spec, trainer)   -- trained-model cache, see below
+--   run:netcdf(name?)          -- outlierlab.results file results/<id>/<name or id>.nc, meta filled in
+--   run:figure(name, script, blocks) -- .dat + PNG + PDF in results/<id>/ (outlierlab.plot)
+--   run:log(fmt, ...)
+-- and finally writes results/<id>/summary.md from exp.summary(run).
+--
+-- Caching (cache root: --cache= or $OUTLIERLAB_CACHE, default <root>/cache):
+--   run:model(spec, trainer): spec is every setting that determines the trained weights
+--   (model config, data, training recipe, seed). Its hash together with the engine version
+--   names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
+--   share a model train it once); otherwise trainer(dir, ckpt_path) runs: it trains with
+--   train.run{ckpt = ckpt_path}, which resumes from the checkpoint an interrupted run left,
+--   and returns a table of training facts (losses...), stored in done.lua.
+--   A stage marked cache = true stores its return value in cache/stages/<id>/<stage>-<hash>.lua,
+--   hash of (settings, engine version, experiment file text): a rerun with the same inputs
+--   skips it, a changed setting or file recomputes it.
+-- Results root: --out= or $OUTLIERLAB_RESULTS, default <root>/results.
+local ol = require "outlierlab"
+local config = require "outlierlab.config"
+local results = require "outlierlab.results"
+local plot = require "outlierlab.plot"
+local progress = require "outlierlab.progress"
+local ffi = require "ffi"
+
+local M = {}
+
+-- ---------------------------------------------------------------- small helpers
+
+-- FNV-1a 64-bit of a string, as 16 hex digits (cache keys; not cryptographic)
+function M.hash(s)
+  local h = ffi.new("uint64_t", 0xcbf29ce484222325ULL)
+  local prime = 0x100000001b3ULL
+  for i = 1, #s do
+    h = bit.bxor(h, s:byte(i)) * prime
+  end
+  local hi = tonumber(bit.rshift(h, 32))
+  local lo = tonumber(bit.band(h, 0xffffffffULL))
+  return string.format("%08x%08x", hi, lo)
+end
+
+-- Lua-literal serialisation of plain data (numbers incl. NaN/inf, strings, booleans,
+-- tables with any keys): exact round-trip via load(), unlike JSON (sparse numeric keys).
+local function ser(v, out)
+  local ty = type(v)
+  if ty == "number" then
+    if v ~= v then out[#out + 1] = "0/0"
+    elseif v == math.huge then out[#out + 1] = "math.huge"
+    elseif v == -math.huge then out[#out + 1] = "-math.huge"
+    else out[#out + 1] = string.format("%.17g", v) end
+  elseif ty == "string" then out[#out + 1] = string.format("%q", v)
+  elseif ty == "boolean" then out[#out + 1] = tostring(v)
+  elseif ty == "table" then
+    out[#out + 1] = "{"
+    local n = #v
+    for i = 1, n do ser(v[i], out); out[#out + 1] = "," end
+    local keys = {}
+    for k in pairs(v) do
+      if not (type(k) == "number" and k >= 1 and k <= n and k == math.floor(k)) then keys[#keys + 1] = k end
+    end
+    table.sort(keys, function(a, b)
+      if type(a) == type(b) then return a < b end
+      return type(a) == "number"
+    end)
+    for _, k in ipairs(keys) do
+      out[#out + 1] = "["; ser(k, out); out[#out + 1] = "]="; ser(v[k], out); out[#out + 1] = ","
+    end
+    out[#out + 1] = "}"
+  else
+    out[#out + 1] = "nil"   -- functions, cdata: not data
+  end
+  return out
+end
+function M.serialize(v) return "return " .. table.concat(ser(v, {})) .. "\n" end
+function M.deserialize(text, what)
+  local chunk, err = loadstring(text, what)
+  if not chunk then return nil, err end
+  setfenv(chunk, { math = math })
+  local ok, v = pcall(chunk)
+  if not ok then return nil, v end
+  return v
+end
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+M.read_file = read_file
+
+local function mkdir(path) os.execute("mkdir -p '" .. path:gsub("'", "'\\''") .. "'") end
+M.mkdir = mkdir
+
+local function load_data(path)
+  local s = read_file(path)
+  if not s then return nil end
+  return M.deserialize(s, "@" .. path)
+end
+local function save_data(path, v) plot.write_atomic(path, M.serialize(v)) end
+
+-- ---------------------------------------------------------------- the run object
+local Run = {}
+Run.__index = Run
+
+function Run:log(fmt, ...)
+  if progress.is_rank0() then
+    io.stdout:write(string.format("[%s] ", self.id), string.format(fmt, ...), "\n")
+    io.stdout:flush()
+  end
+end
+
+-- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool }
+function Run:model(spec, trainer)
+  if type(spec) ~= "table" then error("run:model: spec must be a table of the settings that determine the model", 2) end
+  if type(trainer) ~= "function" then error("run:model: trainer must be a function(dir, ckpt)", 2) end
+  local key = results.canonical_json({ spec = spec, engine = ol.version() })
+  local hash = M.hash(key)
+  local dir = self.cache_root .. "/models/" .. hash
+  local ckpt = dir .. "/model.safetensors"
+  local done = load_data(dir .. "/done.lua")
+  if done then
+    self:log("model %s: cached (%s)", hash, dir)
+    return { dir = dir, ckpt = ckpt, info = done, cached = true, hash = hash }
+  end
+  mkdir(dir)
+  plot.write_atomic(dir .. "/spec.json", key .. "\n")
+  local resumed = read_file(ckpt) ~= nil
+  self:log("model %s: %s", hash, resumed and "resuming from its checkpoint" or "training")
+  local t0 = progress.now()
+  local info = trainer(dir, ckpt)
+  if type(info) ~= "table" then error("run:model: the trainer must return a table (training facts)", 2) end
+  info.train_seconds = (info.train_seconds or 0) + (progress.now() - t0)
+  info.resumed = resumed
+  if progress.is_rank0() then save_data(dir .. "/done.lua", info) end
+  return { dir = dir, ckpt = ckpt, info = info, cached = false, hash = hash }
+end
+
+function Run:meta()
+  return { title = self.exp.title, id = self.id, profile = self.profile, seed = self.seed,
+           config = { experiment = self.id, profile = self.profile, settings = self.cfg },
+           summary = self.exp.source.claim and (self.exp.source.paper .. " " .. self.exp.source.figure ..
+             ": " .. self.exp.source.claim) or self.exp.title,
+           references = self.exp.source.paper .. " " .. (self.exp.source.figure or "") }
+end
+
+-- a results file in results/<id>/; the caller adds dims/vars and closes it
+function Run:netcdf(name)
+  local path = self.dir .. "/" .. (name or self.id) .. ".nc"
+  self.files[#self.files + 1] = path
+  return results.new(path, self:meta())
+end
+
+-- .dat + .png + .pdf in results/<id>/
+function Run:figure(name, script, blocks)
+  local files = plot.figure(self.dir, name, script or name, blocks)
+  for _, f in ipairs(files) do self.files[#self.files + 1] = f end
+  return files
+end
+
+-- ---------------------------------------------------------------- validation
+local function validate(exp, file)
+  local function fail(msg) error("experiment " .. file .. ": " .. msg, 0) end
+  if type(exp.id) ~= "string" or not exp.id:match("^[%w%-_]+$") then fail("id must be a string of letters, digits, - and _") end
+  if type(exp.title) ~= "string" then fail("title is required") end
+  if type(exp.source) ~= "table" or type(exp.source.paper) ~= "string" or type(exp.source.claim) ~= "string" then
+    fail("source = {paper =, figure =, claim =} is required")
+  end
+  exp.source.figure = exp.source.figure or ""
+  if type(exp.profiles) ~= "table" or type(exp.profiles.default) ~= "table" then
+    fail("profiles must hold at least a default profile")
+  end
+  -- stages: ordered list of {name, fn, cache=} or a map train/analyze/plot
+  local list = {}
+  if #exp.stages > 0 then
+    for i, s in ipairs(exp.stages) do
+      local name, fn = s[1] or s.name, s[2] or s.fn
+      if type(name) ~= "string" or type(fn) ~= "function" then fail("stage " .. i .. " must be {name, function}") end
+      list[#list + 1] = { name = name, fn = fn, cache = s.cache == true }
+    end
+  else
+    local order = { "train", "analyze", "plot" }
+    local seen = {}
+    for _, n in ipairs(order) do
+      if exp.stages[n] then list[#list + 1] = { name = n, fn = exp.stages[n], cache = n == "analyze" }; seen[n] = true end
+    end
+    local rest = {}
+    for n in pairs(exp.stages) do if not seen[n] then rest[#rest + 1] = n end end
+    table.sort(rest)
+    for _, n in ipairs(rest) do list[#list + 1] = { name = n, fn = exp.stages[n], cache = false } end
+  end
+  if #list == 0 then fail("stages is empty") end
+  if exp.summary ~= nil and type(exp.summary) ~= "function" then fail("summary must be a function(run)") end
+  return list
+end
+
+-- ---------------------------------------------------------------- summary.md
+local function verdict(h)
+  if h == true then return "**holds** at this scale" end
+  if h == false then return "**does not hold** at this scale" end
+  return "**inconclusive** at this scale"
+end
+
+local function write_summary(run, s, timings)
+  local src = run.exp.source
+  local lines = {
+    "# " .. run.id .. " — " .. run.exp.title, "",
+    "Source: " .. src.paper .. (src.figure ~= "" and (", " .. src.figure) or ""), "",
+    "## Claim", "", src.claim, "",
+    "## Result", "",
+    "- Paper: " .. tostring(s.paper or "(no number given)"),
+    "- Reproduced (" .. run.profile .. " profile): " .. tostring(s.reproduced or "(none)"),
+    "- Verdict: the claim " .. verdict(s.holds) .. ".",
+  }
+  if s.notes and s.notes ~= "" then
+    lines[#lines + 1] = ""
+    lines[#lines + 1] = s.notes
+  end
+  lines[#lines + 1] = ""
+  lines[#lines + 1] = "## Run"
+  lines[#lines + 1] = ""
+  lines[#lines + 1] = "- Profile: " .. run.profile .. ", seed " .. tostring(run.seed)
+  lines[#lines + 1] = "- Settings: `" .. results.canonical_json(run.cfg) .. "`"
+  lines[#lines + 1] = "- Engine: " .. ol.version() .. ", git commit " .. results.git_commit()
+  lines[#lines + 1] = "- Command: `" .. results.command_line() .. "`"
+  local parts = {}
+  for _, t in ipairs(timings) do
+    parts[#parts + 1] = string.format("%s %.1f s%s", t.name, t.seconds, t.cached and " (cached)" or "")
+  end
+  lines[#lines + 1] = "- Stages: " .. table.concat(parts, ", ")
+  local files = {}
+  for _, f in ipairs(run.files) do
+    local base = f:match("([^/]+)$")
+    if not base:match("%.dat$") then files[#files + 1] = "`" .. base .. "`" end
+  end
+  lines[#lines + 1] = "- Files: " .. table.concat(files, ", ")
+  plot.write_atomic(run.dir .. "/summary.md", table.concat(lines, "\n") .. "\n")
+end
+
+-- ---------------------------------------------------------------- entry point
+function M.run_file(exp, file)
+  local stages = validate(exp, file)
+  local root = ol.root
+  local opts = config.get({ profile = "default",
+                            out = os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results"),
+                            cache = os.getenv("OUTLIERLAB_CACHE") or (root .. "/cache") }, { strict = false })
+  local prof = exp.profiles[opts.profile]
+  if type(prof) ~= "table" then
+    local names = {}
+    for k in pairs(exp.profiles) do names[#names + 1] = k end
+    table.sort(names)
+    error(string.format("experiment %s: unknown profile '%s'; valid: %s", file, opts.profile, table.concat(names, ", ")), 0)
+  end
+  local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true } })
+
+  local run = setmetatable({
+    id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
+    dir = opts.out .. "/" .. exp.id, results_root = opts.out, cache_root = opts.cache,
+    out = {}, files = {},
+  }, Run)
+  mkdir(run.dir)
+  local ftext = read_file(file) or ""
+  local t_all = progress.now()
+  local timings = {}
+  run:log("%s (%s %s), profile %s", exp.title, exp.source.paper, exp.source.figure, run.profile)
+  for _, st in ipairs(stages) do
+    local t0 = progress.now()
+    local cached = false
+    local cpath
+    if st.cache then
+      local h = M.hash(results.canonical_json({ cfg = cfg, profile = run.profile, engine = ol.version(),
+                                                file = ftext, stage = st.name }))
+      cpath = run.cache_root .. "/stages/" .. exp.id .. "/" .. st.name .. "-" .. h .. ".lua"
+      local v = load_data(cpath)
+      if v ~= nil then run.out[st.name] = v; cached = true end
+    end
+    if not cached then
+      run:log("stage %s", st.name)
+      local v = st.fn(run)
+      run.out[st.name] = v
+      if st.cache and v ~= nil and progress.is_rank0() then
+        mkdir(cpath:match("^(.*)/"))
+        save_data(cpath, v)
+      end
+    else
+      run:log("stage %s: cached", st.name)
+    end
+    timings[#timings + 1] = { name = st.name, seconds = progress.now() - t0, cached = cached }
+  end
+  local s = exp.summary and exp.summary(run) or {}
+  if progress.is_rank0() then write_summary(run, s, timings) end
+  run:log("done in %.1f s: %s/summary.md — claim %s", progress.now() - t_all, run.dir,
+          s.holds == true and "holds" or s.holds == false and "does not hold" or "inconclusive")
+  if s.reproduced then run:log("reproduced: %s", s.reproduced) end
+  return run
+end
+
+
+-- ---------------------------------------------------------------- shared recipes
+-- What several experiment files do the same way: build the generated corpus, cut it into
+-- batches, train a model through the cache, load it back, run probes over held-out batches.
+
+-- data.corpus{seed, n_tokens, vocab_size}, memoised per settings (the generated corpus of
+-- outlierlab.data: tokens, vocab, special ids, category(id))
+local corpora = {}
+function M.corpus(d)
+  local key = results.canonical_json(d)
+  if not corpora[key] then
+    local data = require "outlierlab.data"
+    corpora[key] = data.corpus{ seed = d.seed, n_tokens = d.n_tokens, vocab_size = d.vocab_size }
+  end
+  return corpora[key]
+end
+
+-- Batches cut from the corpus token stream, deterministic in (seed, step):
+--   kind "lm"  (decoders): ids = [BOS, t_s .. t_{s+T-2}], targets = ids shifted by one
+--   kind "mlm" (BERT): ids = [CLS, t_s .. t_{s+T-3}, SEP]; 15 % of the inner positions are
+--              prediction targets, of which 80 % become [MASK], 10 % a random id, 10 % stay
+--              (BERT §3.1); token_type 0, pad_mask 1.
+-- split "train" draws starts from the first 90 % of the stream, "val" from the last 10 %.
+local Batcher = {}
+Batcher.__index = Batcher
+function M.batcher(corpus, o)
+  local self = setmetatable({ corpus = corpus, B = o.B, T = o.T, kind = o.kind or "lm", seed = o.seed or 1,
+                              split = o.split or "train", step = 0 }, Batcher)
+  local n = corpus.n
+  local cut = math.floor(n * 0.9)
+  if self.split == "train" then self.lo, self.hi = 0, cut - self.T - 1
+  else self.lo, self.hi = cut, n - self.T - 1 end
+  if self.hi <= self.lo then
+    error(string.format("batcher: corpus of %d tokens too small for T = %d (%s split)", n, self.T, self.split), 2)
+  end
+  return self
+end
+function Batcher:state() return { step = self.step } end
+function Batcher:set_state(s) self.step = s.step end
+function Batcher:next(ctx)
+  local C = ol.C
+  local B, T, sp = self.B, self.T, self.corpus.special
+  local tok = self.corpus.tokens
+  local ids = ctx:tensor({ B, T }, { dtype = "i32", name = "ids" })
+  local tg = ctx:tensor({ B, T }, { dtype = "i32", name = "targets" })
+  local seed = self.seed * 7919 + (self.split == "train" and 0 or 104729)
+  local span = self.hi - self.lo
+  local V = self.corpus.vocab_size or #self.corpus.vocab + 1
+  for b = 0, B - 1 do
+    local r = (self.step * B + b) * 64
+    local s = self.lo + math.floor(C.ol_rand_uniform(seed, r) * span)
+    if self.kind == "lm" then
+      ids.idata[b * T] = sp.bos
+      for t = 1, T - 1 do ids.idata[b * T + t] = tok[s + t - 1] end
+      for t = 0, T - 1 do tg.idata[b * T + t] = tok[s + t] end
+    else
+      ids.idata[b * T] = sp.cls
+      for t = 1, T - 2 do ids.idata[b * T + t] = tok[s + t - 1] end
+      ids.idata[b * T + T - 1] = sp.sep
+      for t = 0, T - 1 do tg.idata[b * T + t] = -100 end
+      for t = 1, T - 2 do
+        local u = C.ol_rand_uniform(seed + 1, (self.step * B + b) * T + t)
+        if u < 0.15 then
+          local orig = ids.idata[b * T + t]
+          tg.idata[b * T + t] = orig
+          local u2 = u / 0.15
+          if u2 < 0.8 then ids.idata[b * T + t] = sp.mask
+          elseif u2 < 0.9 then
+            ids.idata[b * T + t] = math.floor(C.ol_rand_uniform(seed + 2, (self.step * B + b) * T + t) * V) % V
+          end
+        end
+      end
+    end
+  end
+  self.step = self.step + 1
+  local batch = { ids = ids, targets = tg }
+  if self.kind == "mlm" then
+    batch.token_type = ctx:tensor({ B, T }, { dtype = "i32", name = "token_type" }):fill_(0)
+    batch.pad_mask = ctx:tensor({ B, T }, { dtype = "i32", name = "pad_mask" }):fill_(1)
+  end
+  return batch
+end
+
+-- the model config of a spec: preset + overrides, vocab_size and block_size from the data
+local function model_cfg(spec)
+  local models = require "outlierlab.models"
+  local o = {}
+  for k, v in pairs(spec.model.overrides or {}) do o[k] = v end
+  o.vocab_size = spec.data.vocab_size
+  o.block_size = spec.batch.T
+  o.seed = spec.seed
+  return models.preset(spec.model.preset, o)
+end
+M.model_cfg = model_cfg
+
+-- Train (or reuse) the model of spec = { model = {preset =, overrides = {}}, data = {seed =,
+-- n_tokens =, vocab_size =}, batch = {B =, T =, kind = "lm"|"mlm"}, train = {steps =, lr =,
+-- ...outlierlab.train keys}, seed = }. Returns run:model's handle (dir, ckpt, info with the
+-- training losses).
+function M.train_model(run, spec)
+  return run:model(spec, function(dir, ckpt)
+    local models = require "outlierlab.models"
+    local train = require "outlierlab.train"
+    local corpus = M.corpus(spec.data)
+    local ctx = ol.Context{ seed = spec.seed }
+    local m = models.build(ctx, model_cfg(spec))
+    local tr = M.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed })
+    local va = M.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed, split = "val" })
+    local tcfg = {}
+    for k, v in pairs(spec.train) do tcfg[k] = v end
+    tcfg.progress = tcfg.progress or "plain"
+    tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
+    run:log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, spec.batch.B, spec.batch.T)
+    local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va, cfg = tcfg, ckpt = ckpt }
+    local val = res.val[#res.val]
+    return { losses = res.losses, val_loss = val and val.loss or nil, steps = res.step,
+             params = m:num_params(), describe = m:describe() }
+  end)
+end
+
+-- a fresh context with the trained model loaded from the cache (eval mode)
+function M.load_model(spec, handle)
+  local models = require "outlierlab.models"
+  local checkpoint = require "outlierlab.checkpoint"
+  local ctx = ol.Context{ seed = spec.seed }
+  local m = models.build(ctx, model_cfg(spec))
+  checkpoint.load(handle.ckpt, ctx)
+  if m.eval then m:eval() end
+  return ctx, m
+end
+
+-- run fn(batch) over n held-out batches with the probe P attached (no gradients)
+function M.probe_batches(ctx, m, P, corpus, spec, n)
+  local va = M.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind,
+                                 seed = spec.seed + 1, split = "val" })
+  ctx:no_grad(function()
+    for _ = 1, n do
+      ctx:reset()
+      local batch = va:next(ctx)
+      P:forward(m, batch)
+    end
+  end)
+  ctx:reset()
+end
+
+-- a readable label for a token id
+function M.token_label(corpus, id)
+  local s = corpus.vocab[id]
+  if s == nil then return "#" .. tostring(id) end
+  if s == "\n" then return "\\n" end
+  return s
+end
+
+-- ---------------------------------------------------------------- listing (make list)
+-- every experiments/*.lua: id, title and whether results/<id>/summary.md exists
+function M.list(dir, results_root)
+  dir = dir or (ol.root .. "/experiments")
+  results_root = results_root or os.getenv("OUTLIERLAB_RESULTS") or (ol.root .. "/results")
+  local p = io.popen("ls '" .. dir .. "'/*.lua 2>/dev/null")
+  local out = {}
+  for f in p:lines() do
+    local chunk = loadfile(f)
+    local ok, exp = pcall(chunk or error)
+    if ok and type(exp) == "table" and exp.id then
+      local has = read_file(results_root .. "/" .. exp.id .. "/summary.md") ~= nil
+      out[#out + 1] = { id = exp.id, title = exp.title, file = f, has_results = has }
+    end
+  end
+  p:close()
+  return out
+end
+
+function M.print_list()
+  local list = M.list()
+  local w = 4
+  for _, e in ipairs(list) do w = math.max(w, #e.id) end
+  for _, e in ipairs(list) do
+    io.write(string.format("%-" .. w .. "s  %-11s  %s\n", e.id, e.has_results and "results" or "no results", e.title))
+  end
+  return 0
+end
+
+return M
