@@ -202,6 +202,51 @@ do
   ctx:reset()
 end
 
+-- ---------------------------------------------------------------- BERT: loss on the masked rows only
+do
+  local ctx = ol.Context({ seed = 4 })
+  local m = models.build(ctx, models.preset("bert-quick", { dropout = 0.0 }))
+  local batch = make_batch(ctx, m.cfg, 2, 9)
+  local full = ctx:no_grad(function() return m:forward(batch, { train = false }):cross_entropy(batch.targets, -100):item() end)
+  ctx:reset()
+  local l, info = m:loss(batch, { train = false })
+  t.near(l:item(), full, 1e-5, "bert: loss on the gathered masked rows = cross entropy of the full logits")
+  t.is(info.logits:shape_str(), string.format("(%d,%d)", info.ntokens, m.cfg.vocab_size), "bert: info.logits are the masked rows (M,V)")
+  -- the gradient reaches the word embedding through both the input and the tied decoder
+  ctx:zero_grad()
+  l:backward()
+  local g = m.word.weight:gradlist()
+  local nz = 0
+  for i = 1, #g do if g[i] ~= 0 then nz = nz + 1 end end
+  t.ok(nz == #g, "bert: every word-embedding row gets a gradient (tied decoder)", nz .. " of " .. #g)
+  ctx:reset()
+end
+
+-- ---------------------------------------------------------------- every attention variant plugs in
+do
+  local attention = require "outlierlab.attention"
+  for _, kind in ipairs(attention.kinds()) do
+    local ctx = ol.Context({ seed = 2 })
+    local fam = (kind == "gated" or kind == "clipped_softmax") and "bert" or "gpt2"
+    local cfg = models.preset(fam .. "-quick", { dropout = 0.0, attention = { kind = kind } })
+    local m = models.build(ctx, cfg)
+    local batch = make_batch(ctx, cfg, 2, 8)
+    local names = {}
+    local ok, err = pcall(function()
+      local l = m:loss(batch, { probe = function(n) names[n] = true end })
+      ctx:zero_grad()
+      l:backward()
+      if not ctx:grads_finite() then error("non-finite gradients") end
+    end)
+    local extra = ""
+    if kind == "gated" and not names.gates then ok, extra = false, " (no gates probe)" end
+    if kind == "ca_scale" and not names.scale then ok, extra = false, " (no scale probe)" end
+    t.ok(ok and names.attn_probs, string.format("attention '%s' in %s-quick: loss, probes, finite gradients", kind, fam),
+      tostring(err) .. extra)
+    ctx:reset()
+  end
+end
+
 -- ---------------------------------------------------------------- dropout: train vs eval, resumable masks
 do
   local ctx = ol.Context({ seed = 5 })

@@ -45,9 +45,9 @@ function M.build(ctx, cfg)
   return self
 end
 
--- batch.ids (B,T) int32, batch.token_type (B,T) int32 or nil (all 0), batch.pad_mask (B,T)
--- int32 or nil (1 = real token) -> MLM logits (B,T,V)
-function BERT:forward(batch, opts)
+-- The encoder: batch.ids (B,T) int32, batch.token_type (B,T) int32 or nil (all 0),
+-- batch.pad_mask (B,T) int32 or nil (1 = real token) -> hidden states (B,T,C).
+function BERT:encode(batch, opts)
   opts = opts or {}
   local cfg, P = self.cfg, opts.probe
   common.check_ids(batch.ids, "ids", "bert", 2)
@@ -74,16 +74,43 @@ function BERT:forward(batch, opts)
   if self.pooler then
     self.pooled = self.pooler:forward(x:narrow(1, 0, 1):view({ B, cfg.d_model })):tanh()
   end
-  local y = self.head_ln:forward(self.head_dense:forward(x):gelu(cfg.act == "gelu_tanh" and "tanh" or "erf"))
+  return x
+end
+
+-- MLM head: (..., C) -> (..., V): decoder(LN(GELU(dense(x)))), decoder tied to the word embedding
+function BERT:mlm_head(x)
+  local y = self.head_ln:forward(self.head_dense:forward(x):gelu(self.cfg.act == "gelu_tanh" and "tanh" or "erf"))
   return y:linear(self.word.weight, self.head_bias)
 end
 
--- MLM cross entropy over the masked positions (targets −100 elsewhere).
+-- -> MLM logits (B,T,V) at every position
+function BERT:forward(batch, opts)
+  return self:mlm_head(self:encode(batch, opts))
+end
+
+-- MLM cross entropy over the masked positions (targets −100 elsewhere). The head runs on the
+-- masked rows only (gathered with the embedding op, whose backward scatters the gradient
+-- back): the same loss as cross entropy of forward()'s logits, without the (B,T,V) logits
+-- of the unmasked ~85 %. info.logits are those of the masked rows (M,V), in row-major order.
 function BERT:loss(batch, opts)
   if not batch.targets then error("models.bert: loss needs batch.targets (B,T) int32, -100 = not masked", 2) end
-  local logits = self:forward(batch, opts)
-  local loss = logits:cross_entropy(batch.targets, -100)
-  return loss, { ntokens = common.count_targets(batch.targets, -100), logits = logits }
+  common.check_ids(batch.targets, "targets", "bert", 2)
+  local h = self:encode(batch, opts)
+  local B, T, Cd = h:size(0), h:size(1), h:size(2)
+  local tg = batch.targets
+  local M = common.count_targets(tg, -100)
+  if M == 0 or M == B * T then
+    local logits = self:mlm_head(h)
+    return logits:cross_entropy(tg, -100), { ntokens = M, logits = logits }
+  end
+  local rows = self.ctx:tensor({ M }, { dtype = "i32", name = "mlm_rows" })
+  local tsel = self.ctx:tensor({ M }, { dtype = "i32", name = "mlm_targets" })
+  local j = 0
+  for i = 0, B * T - 1 do
+    if tg.idata[i] ~= -100 then rows.idata[j] = i; tsel.idata[j] = tg.idata[i]; j = j + 1 end
+  end
+  local logits = self:mlm_head(rows:embedding(h:view({ B * T, Cd })))
+  return logits:cross_entropy(tsel, -100), { ntokens = M, logits = logits }
 end
 
 -- parameter count; also returns the parts (embeddings, layers, pooler, mlm_head)
