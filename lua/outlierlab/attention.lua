@@ -92,11 +92,15 @@ function M.new(ctx, spec, dims)
 end
 
 -- ---------------------------------------------------------------- plain-op helpers
--- scores s = q·kᵀ/√HD (B, NH, T, Tk), with padding keys pushed to -1e30 when pad_mask is given
+-- scores s = q·kᵀ/√HD (B, NH, T, Tk), with padding keys pushed to -1e30 when pad_mask is given.
+-- Masks are added with the activation hook suspended: they are not activations, and a
+-- quantiser (outlierlab.ptq, W8A8) must see the scores, not the -1e30 of masked keys.
+local function add_mask(s, bias) return ol.without_hook(function() return s + bias end) end
+M.add_mask = add_mask
 function M.scores(q, k, pad_mask)
   local hd = q:size(-1)
   local s = q:matmul(k, false, true):scale(1 / math.sqrt(hd))
-  if pad_mask then s = s + M.pad_bias(s, pad_mask) end
+  if pad_mask then s = add_mask(s, M.pad_bias(s, pad_mask)) end
   return s
 end
 
@@ -128,7 +132,7 @@ end
 -- masked scores from plain ops: s + causal bias + pad bias
 function M.masked_scores(q, k, opts)
   local s = M.scores(q, k, opts.pad_mask)
-  if opts.causal then s = s + M.causal_bias(s) end
+  if opts.causal then s = add_mask(s, M.causal_bias(s)) end
   return s
 end
 

@@ -1,0 +1,371 @@
+-- ptq — post-training quantisation (W8A8 and friends) and the other compression evaluations
+-- of the papers' tables, on top of outlierlab.compress (docs/COMPRESSION.md).
+--
+--   local ptq = require "outlierlab.ptq"
+--   local fp = ptq.evaluate(ctx, m, { metric = "ppl"|"acc", loader = fn() -> fresh loader, n = 8 })
+--   local q  = ptq.w8a8(ctx, m, { metric =, loader =, n =, calib_loader = fn() -> loader,
+--                                 n_calib = 16, wbits = 8, abits = 8, weight_range = "minmax"|"mse",
+--                                 estimator = "running_minmax"|"percentile", percentile = 99.999 })
+--   -- q = { value = metric, loss =, sites = quantised activation sites, weights = n tensors }
+--   local r  = ptq.weight_only(ctx, m, { fn = function(params) compress.absmax(params, ...) end, ... })
+--   local s  = ptq.outlier_stats(ctx, m, { loader =, n =, points = {"ffn_out", "ln2"} })
+--   -- s = { max_inf_norm, avg_kurtosis, n } over the hooked tensors (QT tables, REFERENCE §2)
+--
+-- QT's W8A8 setup (QT §5, App. C; REFERENCE §3):
+--   weights: symmetric uniform per tensor, min-max (BERT, ViT) or MSE (OPT) range, every weight
+--     matrix (>= 2 dims) except the final head and the gates: ptq.weights(ctx);
+--   activations: asymmetric uniform per tensor, static ranges from n_calib calibration batches
+--     (running min-max with momentum 0.9, or a percentile), at the output of every op that
+--     makes a new activation (linear in/outputs, residual and embedding sums, attention
+--     scores, softmax outputs, norm and activation outputs; outlierlab.compress);
+--   the attention runs through its plain-op reference path (attention.reference) while
+--     quantised, so its scores and probabilities pass the hook (the fused C kernel never
+--     materialises them); masks are added outside the hook (attention.add_mask); gates and
+--     context-aware scaling factors are computed with ol.without_hook (full precision);
+--   the last linear (the head: logits) stays in full precision (compress skip_last_linear).
+-- Every evaluation restores the FP weights and the fused attention before it returns.
+local ol = require "outlierlab"
+local compress = require "outlierlab.compress"
+local attention = require "outlierlab.attention"
+local analysis = require "outlierlab.analysis"
+local probes = require "outlierlab.probes"
+local ffi = ol.ffi
+
+local M = {}
+
+-- ---------------------------------------------------------------- what is compressed
+-- Parameters that stay in full precision (Lua patterns on the parameter name): the final
+-- head and the token embedding tied to it (GPT-2 wte, OPT embed_tokens, BERT's decoder is
+-- embeddings.word), QT's gates, SO's context-aware scaling weights and the learned sink /
+-- bias vectors of the attention variants (not weights of a linear layer).
+M.KEEP_FP = { "^head%.", "^lm_head%.", "^wte%.", "^embed_tokens%.", "^embeddings%.word%.",
+              "%.gate%.", "%.scale%.", "%.sink%.", "%.ca_bias%.", "%.v_bias$" }
+-- For SO Table 3 ("all layers" of the transformer): the linear layers of the blocks only.
+M.LINEAR_ONLY = { "_proj%.weight$" }
+
+-- weights to compress: >= 2-D parameters matching none of skip (default KEEP_FP) and, when
+-- only is given, at least one of only
+function M.weights(ctx, opts)
+  opts = opts or {}
+  local out = {}
+  for _, p in ipairs(compress.select_weights(ctx, opts.skip or M.KEEP_FP)) do
+    local name = ffi.string(p.name)
+    local keep = opts.only == nil
+    for _, pat in ipairs(opts.only or {}) do if name:match(pat) then keep = true end end
+    if keep then out[#out + 1] = p end
+  end
+  return out
+end
+function M.names(params)
+  local out = {}
+  for i, p in ipairs(params) do out[i] = ffi.string(p.name) end
+  return out
+end
+
+-- ---------------------------------------------------------------- attention switch
+-- every attention-variant object inside a model (found by walking its tables)
+function M.attention_modules(model)
+  local out, seen = {}, {}
+  local function walk(t, depth)
+    if seen[t] or depth > 8 then return end
+    seen[t] = true
+    if getmetatable(t) == attention.Attn then out[#out + 1] = t return end
+    for k, v in pairs(t) do
+      if type(v) == "table" and k ~= "ctx" and k ~= "cfg" then walk(v, depth + 1) end
+    end
+  end
+  walk(model, 0)
+  return out
+end
+
+-- Route every attention of the model through its plain-op reference (so scores and
+-- probabilities are seen by the activation hook) and compute gates / scaling factors with
+-- the hook suspended. Returns a function that undoes both.
+function M.plain_attention(model)
+  local mods = M.attention_modules(model)
+  local saved = {}
+  for i, A in ipairs(mods) do
+    saved[i] = { ref = A.use_reference, factor = rawget(A, "factor") }
+    if not attention.reference[A.base] then
+      error("ptq: attention kind '" .. tostring(A.kind) .. "' has no plain-op reference path", 2)
+    end
+    A.use_reference = true
+    if saved[i].factor then
+      local f = saved[i].factor
+      A.factor = function(s, x) return ol.without_hook(f, s, x) end
+    end
+  end
+  return function()
+    for i, A in ipairs(mods) do A.use_reference = saved[i].ref; A.factor = saved[i].factor end
+  end, #mods
+end
+
+-- ---------------------------------------------------------------- evaluation
+-- Metric over n batches of a fresh loader (the same batches every call):
+--   "ppl": exp(Σ loss·ntokens / Σ ntokens) (LM or MLM perplexity);  "acc": top-1 accuracy in %.
+-- run(fn) wraps the per-batch forward (the quantiser); returns { value, loss, ntokens }.
+function M.evaluate(ctx, m, o, run)
+  local metric = o.metric or "ppl"
+  local loader = o.loader()
+  local n = o.n or 8
+  local lsum, ntok, correct, total = 0, 0, 0, 0
+  local function body(reset)
+    for _ = 1, n do
+      ctx:reset()
+      local batch = loader:next(ctx)
+      if reset then reset() end
+      local loss, info = m:loss(batch, { train = false })
+      local l = loss:item()
+      if l ~= l then error("ptq.evaluate: the loss is NaN", 0) end
+      lsum = lsum + l * info.ntokens
+      ntok = ntok + info.ntokens
+      if metric == "acc" then
+        local lg, lab = info.logits, batch.labels
+        local B, K = lg:size(0), lg:size(1)
+        for b = 0, B - 1 do
+          local best, bi = -math.huge, 0
+          for k = 0, K - 1 do
+            local v = lg.data[b * K + k]
+            if v > best then best, bi = v, k end
+          end
+          if lab.idata[b] >= 0 then
+            total = total + 1
+            if bi == lab.idata[b] then correct = correct + 1 end
+          end
+        end
+      end
+    end
+  end
+  ctx:no_grad(function()
+    if run then run(body) else body(nil) end
+  end)
+  ctx:reset()
+  local loss = lsum / math.max(ntok, 1)
+  local value = metric == "acc" and 100 * correct / math.max(total, 1) or math.exp(loss)
+  return { value = value, loss = loss, ntokens = ntok, metric = metric }
+end
+
+-- run fn() with the FP weights restored afterwards (also on error)
+local function with_snapshot(ctx, fn)
+  local snap = compress.snapshot(ctx)
+  local res = { pcall(fn) }
+  compress.restore(ctx, snap)
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2)
+end
+
+-- Static post-training quantisation WxAy (QT §5): quantise the weights, calibrate the
+-- activation ranges on n_calib batches (weights already quantised, as in a quantisation
+-- simulator), evaluate with every calibrated site quantised, restore.
+function M.w8a8(ctx, m, o)
+  return with_snapshot(ctx, function()
+    local undo = M.plain_attention(m)
+    local ok, res = pcall(function()
+      local params = M.weights(ctx, { skip = o.skip })
+      if (o.wbits or 8) < 32 then
+        compress.quantize_weights(params, { bits = o.wbits or 8, range = o.weight_range or "minmax" })
+      end
+      local q = compress.ActivationQuantizer{ bits = o.abits or 8, estimator = o.estimator or "running_minmax",
+                                              momentum = o.momentum or 0.9, percentile = o.percentile }
+      local cl = o.calib_loader()
+      ctx:no_grad(function()
+        for _ = 1, o.n_calib or 16 do
+          ctx:reset()
+          local batch = cl:next(ctx)
+          q:calibrate(function() m:forward(batch, { train = false }) end)
+        end
+      end)
+      ctx:reset()
+      local r = M.evaluate(ctx, m, o, function(body) q:run(body) end)
+      r.sites, r.weights = q:num_sites(), #params
+      return r
+    end)
+    undo()
+    if not ok then error(res, 0) end
+    return res
+  end)
+end
+
+-- Weight-only compression: fn(params) changes the weights in place (AbsMax, pruning); the
+-- metric is evaluated (fused attention, FP activations) and the weights restored.
+function M.weight_only(ctx, m, o)
+  return with_snapshot(ctx, function()
+    local params = M.weights(ctx, { skip = o.skip, only = o.only })
+    local extra = o.fn(params)
+    local r = M.evaluate(ctx, m, o)
+    r.weights, r.sparsity, r.extra = #params, compress.sparsity(params), extra
+    return r
+  end)
+end
+
+-- ---------------------------------------------------------------- outlier statistics
+-- Streams the probe points over n batches: per (point, layer) the per-sequence max |x| and
+-- Pearson kurtosis averaged over sequences; summary as QT's tables (analysis.summarize).
+-- Returns { max_inf_norm, avg_kurtosis, n, per = { {point, layer, max_inf_norm, kurtosis,
+-- topk = {3 values}, median} } }.
+function M.outlier_stats(ctx, m, o)
+  local loader = o.loader()
+  local stats = {}
+  local P = probes.new{ points = o.points, layers = "all" }
+  for _, pt in ipairs(o.points) do
+    local L = { stats = {} }
+    function L.probe(_, x, layer, batch)
+      local s = L.stats[layer]
+      if not s then
+        local nd = x.ndim
+        s = analysis.Stats{ T = x:size(nd - 2), C = x:size(nd - 1), V = 0, topk = o.topk or 3,
+                            rule = analysis.rule{ kind = "none" } }
+        L.stats[layer] = s
+      end
+      s:update_batch(x, batch)
+    end
+    stats[pt] = L
+    P:attach(pt, L)
+  end
+  ctx:no_grad(function()
+    for _ = 1, o.n or 8 do
+      ctx:reset()
+      local batch = loader:next(ctx)
+      P:forward(m, batch)
+    end
+  end)
+  ctx:reset()
+  local per, list = {}, {}
+  for _, pt in ipairs(o.points) do
+    local layers = {}
+    for l in pairs(stats[pt].stats) do layers[#layers + 1] = l end
+    table.sort(layers)
+    if #layers == 0 then error("ptq.outlier_stats: the model never reported probe point '" .. pt .. "'", 2) end
+    for _, l in ipairs(layers) do
+      local r = stats[pt].stats[l]:result()
+      list[#list + 1] = r
+      per[#per + 1] = { point = pt, layer = l, max_inf_norm = r.avg_max_inf_norm, kurtosis = r.avg_kurtosis,
+                        topk = r.avg_topk, median = r.avg_median }
+    end
+  end
+  local s = analysis.summarize(list)
+  s.per = per
+  return s
+end
+
+-- ---------------------------------------------------------------- small statistics
+-- mean and sample standard deviation (n-1; 0 for one value) of a list
+function M.mean_std(xs)
+  local n = #xs
+  if n == 0 then return 0 / 0, 0 / 0 end
+  local s = 0
+  for _, x in ipairs(xs) do s = s + x end
+  local mu = s / n
+  if n == 1 then return mu, 0 end
+  local v = 0
+  for _, x in ipairs(xs) do v = v + (x - mu) ^ 2 end
+  return mu, math.sqrt(v / (n - 1))
+end
+-- "mean ± std" (or the single value) with fmt
+function M.pm(xs, fmt)
+  fmt = fmt or "%.3g"
+  local mu, sd = M.mean_std(xs)
+  if #xs <= 1 then return string.format(fmt, mu) end
+  return string.format(fmt .. " ± " .. fmt, mu, sd)
+end
+
+-- ---------------------------------------------------------------- shared recipes
+-- The model specs of the compression experiments. qt-table1 and qt-table2 share the BERT
+-- models, so-table3 / so-fig11 / so-fig12 share the GPT-2 variants: the specs come from
+-- these functions only, so identical models hash identically (experiment.lua run:model).
+
+-- QT's clipped softmax at sequence length T: the paper's γ is for BERT's T = 128 (Table 1,
+-- 2), OPT's is γ = −α/T with α = 12, ViT's γ = −1e−4 at T = 197 tokens. γ is scaled to keep
+-- γ·T fixed (the clipping threshold −γ/(ζ−γ) relative to the uniform probability 1/T).
+function M.qt_gamma(gamma_paper, T_paper, T) return gamma_paper * T_paper / T end
+
+-- spec for an LM/MLM model (experiment.train_model): family preset, attention, data, recipe
+function M.text_spec(cfg, preset, kind, attn, recipe, seed)
+  local ov = { dropout = cfg.dropout or 0 }
+  if attn and attn ~= "softmax" then ov.attention = attn end
+  return {
+    model = { preset = preset, overrides = ov },
+    data = { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size },
+    batch = { B = cfg.batch, T = cfg.seq_len, kind = kind },
+    train = recipe,
+    seed = seed,
+  }
+end
+
+-- spec for a ViT on the synthetic images (trained by M.train)
+function M.image_spec(cfg, preset, attn, recipe, seed)
+  local ov = { dropout = 0, n_classes = cfg.classes, image_size = cfg.image_size, patch_size = cfg.patch }
+  if attn and attn ~= "softmax" then ov.attention = attn end
+  return {
+    model = { preset = preset, overrides = ov },
+    data = { kind = "image", n = cfg.n_images, size = cfg.image_size, classes = cfg.classes, seed = cfg.data_seed },
+    batch = { B = cfg.batch, patch = cfg.patch, kind = "image" },
+    train = recipe,
+    seed = seed,
+  }
+end
+
+local function image_loader(spec, split, seed_shift)
+  local data = require "outlierlab.data"
+  local d = spec.data
+  return data.ImageLoader{ n = d.n, size = d.size, classes = d.classes, seed = d.seed, B = spec.batch.B,
+                           split = split }
+end
+
+-- train (or reuse) a model of a spec: text through experiment.train_model, images here
+function M.train(run, spec)
+  local E = require "outlierlab.experiment"
+  if spec.batch.kind ~= "image" then return E.train_model(run, spec) end
+  return run:model(spec, function(dir, ckpt)
+    local models = require "outlierlab.models"
+    local train = require "outlierlab.train"
+    local ctx = ol.Context{ seed = spec.seed }
+    local mc = {}
+    for k, v in pairs(spec.model.overrides) do mc[k] = v end
+    mc.seed = spec.seed
+    local m = models.build(ctx, models.preset(spec.model.preset, mc))
+    local tcfg = {}
+    for k, v in pairs(spec.train) do tcfg[k] = v end
+    tcfg.progress = tcfg.progress or "plain"
+    tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
+    run:log("%s, %d steps of %d images", m:describe(), spec.train.steps, spec.batch.B)
+    local res = train.run{ ctx = ctx, model = m, loader = image_loader(spec, "train"),
+                           val_loader = image_loader(spec, "val"), cfg = tcfg, ckpt = ckpt }
+    local val = res.val[#res.val]
+    return { losses = res.losses, val_loss = val and val.loss or nil, steps = res.step,
+             params = m:num_params(), describe = m:describe() }
+  end)
+end
+
+-- load a trained model (eval mode) and the loaders of its evaluations:
+-- returns ctx, m, { val = fn() -> held-out loader, calib = fn() -> training-split loader,
+-- metric = "ppl"|"acc" }
+function M.load(spec, handle)
+  local E = require "outlierlab.experiment"
+  local checkpoint = require "outlierlab.checkpoint"
+  if spec.batch.kind ~= "image" then
+    local ctx, m = E.load_model(spec, handle)
+    local corpus = E.corpus(spec.data)
+    local b = spec.batch
+    return ctx, m, {
+      metric = "ppl",
+      val = function() return E.batcher(corpus, { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 1, split = "val" }) end,
+      calib = function() return E.batcher(corpus, { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 2 }) end,
+    }
+  end
+  local models = require "outlierlab.models"
+  local ctx = ol.Context{ seed = spec.seed }
+  local mc = {}
+  for k, v in pairs(spec.model.overrides) do mc[k] = v end
+  mc.seed = spec.seed
+  local m = models.build(ctx, models.preset(spec.model.preset, mc))
+  checkpoint.load(handle.ckpt, ctx)
+  if m.eval then m:eval() end
+  return ctx, m, {
+    metric = "acc",
+    val = function() return image_loader(spec, "val") end,
+    calib = function() return image_loader(spec, "train") end,
+  }
+end
+
+return M
