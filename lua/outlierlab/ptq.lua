@@ -368,4 +368,134 @@ function M.load(spec, handle)
   }
 end
 
+-- QT's hooked tensors per family (REFERENCE §2; probe names of lua/outlierlab/models):
+-- BERT: FFN output (before the residual) and the LayerNorm outputs of each layer; OPT (and
+-- the pre-LN ViT): layer output, fc2 output, attention out-projection output, the attention
+-- LayerNorm and the final LayerNorm.
+M.QT_POINTS = { bert = { "ffn_out", "ln1", "ln2" }, opt = { "h", "ffn_out", "attn_out", "ln1", "ln_f" },
+                vit = { "h", "ffn_out", "attn_out", "ln1", "ln_f" } }
+
+-- One row of QT's tables for a trained model: FP metric, max inf norm, avg kurtosis, and the
+-- metric after post-training quantisation (o.wbits/o.abits, default W8A8).
+-- o: n_eval, n_calib (16), n_stats, weight_range, estimator, percentile, wbits, abits.
+function M.qt_row(spec, handle, family, o)
+  local ctx, m, L = M.load(spec, handle)
+  local fp = M.evaluate(ctx, m, { metric = L.metric, loader = L.val, n = o.n_eval })
+  local st = M.outlier_stats(ctx, m, { loader = L.val, n = o.n_stats or o.n_eval, points = M.QT_POINTS[family] })
+  local q = M.w8a8(ctx, m, { metric = L.metric, loader = L.val, n = o.n_eval, calib_loader = L.calib,
+                             n_calib = o.n_calib or 16, wbits = o.wbits or 8, abits = o.abits or 8,
+                             weight_range = o.weight_range, estimator = o.estimator, percentile = o.percentile })
+  return { metric = L.metric, fp = fp.value, fp_loss = fp.loss, max_inf_norm = st.max_inf_norm,
+           avg_kurtosis = st.avg_kurtosis, q = q.value, q_loss = q.loss, sites = q.sites, weights = q.weights }
+end
+
+-- ---------------------------------------------------------------- QT / SO profiles and specs
+-- The settings that determine the trained models, one table per profile. The experiment
+-- files copy these and add their own keys, so a model that two experiments share has the
+-- same spec (and so the same cache hash) in both.
+local function copy(t)
+  if type(t) ~= "table" then return t end
+  local o = {}
+  for k, v in pairs(t) do o[k] = copy(v) end
+  return o
+end
+M.copy = copy
+
+local QT_PROFILES = {
+  quick = { vocab_size = 256, n_tokens = 20000, data_seed = 1, dropout = 0.0, n_seeds = 1,
+            bert_preset = "bert-quick", bert_T = 16, bert_batch = 4, bert_steps = 4, bert_lr = 1e-3, bert_warmup = 1,
+            opt_preset = "opt-quick", opt_T = 16, opt_batch = 4, opt_steps = 4, opt_lr = 1e-3, opt_warmup = 1,
+            vit_preset = "vit-quick", vit_image = 16, vit_patch = 4, vit_classes = 4, vit_images = 64,
+            vit_batch = 4, vit_steps = 4, vit_lr = 1e-3, vit_warmup = 1,
+            n_eval = 1, n_calib = 2, n_stats = 1 },
+  default = { vocab_size = 1024, n_tokens = 300000, data_seed = 1, dropout = 0.0, n_seeds = 1,
+              bert_preset = "bert-tiny", bert_T = 64, bert_batch = 16, bert_steps = 300, bert_lr = 1e-3, bert_warmup = 30,
+              opt_preset = "opt-tiny", opt_T = 64, opt_batch = 16, opt_steps = 300, opt_lr = 1e-3, opt_warmup = 30,
+              vit_preset = "vit-tiny", vit_image = 32, vit_patch = 4, vit_classes = 4, vit_images = 4096,
+              vit_batch = 16, vit_steps = 300, vit_lr = 1e-3, vit_warmup = 30,
+              n_eval = 8, n_calib = 16, n_stats = 8 },
+  -- REFERENCE §4 (BERT-base 1M steps, OPT-125m 125k steps, ViT-S/16 300 epochs of ImageNet:
+  -- here 300 epochs of a 102,400-image synthetic set at 224², batch 512 = 60k steps)
+  paper = { vocab_size = 30522, n_tokens = 100000000, data_seed = 1, dropout = 0.1, n_seeds = 3,
+            bert_preset = "bert-base", bert_T = 128, bert_batch = 256, bert_steps = 1000000, bert_lr = 1e-4, bert_warmup = 10000,
+            opt_preset = "opt-125m", opt_T = 512, opt_batch = 192, opt_steps = 125000, opt_lr = 4e-4, opt_warmup = 2000,
+            vit_preset = "vit-s16", vit_image = 224, vit_patch = 16, vit_classes = 12, vit_images = 102400,
+            vit_batch = 512, vit_steps = 60000, vit_lr = 1e-3, vit_warmup = 5000,
+            n_eval = 64, n_calib = 16, n_stats = 64 },
+}
+function M.qt_profiles(extra)
+  local out = copy(QT_PROFILES)
+  for name, kv in pairs(extra or {}) do
+    for k, v in pairs(kv) do out[name][k] = v end
+  end
+  return out
+end
+
+-- QT's attention variants at the sequence length of the family (see M.qt_gamma):
+--   vanilla: softmax; clipped: BERT γ = −0.025 at T = 128, OPT γ = −α/T with α = 12,
+--   ViT γ = −1e−4 at 197 tokens; gated: linear gate per head, π_init = 0.5 (b_init = 0).
+function M.qt_tokens(cfg, family)
+  if family == "vit" then return (cfg.vit_image / cfg.vit_patch) ^ 2 + 1 end
+  return cfg[family .. "_T"]
+end
+function M.qt_attention(cfg, family, variant)
+  if variant == "vanilla" then return nil end
+  if variant == "gated" then return { kind = "gated", gate = "linear", pi_init = 0.5 } end
+  if variant ~= "clipped" then error("ptq.qt_attention: unknown variant " .. tostring(variant), 2) end
+  local T = M.qt_tokens(cfg, family)
+  if family == "bert" then return { kind = "clipped_softmax", gamma = M.qt_gamma(-0.025, 128, T) } end
+  if family == "opt" then return { kind = "clipped_softmax", alpha = 12 } end
+  return { kind = "clipped_softmax", gamma = M.qt_gamma(-1e-4, 197, T) }
+end
+
+-- QT's training recipes (REFERENCE §4) with the profile's steps / lr / warmup
+function M.qt_spec(cfg, family, attn, seed)
+  if family == "bert" then
+    return M.text_spec({ data_seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size,
+                         batch = cfg.bert_batch, seq_len = cfg.bert_T, dropout = cfg.dropout }, cfg.bert_preset, "mlm", attn,
+      { steps = cfg.bert_steps, lr = cfg.bert_lr, warmup = cfg.bert_warmup, schedule = "linear", min_lr = 0,
+        weight_decay = 0.01, betas = { 0.9, 0.999 }, eps = 1e-6, clip = 1.0 }, seed)
+  elseif family == "opt" then
+    return M.text_spec({ data_seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size,
+                         batch = cfg.opt_batch, seq_len = cfg.opt_T, dropout = cfg.dropout }, cfg.opt_preset, "lm", attn,
+      { steps = cfg.opt_steps, lr = cfg.opt_lr, warmup = cfg.opt_warmup, schedule = "linear", min_lr = 0,
+        weight_decay = 0.1, betas = { 0.9, 0.95 }, eps = 1e-8, clip = 1.0 }, seed)
+  elseif family == "vit" then
+    return M.image_spec({ n_images = cfg.vit_images, image_size = cfg.vit_image, classes = cfg.vit_classes,
+                          data_seed = cfg.data_seed, batch = cfg.vit_batch, patch = cfg.vit_patch }, cfg.vit_preset, attn,
+      { steps = cfg.vit_steps, lr = cfg.vit_lr, warmup = cfg.vit_warmup, schedule = "cosine", min_lr = 0,
+        weight_decay = 0.03, betas = { 0.9, 0.999 }, eps = 1e-8, clip = 1.0 }, seed)
+  end
+  error("ptq.qt_spec: unknown family " .. tostring(family), 2)
+end
+
+-- SO's GPT-2 runs (REFERENCE §4: nanoGPT recipe, no biases, dropout 0, tied embeddings) and
+-- its attention variants (a)–(e) plus sigmoid attention (SO Table 2, App. D.1)
+local SO_PROFILES = {
+  quick = { preset = "gpt2-quick", vocab_size = 256, n_tokens = 20000, data_seed = 1, seq_len = 16, batch = 4,
+            steps = 4, lr = 1e-3, warmup = 1, n_seeds = 1, n_eval = 1 },
+  default = { preset = "gpt2-tiny", vocab_size = 1024, n_tokens = 300000, data_seed = 1, seq_len = 64, batch = 16,
+              steps = 300, lr = 1e-3, warmup = 30, n_seeds = 2, n_eval = 8 },
+  -- 491,520 tokens per step = 480 sequences of 1024 (nanoGPT: 12 × 40 accumulated)
+  paper = { preset = "gpt2-124m", vocab_size = 50304, n_tokens = 1000000000, data_seed = 1, seq_len = 1024, batch = 480,
+            steps = 50000, lr = 6e-4, warmup = 2000, n_seeds = 1, n_eval = 64 },
+}
+function M.so_profiles(extra)
+  local out = copy(SO_PROFILES)
+  for name, kv in pairs(extra or {}) do
+    for k, v in pairs(kv) do out[name][k] = v end
+  end
+  return out
+end
+M.SO_VARIANTS = { "softmax", "fixed_bias", "ca_bias", "attn_bias", "ca_scale", "sigmoid" }
+M.SO_LABELS = { softmax = "(a) default softmax", fixed_bias = "(b) fixed bias", ca_bias = "(c) context-aware bias",
+                attn_bias = "(d) attention bias", ca_scale = "(e) context-aware scaling", sigmoid = "sigmoid attention" }
+function M.so_spec(cfg, variant, seed)
+  return M.text_spec({ data_seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size,
+                       batch = cfg.batch, seq_len = cfg.seq_len, dropout = 0 }, cfg.preset, "lm",
+    variant ~= "softmax" and { kind = variant } or nil,
+    { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine", min_lr = cfg.lr / 10,
+      weight_decay = 0.1, betas = { 0.9, 0.95 }, eps = 1e-8, clip = 1.0 }, seed)
+end
+
 return M
