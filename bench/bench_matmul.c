@@ -153,19 +153,24 @@ int main(int argc, char **argv) {
     ol_fill_normal(W1, 0, 0.02f, 12); ol_fill(B1, 0); ol_fill_normal(W2, 0, 0.02f, 13); ol_fill(B2, 0);
     ol_tensor_set_requires_grad(X, 1);   /* the block's input gradient, as inside a network */
     int64_t one[1] = { M * D };
-    double tf[64], tb[64], tt[64];
+    double tf[64], tb[64], tt[64], s_ln[64], s_fc[64], s_gelu[64], s_proj[64];
     int mreps = reps > 64 ? 64 : reps;
     for (int r = -1; r < mreps; r++) {   /* r = -1: warm-up */
         ol_zero_grad(ctx);
         ol_tensor_zero_grad(X);
         double t0 = now();
         ol_tensor *h = ol_layernorm(X, g, b, 1e-5f);
+        double ta = now();
         ol_tensor *u = ol_linear(h, W1, B1);
+        double tb_ = now();
         ol_tensor *a = ol_unary(u, OL_GELU_TANH);
+        double tc = now();
         ol_tensor *y = ol_linear(a, W2, B2);
+        double td = now();
         ol_tensor *loss = ol_mean(ol_reshape(y, 1, one));
         if (!loss) die("mlp forward");
         double t1 = now();
+        if (r >= 0) { s_ln[r] = ta - t0; s_fc[r] = tb_ - ta; s_gelu[r] = tc - tb_; s_proj[r] = td - tc; }
         if (ol_backward(loss) != 0) die("mlp backward");
         double t2 = now();
         ol_step_reset(ctx);
@@ -179,6 +184,9 @@ int main(int argc, char **argv) {
     printf("  total    %8.2f ms  %7.1f GFLOP/s = %.3f of the sgemm peak %.1f GFLOP/s measured above\n",
            mt * 1e3, 6 * mm / mt * 1e-9, 6 * mm / mt * 1e-9 / peak, peak);
     printf("  (flops counted: matmuls only; LayerNorm, GELU, bias and the loss add memory-bound work)\n");
+    printf("  forward by op: LN %.2f ms, fc+bias %.2f ms (%.1f GFLOP/s), GELU %.2f ms, proj+bias %.2f ms (%.1f GFLOP/s)\n",
+           median(s_ln, mreps) * 1e3, median(s_fc, mreps) * 1e3, mm / median(s_fc, mreps) * 1e-9,
+           median(s_gelu, mreps) * 1e3, median(s_proj, mreps) * 1e3, mm / median(s_proj, mreps) * 1e-9);
     free(tr); free(te);
     ol_ctx_free(ctx);
     return 0;
