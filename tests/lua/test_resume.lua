@@ -22,6 +22,7 @@ int test_resume_getpid(void) __asm__("getpid");
 int test_resume_kill(int pid, int sig) __asm__("kill");
 ]])
 local C = ol.C
+ol.set_num_threads(1)     -- a tiny model: threads only add barrier waits (bit-identity holds per thread count)
 local ctx = ol.Context { seed = 3, params = 2 ^ 20, step_bytes = 2 ^ 26 }
 local V, T, B = 64, 16, 2
 local m = gpt2.build(ctx, { family = "gpt2", d_model = 32, n_layer = 2, n_head = 4, d_ff = 128, vocab_size = V,
