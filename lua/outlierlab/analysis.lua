@@ -18,7 +18,8 @@
 --   local s = analysis.Stats{ T =, C =, V = 0, topk = 3, bins = 0, lo =, hi =, log = false,
 --                             rule = {...}, category = fn(id) or nil }
 --   s:update(x, ids, mask)        -- ids, mask: int32 (B, T) tensors or nil (mask 0 = padding)
---   s:update_batch(x, batch)      -- ids = batch.ids, mask = batch.pad_mask
+--   s:update_batch(x, batch)      -- ids = batch.ids, mask = batch.pad_mask (batch.seq_offset:
+--                                 -- global index of its first sequence, for MPI-spread batches)
 --   s:merge(other)                -- exact: sums added, maxima maxed, top-k merged
 --   s:reset(); s:set_seq_offset(n); s:clone_empty()
 --   s:data(), s:size(), s:sections() -- raw state for MPI: {sum = {off, len}, max = {...}, topk = {...}}
@@ -173,8 +174,11 @@ function Stats:update(x, ids, mask)
   check(C.ol_stats_update(self.raw, ten(x, "x"), ten(ids, "ids"), ten(mask, "mask")))
   return self
 end
+-- batch.seq_offset (optional) is the global index of the batch's first sequence: set by a
+-- caller that spreads batches over MPI ranks, so merged top-k records name global sequences
 function Stats:update_batch(x, batch)
   batch = batch or {}
+  if batch.seq_offset then self:set_seq_offset(batch.seq_offset) end
   return self:update(x, batch.ids, batch.pad_mask)
 end
 function Stats:merge(other) check(C.ol_stats_merge(self.raw, other.raw)) return self end

@@ -38,7 +38,7 @@ function probes.new(o)
   for k in pairs(o) do
     if k ~= "points" and k ~= "layers" and k ~= "on" then error("probes.new: unknown key '" .. tostring(k) .. "'", 2) end
   end
-  local self = setmetatable({ handlers = {}, enders = {}, counts = {}, batch = nil,
+  local self = setmetatable({ handlers = {}, enders = {}, counts = {}, batch = nil, objects = {},
                               layers = layer_filter(o.layers, "probes.new"), on = o.on, points = {} }, Probe)
   for _, p in ipairs(o.points or {}) do self.points[p] = true end
   if o.on ~= nil and type(o.on) ~= "function" then error("probes.new: on must be a function", 2) end
@@ -50,9 +50,13 @@ end
 function Probe:attach(point, handler, layers)
   if type(point) ~= "string" then error("probes:attach: point must be a string", 2) end
   local call
-  if type(handler) == "function" then call = handler
+  if type(handler) == "function" then
+    call = handler
+    self.local_only = true   -- a function's results live in its own upvalues: not mergeable
   elseif type(handler) == "table" and type(handler.probe) == "function" then
     call = function(t, l, b, n) handler:probe(t, l, b, n) end
+    if type(handler.merge) == "function" then self.objects[#self.objects + 1] = handler
+    else self.local_only = true end
     if type(handler.end_batch) == "function" then self.enders[#self.enders + 1] = handler end
   else
     error("probes:attach: handler for '" .. point .. "' must be a function or have a :probe method", 2)
@@ -72,7 +76,19 @@ function Probe:attach_overlap(ov, act_point, attn_point, layers)
     if not lf or lf[l] then ov:probe_attn(t, l, b) end
   end)
   self.enders[#self.enders + 1] = ov
+  self.local_only = true
   return ov
+end
+
+-- Under MPI: true when every handler is an accumulator with :merge, so ranks may take
+-- disjoint batches and merge afterwards (P:merge_ranks); false when a function handler
+-- (whose state the collector cannot see) is attached: then every rank must see every batch.
+function Probe:distributable() return not self.local_only and self.on == nil end
+
+-- Merge every attached accumulator across the MPI ranks (outlierlab.dist.allmerge).
+function Probe:merge_ranks()
+  local dist = require "outlierlab.dist"
+  for _, h in ipairs(self.objects) do dist.allmerge(h) end
 end
 
 function Probe:set_batch(batch) self.batch = batch end
