@@ -1,0 +1,60 @@
+-- The compression experiments (qt-table1, qt-table2, so-table3, so-fig11, so-fig12) in their
+-- quick profile: the variables of each NetCDF file, the papers' numbers beside the
+-- reproduced ones in summary.md, and shared models trained once (so-table3 after so-fig11).
+-- (tests/lua/test_experiments.lua checks the generic parts for every experiment.)
+local t = require "outlierlab.tap"
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"__rc=$?\"")
+  local s = p:read("*a")
+  p:close()
+  local rc = tonumber(s:match("__rc=(%d+)%s*$"))
+  return (s:gsub("__rc=%d+%s*$", "")), rc == 0
+end
+local function slurp(path)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+local tmp = os.tmpname()
+os.remove(tmp)
+os.execute("mkdir -p " .. tmp)
+local base = "OMP_NUM_THREADS=1 bin/outlierlab run experiments/%s.lua --profile=quick --out=" .. tmp .. "/results --cache=" .. tmp .. "/cache"
+local expect = {
+  ["so-fig11"] = { vars = { "double topk_abs(variant, layer, rank)", "double median_abs(variant, layer)", "double top1_over_median(variant)" },
+                   md = { "(e) context-aware scaling", "sigmoid attention" } },
+  ["so-table3"] = { vars = { "double ppl_fp(variant, seed)", "double ppl_absmax(variant, seed)", "double ppl_prune(variant, seed)",
+                             "double paper_ppl(variant, quantity)" }, md = { "93.44", "7235.68", "39.47" }, cached = 2 },
+  ["so-fig12"] = { vars = { "double train_loss(variant, step)", "double early_loss(variant)" }, md = { "first 20 %" }, cached = 6 },
+  ["qt-table2"] = { vars = { "double fp_metric(family, variant, seed)", "double max_inf_norm(family, variant, seed)",
+                             "double avg_kurtosis(family, variant, seed)", "double w8a8_metric(family, variant, seed)" },
+                    md = { "| BERT | vanilla | 4.49 |", "| OPT | gated attention | 15.55 |", "| ViT | clipped softmax | 80.89 |" } },
+  ["qt-table1"] = { vars = { "double gamma_used(row)", "double w8a8_ppl(row, seed)" }, md = { "| -0.03 |", "451" }, cached = 1 },
+}
+for _, id in ipairs({ "so-fig11", "so-table3", "so-fig12", "qt-table2", "qt-table1" }) do
+  local out, ok = sh(string.format(base, id))
+  t.ok(ok, id .. ": quick profile runs", out)
+  local dir = tmp .. "/results/" .. id
+  local hdr = sh("ncdump -h " .. dir .. "/" .. id .. ".nc")
+  for _, v in ipairs(expect[id].vars) do t.ok(hdr:find(v, 1, true), id .. ": NetCDF has " .. v, hdr) end
+  local md = slurp(dir .. "/summary.md")
+  for _, s in ipairs(expect[id].md) do t.ok(md:find(s, 1, true), id .. ": summary.md shows " .. s, md) end
+  t.ok(md:find("Verdict: the claim **", 1, true), id .. ": verdict")
+  local png = slurp(dir .. "/" .. id .. ".png")
+  t.ok(png:sub(1, 8) == "\137PNG\r\n\26\n" and #png > 20000, id .. ": PNG, " .. #png .. " bytes")
+  if expect[id].cached then
+    local n = 0
+    for _ in out:gmatch("model %x+: cached") do n = n + 1 end
+    t.ok(n >= expect[id].cached, id .. ": reuses " .. expect[id].cached .. " model(s) trained by an earlier experiment (" .. n .. ")", out)
+  end
+end
+-- the NetCDF values are the ones the summary reports: qt-table2 FP metric of BERT vanilla
+local dump = sh("ncdump -v fp_metric " .. tmp .. "/results/qt-table2/qt-table2.nc")
+local first = tonumber(dump:match("fp_metric =%s*([%d%.e%+%-]+)"))
+local md = slurp(tmp .. "/results/qt-table2/summary.md")
+local shown = tonumber(md:match("| BERT | vanilla | 4%.49 | ([%d%.e%+%-]+) |"))
+t.ok(first and shown and math.abs(first - shown) <= 1e-3 * math.abs(first) + 0.05, "summary FP metric matches the NetCDF value",
+     tostring(first) .. " vs " .. tostring(shown))
+os.execute("rm -rf '" .. tmp .. "'")
+return t.done()
