@@ -14,7 +14,14 @@ PKGS    := ompi-c luajit libcjson netcdf
 CFLAGS  ?= -O3 $(ARCH)
 CFLAGS  += -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -fPIC -g \
            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lopenblas -lgomp -lm -ldl -lpthread
+# OpenBLAS's OpenMP build: its threads are libgomp's, the same pool as the engine's kernels.
+# (The default pthread build keeps a second pool of spinning threads that fights the engine's
+# OpenMP threads for the cores; measured on this 2-core machine under load: 1.5 s vs 0.2–0.3 s
+# for one gpt2-tiny training step.)
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+BLAS_DIR  := /usr/lib/$(MULTIARCH)/openblas-openmp
+LDLIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(BLAS_DIR)/libopenblas.so.0 -Wl,-rpath,$(BLAS_DIR) \
+           -lgomp -lm -ldl -lpthread
 ENGINE_SRC := $(filter-out engine/host/%,$(wildcard engine/*.c))
 ENGINE_OBJ := $(patsubst engine/%.c,build/engine/%.o,$(ENGINE_SRC))
 HEADERS    := $(wildcard engine/*.h)
@@ -22,7 +29,7 @@ CTESTS     := $(patsubst tests/c/%.c,build/tests/%.t,$(wildcard tests/c/*.c))
 LUATESTS   := $(sort $(wildcard tests/lua/*.lua))
 
 # Debian 12 packages the project needs (build, run, plot, test).
-DEB_PKGS := build-essential pkg-config libluajit-5.1-dev luajit libopenblas-dev libopenmpi-dev \
+DEB_PKGS := build-essential pkg-config libluajit-5.1-dev luajit libopenblas-dev libopenblas0-openmp libopenmpi-dev \
             openmpi-bin libnetcdf-dev netcdf-bin gnuplot-nox fonts-dejavu-core libcjson-dev \
             lua-cjson perl python3-xarray python3-netcdf4
 export OMPI_ALLOW_RUN_AS_ROOT := 1

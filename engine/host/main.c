@@ -44,6 +44,16 @@ static int launched_by_mpi(void) {
 }
 
 int main(int argc, char **argv) {
+    /* OpenMP threads that spin while they wait for work steal the core from whoever holds
+     * it: on a shared node (other jobs, several ranks, a test runner) that made training
+     * steps 6x slower here. libgomp reads its wait policy when it loads, before main, so
+     * when the user has not chosen one we set PASSIVE and start again (once). */
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("OUTLIERLAB_REEXEC")) {
+        setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+        setenv("OUTLIERLAB_REEXEC", "1", 1);
+        execv("/proc/self/exe", argv);
+        /* exec failed: carry on with the default policy */
+    }
     int provided = 0, use_mpi = launched_by_mpi();
     int rank = 0, size = 1;
     if (use_mpi) {
