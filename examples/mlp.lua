@@ -22,7 +22,7 @@ local first, last
 for step = 1, cfg.steps do
   ctx:reset()                                  -- frees the last step's activations and tape
   ctx:zero_grad()
-  local loss = model(x):sub(y):square():mean_all()  -- ops record themselves on the tape
+  local loss = (model(x) - y):square():mean_all()   -- ops record themselves on the tape
   loss:backward()                              -- gradients accumulate in the flat grad buffer
   optim.clip_grad_norm(ctx, 1.0)
   opt:step(lr_at(step))
