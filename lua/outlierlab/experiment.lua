@@ -139,11 +139,39 @@ function Run:model(spec, trainer)
     return { dir = dir, ckpt = ckpt, info = done, cached = true, hash = hash }
   end
   mkdir(dir)
+  -- one trainer per model: a lock directory holding the owner's pid (a dead owner's lock is
+  -- taken over); a second run of the same spec waits and then reuses the finished model
+  local lock = dir .. "/.lock"
+  local waited = false
+  while true do
+    local r = os.execute("mkdir '" .. lock .. "' 2>/dev/null")
+    if r == 0 or r == true then break end
+    local pid = tonumber(read_file(lock .. "/pid") or "")
+    if pid and not io.open("/proc/" .. pid .. "/stat", "r") then
+      os.execute("rm -rf '" .. lock .. "'")
+    else
+      if not waited then self:log("model %s: another process (pid %s) is training it; waiting", hash, tostring(pid)) end
+      waited = true
+      os.execute("sleep 2")
+      done = load_data(dir .. "/done.lua")
+      if done then return { dir = dir, ckpt = ckpt, info = done, cached = true, hash = hash } end
+    end
+  end
+  local mypid = read_file("/proc/self/stat")
+  mypid = mypid and mypid:match("^(%d+)")
+  plot.write_atomic(lock .. "/pid", (mypid or "") .. "\n")
+  done = load_data(dir .. "/done.lua")
+  if done then
+    os.execute("rm -rf '" .. lock .. "'")
+    return { dir = dir, ckpt = ckpt, info = done, cached = true, hash = hash }
+  end
   plot.write_atomic(dir .. "/spec.json", key .. "\n")
   local resumed = read_file(ckpt) ~= nil
   self:log("model %s: %s", hash, resumed and "resuming from its checkpoint" or "training")
   local t0 = progress.now()
-  local info = trainer(dir, ckpt)
+  local ok, info = pcall(trainer, dir, ckpt)
+  os.execute("rm -rf '" .. lock .. "'")
+  if not ok then error(info, 0) end
   if type(info) ~= "table" then error("run:model: the trainer must return a table (training facts)", 2) end
   info.train_seconds = (info.train_seconds or 0) + (progress.now() - t0)
   info.resumed = resumed
