@@ -40,6 +40,8 @@ do
     "ViT-S/16 with the LayerNorm after the patch embedding adds 2·384")
 end
 
+t.diag(models.summary())
+
 -- ---------------------------------------------------------------- the real GPT-2 124M, built once
 do
   local ctx = ol.Context()

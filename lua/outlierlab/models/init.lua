@@ -158,6 +158,20 @@ local function commas(n)
 end
 M.commas = commas
 
+-- One line per preset with its family, shape and parameter count (formula):
+--   bin/outlierlab run <(echo 'print(require("outlierlab.models").summary())')
+function M.summary()
+  local lines = {}
+  for _, name in ipairs(M.presets()) do
+    local c = M.preset(name)
+    local shape = string.format("%2dL d%-4d %2dH F%-4d", c.n_layer, c.d_model, c.n_head, c.d_ff)
+    if c.family == "vit" then shape = shape .. string.format(" %dpx/%d K%d", c.image_size, c.patch_size, c.n_classes)
+    else shape = shape .. string.format(" V%d T%d", c.vocab_size, c.block_size) end
+    lines[#lines + 1] = string.format("%-15s %-6s %13s  %s", name, c.family, commas(M.count_params(c)), shape)
+  end
+  return table.concat(lines, "\n")
+end
+
 -- build(ctx, cfg | preset name) -> model
 function M.build(ctx, cfg)
   if type(cfg) == "string" then cfg = M.preset(cfg) end
