@@ -144,7 +144,7 @@ return {
     quick = { preset = "opt-quick", vocab_size = 256, n_tokens = 40000, data_seed = 1, seq_len = 32, batch = 8,
               steps = 12, points = 2, lr = 3e-3, warmup = 2, eval_batches = 1, seed = 1 },
     default = { preset = "opt-tiny", vocab_size = 1024, n_tokens = 1000000, data_seed = 1, seq_len = 64, batch = 32,
-                steps = 800, points = 8, lr = 2e-3, warmup = 50, eval_batches = 4, seed = 1 },
+                steps = 600, points = 6, lr = 2e-3, warmup = 50, eval_batches = 4, seed = 1 },
     paper = { preset = "opt-125m", vocab_size = 50272, n_tokens = 100000000, data_seed = 1, seq_len = 512, batch = 192,
               steps = 125000, points = 25, lr = 4e-4, warmup = 2000, eval_batches = 16, seed = 1 },
   },

@@ -144,7 +144,7 @@ return {
     quick = { preset = "bert-quick", vocab_size = 256, n_tokens = 40000, data_seed = 1, seq_len = 32, batch = 8,
               steps = 20, lr = 1e-3, warmup = 2, dropout = 0.0, eval_batches = 2, top_tokens = 8, seed = 1 },
     default = { preset = "bert-tiny", vocab_size = 1024, n_tokens = 1000000, data_seed = 1, seq_len = 64, batch = 32,
-                steps = 1500, lr = 1e-3, warmup = 100, dropout = 0.0, eval_batches = 16, top_tokens = 12, seed = 1 },
+                steps = 1000, lr = 1e-3, warmup = 100, dropout = 0.0, eval_batches = 16, top_tokens = 12, seed = 1 },
     paper = { preset = "bert-base", vocab_size = 30522, n_tokens = 100000000, data_seed = 1, seq_len = 128, batch = 256,
               steps = 1000000, lr = 1e-4, warmup = 10000, dropout = 0.1, eval_batches = 64, top_tokens = 12, seed = 1 },
   },

@@ -105,7 +105,7 @@ return {
     quick = { preset = "llama-quick", vocab_size = 256, n_tokens = 40000, data_seed = 1, seq_len = 32, batch = 8,
               steps = 20, lr = 3e-3, warmup = 2, eval_batches = 2, tau = 5, seed = 1 },
     default = { preset = "llama-tiny", vocab_size = 1024, n_tokens = 1000000, data_seed = 1, seq_len = 64, batch = 32,
-                steps = 1500, lr = 2e-3, warmup = 100, eval_batches = 16, tau = 10, seed = 1 },
+                steps = 1000, lr = 2e-3, warmup = 100, eval_batches = 16, tau = 10, seed = 1 },
     paper = { preset = "tinyllama-120m", vocab_size = 32000, n_tokens = 100000000, data_seed = 1, seq_len = 1024, batch = 480,
               steps = 50000, lr = 6e-4, warmup = 2000, eval_batches = 64, tau = 1000, seed = 1 },
   },
