@@ -378,7 +378,7 @@ function M.run(a)
     if a.val_loader and cfg.eval_every > 0 and step % cfg.eval_every == 0 and step < cfg.steps then evaluate(step) end
     if a.ckpt and cfg.ckpt_every > 0 and step % cfg.ckpt_every == 0 and step < cfg.steps then save(step) end
     if a.on_step then a.on_step(step, rec) end
-    if dist and dist.signal_pending and step < cfg.steps and dist.signal_pending() ~= 0 then
+    if dist and dist.signal_pending and step < cfg.steps and dist.signal_pending() > 0 then
       prog:note(string.format("signal received: saving a checkpoint at step %d and stopping", step))
       res.stopped_by_signal = step
       break

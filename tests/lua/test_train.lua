@@ -301,5 +301,27 @@ do
   t.ok(t0 > 0 and progress.now() >= t0, "monotonic wall clock")
 end
 
+-- ------------------------------------------------------------------ checkpoint on a signal
+-- (last: the engine remembers a seen signal for the rest of the process)
+local has_dist, dist = pcall(require, "outlierlab.dist")
+if has_dist and dist.watch_signal then
+  pcall(ffi.cdef, [[
+  int test_train_getpid(void) __asm__("getpid");
+  int test_train_kill(int pid, int sig) __asm__("kill");
+  ]])
+  dist.watch_signal(dist.SIGUSR1)
+  local ck = tmpdir .. "/signal.ckpt"
+  local ctx, m, tr = setup()
+  local res = train.run { ctx = ctx, model = m, loader = tr, ckpt = ck, cfg = { steps = 10, progress = "off" },
+                          on_step = function(s) if s == 3 then C.test_train_kill(C.test_train_getpid(), dist.SIGUSR1) end end }
+  t.ok(res.stopped_by_signal == 3 and res.step == 3, "a watched signal (SIGUSR1) stops the run after the current step",
+       tostring(res.stopped_by_signal))
+  local ctx2, m2, tr2 = setup()
+  local meta = require("outlierlab.checkpoint").load(ck, ctx2)
+  t.ok(meta.step == 3 and params_bytes(ctx2) == params_bytes(ctx), "and saves a checkpoint of that step first")
+else
+  t.diag("outlierlab.dist not present: signal test skipped")
+end
+
 os.execute("rm -rf " .. tmpdir)
 return t.done()
