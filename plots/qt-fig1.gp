@@ -25,10 +25,12 @@ do for [L=0:1] {
   set xtics rotate by 45 right
   set yrange [0:*]
   set xrange [*:*]
+  set offsets 0.6, 0.6, 0, 0
   plot in index 2*L using 0:2:xtic(1) with boxes lc rgb "#3465a4" title columnheader(2)
   set xlabel "hidden dimension"
   set xtics norotate autofreq
   set xrange [-0.5:*]
+  set offsets 0, 0, 0, 0
   plot in index 2*L+1 using 1:2 with impulses lw 2 lc rgb "#cc0000" title columnheader(2)
 }
 unset multiplot

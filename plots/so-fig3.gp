@@ -33,7 +33,9 @@ set yrange [0:*]
 set style fill solid 0.8 border -1
 set boxwidth 0.6
 set xtics autofreq
+set offsets 0.6, 0.6, 0, 0
 plot in index 1 using 0:2:xtic(1) with boxes lc rgb "#3465a4" title columnheader(2)
+set offsets 0, 0, 0, 0
 set title "outlier channels"
 set xlabel "channel"; set ylabel "outlier count"
 set xrange [-0.5:*]

@@ -27,7 +27,9 @@ plot in index 0 using 1:2 with boxes lc rgb "#3465a4" title columnheader(2)
 set title "by key token category"
 set xlabel "key token category"
 set xtics autofreq
+set offsets 0.6, 0.6, 0, 0
 plot in index 1 using 0:2:xtic(1) with boxes lc rgb "#cc0000" title columnheader(2)
+set offsets 0, 0, 0, 0
 set title "per layer and head"
 set xlabel "head"; set ylabel "layer"
 set autoscale fix
