@@ -17,7 +17,7 @@
 -- The machine may be shared: the sgemm peak is measured again right before each model and the
 -- load average is printed, so a reader can judge the numbers.
 --
---   bin/outlierlab run bench/train.lua [--steps=4] [--big_B=1] [--big_T=1024] [--mini_B=8]
+--   bin/outlierlab run bench/train.lua [--steps=3] [--big_B=1] [--big_T=1024] [--mini_B=8]
 --                                      [--which=both|mini|big] [--phases=true]
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
@@ -27,7 +27,7 @@ local optim = require "outlierlab.optim"
 local C = ol.C
 
 local cfg = require("outlierlab.config").get {
-  steps = 4,            -- timed steps per model (after one untimed warm-up step)
+  steps = 3,            -- timed steps per model (after one untimed warm-up step)
   big_B = 1, big_T = 1024,
   mini_B = 8, mini_T = 256,
   which = "both",       -- both | mini | big
