@@ -232,6 +232,7 @@ int ol_signal_watch(int32_t signum) {
 }
 
 int32_t ol_signal_pending(void) { return (int32_t)g_signal_seen; }
+void ol_signal_clear(void) { g_signal_seen = 0; }
 
 /* The signal seen on any rank (max over ranks), so every rank stops at the same step. */
 int32_t ol_dist_signal_pending(void) {

@@ -421,6 +421,7 @@ void     ol_dist_abort(int32_t code);
  * training loop polls between steps. ol_dist_signal_pending agrees across ranks (max). */
 int      ol_signal_watch(int32_t signum);
 int32_t  ol_signal_pending(void);
+void     ol_signal_clear(void);         /* after the signal has been handled */
 int32_t  ol_dist_signal_pending(void);
 
 /* ============================================================= compression */

@@ -199,5 +199,6 @@ end
 M.SIGUSR1, M.SIGTERM = 10, 15
 function M.watch_signal(sig) ol.check_status(C.ol_signal_watch(sig or M.SIGUSR1)) end
 function M.signal_pending() return C.ol_dist_signal_pending() end
+function M.clear_signal() C.ol_signal_clear() end
 
 return M

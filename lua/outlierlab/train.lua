@@ -381,6 +381,7 @@ function M.run(a)
     if dist and dist.signal_pending and step < cfg.steps and dist.signal_pending() > 0 then
       prog:note(string.format("signal received: saving a checkpoint at step %d and stopping", step))
       res.stopped_by_signal = step
+      if dist.clear_signal then dist.clear_signal() end   -- handled: a later run in this process trains normally
       break
     end
   end
