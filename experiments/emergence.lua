@@ -84,10 +84,9 @@ local function train_variant(run, v)
   end)
 end
 
+-- one run per variant; under MPI the variants spread over groups of ranks (run:sweep)
 local function train(run)
-  local out = {}
-  for i, v in ipairs(VARIANTS) do out[i] = { name = v.name, curve = train_variant(run, v).info.curve } end
-  return out
+  return run:sweep(VARIANTS, function(v) return { name = v.name, curve = train_variant(run, v).info.curve } end)
 end
 
 local function plot(run)

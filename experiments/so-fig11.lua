@@ -12,13 +12,12 @@
 -- (softmax, ca_scale) so-table3.
 local ptq = require "outlierlab.ptq"
 
+-- one model per variant; under MPI the variants spread over groups of ranks (run:sweep)
 local function train(run)
-  local out = {}
-  for _, var in ipairs(ptq.SO_VARIANTS) do
+  return run:sweep(ptq.SO_VARIANTS, function(var)
     local spec = ptq.so_spec(run.cfg, var, 1)
-    out[#out + 1] = { variant = var, spec = spec, handle = ptq.train(run, spec) }
-  end
-  return out
+    return { variant = var, spec = spec, handle = ptq.train(run, spec) }
+  end)
 end
 
 local function analyze(run)

@@ -8,14 +8,12 @@
 -- the first 20 % of the steps, and over the last 10 %.
 local ptq = require "outlierlab.ptq"
 
+-- one model per variant; under MPI the variants spread over groups of ranks (run:sweep)
 local function train(run)
-  local out = {}
-  for _, var in ipairs(ptq.SO_VARIANTS) do
-    local spec = ptq.so_spec(run.cfg, var, 1)
-    local h = ptq.train(run, spec)
-    out[#out + 1] = { variant = var, losses = h.info.losses, seconds = h.info.train_seconds }
-  end
-  return out
+  return run:sweep(ptq.SO_VARIANTS, function(var)
+    local h = ptq.train(run, ptq.so_spec(run.cfg, var, 1))
+    return { variant = var, losses = h.info.losses, seconds = h.info.train_seconds }
+  end)
 end
 
 local function window_mean(xs, i0, i1)

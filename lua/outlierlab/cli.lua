@@ -38,7 +38,16 @@ function M.main(argv)
   arg = sarg
   local result = chunk(unpack(positional))
   if type(result) == "table" and result.stages then
-    require("outlierlab.experiment").run_file(result, file)
+    -- a run stopped on purpose (e.g. checkpointed before a time limit) raises
+    -- { exit_status =, message = }: say why and exit with that status, not a traceback
+    local ok, e = pcall(require("outlierlab.experiment").run_file, result, file)
+    if not ok then
+      if type(e) == "table" and e.exit_status then
+        if require("outlierlab.dist").world_rank() == 0 then io.stderr:write("outlierlab: ", tostring(e.message), "\n") end
+        return e.exit_status
+      end
+      error(e, 0)
+    end
   end
   local left = config.unconsumed()
   if #left > 0 then

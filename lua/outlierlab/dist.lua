@@ -83,38 +83,11 @@ function M.allgather_string(str)
 end
 
 -- ---------------------------------------------------------------- merging analysis state
--- Lua-table state (numbers, strings, booleans, nested tables) to Lua source and back;
--- numbers round-trip exactly (%.17g, with inf and nan spelled out).
-local function ser(v, out)
-  local ty = type(v)
-  if ty == "number" then
-    if v ~= v then out[#out + 1] = "0/0"
-    elseif v == math.huge then out[#out + 1] = "1/0"
-    elseif v == -math.huge then out[#out + 1] = "-1/0"
-    else out[#out + 1] = string.format("%.17g", v) end
-  elseif ty == "string" then out[#out + 1] = string.format("%q", v)
-  elseif ty == "boolean" then out[#out + 1] = tostring(v)
-  elseif ty == "table" then
-    out[#out + 1] = "{"
-    for k, x in pairs(v) do
-      if type(x) ~= "function" and type(x) ~= "cdata" and type(x) ~= "userdata" then
-        out[#out + 1] = "["
-        ser(k, out)
-        out[#out + 1] = "]="
-        ser(x, out)
-        out[#out + 1] = ","
-      end
-    end
-    out[#out + 1] = "}"
-  else
-    out[#out + 1] = "nil"
-  end
-end
-function M.serialize(v) local out = {} ser(v, out) return table.concat(out) end
-function M.deserialize(s)
-  local f = assert(loadstring("return " .. s))
-  setfenv(f, {})
-  return f()
+local serialize = require "outlierlab.serialize"
+local function deser(text)
+  local v, err = serialize.deserialize(text, "=dist")
+  if v == nil then error("dist: cannot read another rank's state: " .. tostring(err), 2) end
+  return v
 end
 
 -- Merge an analysis accumulator across the ranks of the current group, in place, so every
@@ -142,8 +115,8 @@ function M.allmerge(acc)
     local mine = {}
     for l in pairs(acc.stats) do mine[#mine + 1] = l end
     local union = {}
-    for _, s in ipairs(M.allgather_string(M.serialize(mine))) do
-      for _, l in ipairs(M.deserialize(s)) do union[l] = true end
+    for _, s in ipairs(M.allgather_string(serialize.serialize(mine))) do
+      for _, l in ipairs(deser(s)) do union[l] = true end
     end
     local layers = {}
     for l in pairs(union) do layers[#layers + 1] = l end
@@ -158,10 +131,10 @@ function M.allmerge(acc)
       if type(v) == "table" then for _, x in pairs(v) do if has_fn(x) then return true end end end
       return false
     end
-    local parts = M.allgather_string(M.serialize(acc))
+    local parts = M.allgather_string(serialize.serialize(acc))
     local total
     for r, s in ipairs(parts) do
-      local st = setmetatable(M.deserialize(s), mt)
+      local st = setmetatable(deser(s), mt)
       for k, v in pairs(acc) do   -- fields holding functions (a category map, options) stay local
         if has_fn(v) then st[k] = v end
       end

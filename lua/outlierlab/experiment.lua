@@ -39,6 +39,10 @@ local ffi = require "ffi"
 
 local M = {}
 
+-- exit status of a run stopped by the batch system's signal after its checkpoint was written
+-- (the Slurm script requeues on it; outlierlab.slurm)
+M.REQUEUE_STATUS = 75
+
 -- ---------------------------------------------------------------- small helpers
 
 -- FNV-1a 64-bit of a string, as 16 hex digits (cache keys; not cryptographic)
@@ -53,47 +57,9 @@ function M.hash(s)
   return string.format("%08x%08x", hi, lo)
 end
 
--- Lua-literal serialisation of plain data (numbers incl. NaN/inf, strings, booleans,
--- tables with any keys): exact round-trip via load(), unlike JSON (sparse numeric keys).
-local function ser(v, out)
-  local ty = type(v)
-  if ty == "number" then
-    if v ~= v then out[#out + 1] = "0/0"
-    elseif v == math.huge then out[#out + 1] = "math.huge"
-    elseif v == -math.huge then out[#out + 1] = "-math.huge"
-    else out[#out + 1] = string.format("%.17g", v) end
-  elseif ty == "string" then out[#out + 1] = string.format("%q", v)
-  elseif ty == "boolean" then out[#out + 1] = tostring(v)
-  elseif ty == "table" then
-    out[#out + 1] = "{"
-    local n = #v
-    for i = 1, n do ser(v[i], out); out[#out + 1] = "," end
-    local keys = {}
-    for k in pairs(v) do
-      if not (type(k) == "number" and k >= 1 and k <= n and k == math.floor(k)) then keys[#keys + 1] = k end
-    end
-    table.sort(keys, function(a, b)
-      if type(a) == type(b) then return a < b end
-      return type(a) == "number"
-    end)
-    for _, k in ipairs(keys) do
-      out[#out + 1] = "["; ser(k, out); out[#out + 1] = "]="; ser(v[k], out); out[#out + 1] = ","
-    end
-    out[#out + 1] = "}"
-  else
-    out[#out + 1] = "nil"   -- functions, cdata: not data
-  end
-  return out
-end
-function M.serialize(v) return "return " .. table.concat(ser(v, {})) .. "\n" end
-function M.deserialize(text, what)
-  local chunk, err = loadstring(text, what)
-  if not chunk then return nil, err end
-  setfenv(chunk, { math = math })
-  local ok, v = pcall(chunk)
-  if not ok then return nil, v end
-  return v
-end
+local serialize = require "outlierlab.serialize"
+local dist = require "outlierlab.dist"
+M.serialize, M.deserialize = serialize.serialize, serialize.deserialize
 
 local function read_file(path)
   local f = io.open(path, "rb")
@@ -133,14 +99,43 @@ function Run:model(spec, trainer)
   local hash = M.hash(key)
   local dir = self.cache_root .. "/models/" .. hash
   local ckpt = dir .. "/model.safetensors"
-  local done = load_data(dir .. "/done.lua")
-  if done then
+  -- Under MPI the ranks of a group train one model together (data parallel): rank 0 of the
+  -- group alone takes the cache lock and decides "cached" or "train"; the others follow.
+  local lead = dist.rank() == 0
+  local decision = lead and self:_claim(dir, hash) or nil
+  if dist.size() > 1 then decision = dist.allgather_string(decision or "")[1] end
+  if decision == "cached" then
     self:log("model %s: cached (%s)", hash, dir)
-    return { dir = dir, ckpt = ckpt, info = done, cached = true, hash = hash }
+    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash }
   end
+  if lead then plot.write_atomic(dir .. "/spec.json", key .. "\n") end
+  local resumed = read_file(ckpt) ~= nil
+  self:log("model %s: %s", hash, resumed and "resuming from its checkpoint" or "training")
+  local t0 = progress.now()
+  local ok, info = pcall(trainer, dir, ckpt)
+  if lead then os.execute("rm -rf '" .. dir .. "/.lock'") end
+  if not ok then error(info, 0) end
+  if type(info) ~= "table" then error("run:model: the trainer must return a table (training facts)", 2) end
+  if info.stopped_by_signal then
+    -- the batch system's time limit is near: the checkpoint is written, nothing is "done"
+    error({ exit_status = M.REQUEUE_STATUS, message = string.format(
+      "model %s: stopped by a signal at step %s with its checkpoint saved; run again to resume", hash,
+      tostring(info.stopped_by_signal)) }, 0)
+  end
+  info.train_seconds = (info.train_seconds or 0) + (progress.now() - t0)
+  info.resumed = resumed
+  if lead then save_data(dir .. "/done.lua", info) end
+  if dist.size() > 1 then dist.barrier() end   -- done.lua is there before any rank reads it
+  return { dir = dir, ckpt = ckpt, info = info, cached = false, hash = hash }
+end
+
+-- The cache lock of one model (run by one process): "cached" when the model is done,
+-- "train" when this process now holds the lock. One trainer per model: a lock directory
+-- holding the owner's pid (a dead owner's lock is taken over); a second run of the same spec
+-- waits and then reuses the finished model.
+function Run:_claim(dir, hash)
+  if load_data(dir .. "/done.lua") then return "cached" end
   mkdir(dir)
-  -- one trainer per model: a lock directory holding the owner's pid (a dead owner's lock is
-  -- taken over); a second run of the same spec waits and then reuses the finished model
   local lock = dir .. "/.lock"
   local waited = false
   while true do
@@ -153,30 +148,46 @@ function Run:model(spec, trainer)
       if not waited then self:log("model %s: another process (pid %s) is training it; waiting", hash, tostring(pid)) end
       waited = true
       os.execute("sleep 2")
-      done = load_data(dir .. "/done.lua")
-      if done then return { dir = dir, ckpt = ckpt, info = done, cached = true, hash = hash } end
+      if load_data(dir .. "/done.lua") then return "cached" end
     end
   end
   local mypid = read_file("/proc/self/stat")
   mypid = mypid and mypid:match("^(%d+)")
   plot.write_atomic(lock .. "/pid", (mypid or "") .. "\n")
-  done = load_data(dir .. "/done.lua")
-  if done then
+  if load_data(dir .. "/done.lua") then
     os.execute("rm -rf '" .. lock .. "'")
-    return { dir = dir, ckpt = ckpt, info = done, cached = true, hash = hash }
+    return "cached"
   end
-  plot.write_atomic(dir .. "/spec.json", key .. "\n")
-  local resumed = read_file(ckpt) ~= nil
-  self:log("model %s: %s", hash, resumed and "resuming from its checkpoint" or "training")
-  local t0 = progress.now()
-  local ok, info = pcall(trainer, dir, ckpt)
-  os.execute("rm -rf '" .. lock .. "'")
-  if not ok then error(info, 0) end
-  if type(info) ~= "table" then error("run:model: the trainer must return a table (training facts)", 2) end
-  info.train_seconds = (info.train_seconds or 0) + (progress.now() - t0)
-  info.resumed = resumed
-  if progress.is_rank0() then save_data(dir .. "/done.lua", info) end
-  return { dir = dir, ckpt = ckpt, info = info, cached = false, hash = hash }
+  return "train"
+end
+
+-- Sweeps: run fn(item, i) for every item of a list (variants, seeds, γ values) and return
+-- the list of results, the same on every rank. Under MPI the ranks split into
+-- min(#items, ranks) groups (MPI_Comm_split); group g runs items g+1, g+1+G, …, data
+-- parallel inside the group; results travel to every rank. fn's result must be plain data
+-- (outlierlab.serialize); a model trained inside fn is in the shared cache for everyone.
+function Run:sweep(items, fn)
+  local world = dist.world_size()
+  if world == 1 or #items <= 1 then
+    local out = {}
+    for i, it in ipairs(items) do out[i] = fn(it, i) end
+    return out
+  end
+  local G = math.min(#items, world)
+  local g = dist.world_rank() % G
+  dist.split(g)
+  local mine = {}
+  local ok, err = pcall(function()
+    for i = g + 1, #items, G do mine[i] = fn(items[i], i) end
+  end)
+  dist.unsplit()
+  if not ok then error(err, 0) end
+  local out = {}
+  local lead = dist.world_rank() < G   -- world ranks 0..G-1 are the groups' rank 0
+  for _, text in ipairs(dist.allgather_string(lead and M.serialize(mine) or M.serialize({}))) do
+    for i, v in pairs(M.deserialize(text, "=sweep") or {}) do out[i] = v end
+  end
+  return out
 end
 
 function Run:meta()
@@ -283,6 +294,9 @@ end
 -- ---------------------------------------------------------------- entry point
 function M.run_file(exp, file)
   local stages = validate(exp, file)
+  -- Slurm's --signal=B:USR1@… reaches the ranks shortly before the time limit: training then
+  -- checkpoints at the next step and the run exits with REQUEUE_STATUS (outlierlab.slurm)
+  dist.watch_signal(dist.SIGUSR1)
   local root = ol.root
   local opts = config.get({ profile = "default",
                             out = os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results"),
@@ -365,7 +379,11 @@ local Batcher = {}
 Batcher.__index = Batcher
 function M.batcher(corpus, o)
   local self = setmetatable({ corpus = corpus, B = o.B, T = o.T, kind = o.kind or "lm", seed = o.seed or 1,
-                              split = o.split or "train", step = 0 }, Batcher)
+                              split = o.split or "train", step = 0, first = 0, rows = o.B }, Batcher)
+  -- data parallel: this rank builds rows [first, first + rows) of every global batch of B rows
+  -- (each row is a function of (seed, step, row) only, so the global batch is the same for
+  -- any number of ranks)
+  if o.shard then self.first, self.rows = dist.shard(o.B) end
   local n = corpus.n
   local cut = math.floor(n * 0.9)
   if self.split == "train" then self.lo, self.hi = 0, cut - self.T - 1
@@ -381,13 +399,15 @@ function Batcher:next(ctx)
   local C = ol.C
   local B, T, sp = self.B, self.T, self.corpus.special
   local tok = self.corpus.tokens
-  local ids = ctx:tensor({ B, T }, { dtype = "i32", name = "ids" })
-  local tg = ctx:tensor({ B, T }, { dtype = "i32", name = "targets" })
+  local rows, first = self.rows, self.first
+  local ids = ctx:tensor({ rows, T }, { dtype = "i32", name = "ids" })
+  local tg = ctx:tensor({ rows, T }, { dtype = "i32", name = "targets" })
   local seed = self.seed * 7919 + (self.split == "train" and 0 or 104729)
   local span = self.hi - self.lo
   local V = self.corpus.vocab_size or #self.corpus.vocab + 1
-  for b = 0, B - 1 do
-    local r = (self.step * B + b) * 64
+  for b = 0, rows - 1 do
+    local gb = first + b   -- the row's index in the global batch
+    local r = (self.step * B + gb) * 64
     local s = self.lo + math.floor(C.ol_rand_uniform(seed, r) * span)
     if self.kind == "lm" then
       ids.idata[b * T] = sp.bos
@@ -399,14 +419,14 @@ function Batcher:next(ctx)
       ids.idata[b * T + T - 1] = sp.sep
       for t = 0, T - 1 do tg.idata[b * T + t] = -100 end
       for t = 1, T - 2 do
-        local u = C.ol_rand_uniform(seed + 1, (self.step * B + b) * T + t)
+        local u = C.ol_rand_uniform(seed + 1, (self.step * B + gb) * T + t)
         if u < 0.15 then
           local orig = ids.idata[b * T + t]
           tg.idata[b * T + t] = orig
           local u2 = u / 0.15
           if u2 < 0.8 then ids.idata[b * T + t] = sp.mask
           elseif u2 < 0.9 then
-            ids.idata[b * T + t] = math.floor(C.ol_rand_uniform(seed + 2, (self.step * B + b) * T + t) * V) % V
+            ids.idata[b * T + t] = math.floor(C.ol_rand_uniform(seed + 2, (self.step * B + gb) * T + t) * V) % V
           end
         end
       end
@@ -415,8 +435,8 @@ function Batcher:next(ctx)
   self.step = self.step + 1
   local batch = { ids = ids, targets = tg }
   if self.kind == "mlm" then
-    batch.token_type = ctx:tensor({ B, T }, { dtype = "i32", name = "token_type" }):fill_(0)
-    batch.pad_mask = ctx:tensor({ B, T }, { dtype = "i32", name = "pad_mask" }):fill_(1)
+    batch.token_type = ctx:tensor({ rows, T }, { dtype = "i32", name = "token_type" }):fill_(0)
+    batch.pad_mask = ctx:tensor({ rows, T }, { dtype = "i32", name = "pad_mask" }):fill_(1)
   end
   return batch
 end
@@ -444,7 +464,8 @@ function M.train_model(run, spec)
     local corpus = M.corpus(spec.data)
     local ctx = ol.Context{ seed = spec.seed }
     local m = models.build(ctx, model_cfg(spec))
-    local tr = M.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed })
+    local tr = M.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed,
+                                   shard = true })
     local va = M.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed, split = "val" })
     local tcfg = {}
     for k, v in pairs(spec.train) do tcfg[k] = v end
@@ -454,6 +475,7 @@ function M.train_model(run, spec)
     local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va, cfg = tcfg, ckpt = ckpt }
     local val = res.val[#res.val]
     return { losses = res.losses, val_loss = val and val.loss or nil, steps = res.step,
+             stopped_by_signal = res.stopped_by_signal,
              params = m:num_params(), describe = m:describe() }
   end)
 end
@@ -473,14 +495,24 @@ end
 function M.probe_batches(ctx, m, P, corpus, spec, n)
   local va = M.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind,
                                  seed = spec.seed + 1, split = "val" })
+  -- Under MPI with mergeable accumulators the ranks take turns (batch i on rank i mod size)
+  -- and merge at the end; otherwise every rank sees every batch (still correct, no speedup).
+  local spread = dist.size() > 1 and P:distributable()
+  local size, rank = dist.size(), dist.rank()
   ctx:no_grad(function()
-    for _ = 1, n do
+    for i = 0, n - 1 do
       ctx:reset()
-      local batch = va:next(ctx)
-      P:forward(m, batch)
+      if spread and i % size ~= rank then
+        va.step = va.step + 1   -- another rank's batch
+      else
+        local batch = va:next(ctx)
+        batch.seq_offset = i * spec.batch.B   -- global index of its first sequence
+        P:forward(m, batch)
+      end
     end
   end)
   ctx:reset()
+  if spread then P:merge_ranks() end
 end
 
 -- a readable label for a token id

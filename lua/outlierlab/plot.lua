@@ -131,6 +131,7 @@ end
 
 -- write <dir>/<name>.dat and render <dir>/<name>.png and .pdf with plots/<script>.gp
 function M.figure(dir, name, script, blocks)
+  if require("outlierlab.dist").world_rank() ~= 0 then return {} end   -- rank 0 alone writes files
   local dat = dir .. "/" .. name .. ".dat"
   M.write_dat(dat, blocks)
   local files = M.render(script, dat, dir .. "/" .. name)

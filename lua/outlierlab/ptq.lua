@@ -305,11 +305,13 @@ function M.image_spec(cfg, preset, attn, recipe, seed)
   }
 end
 
-local function image_loader(spec, split, seed_shift)
+-- shard = true: under MPI this rank takes its rows of every global batch (data parallel)
+local function image_loader(spec, split, shard)
   local data = require "outlierlab.data"
+  local dist = require "outlierlab.dist"
   local d = spec.data
   return data.ImageLoader{ n = d.n, size = d.size, classes = d.classes, seed = d.seed, B = spec.batch.B,
-                           split = split }
+                           split = split, rank = shard and dist.rank() or 0, world = shard and dist.size() or 1 }
 end
 
 -- train (or reuse) a model of a spec: text through experiment.train_model, images here
@@ -329,11 +331,11 @@ function M.train(run, spec)
     tcfg.progress = tcfg.progress or "plain"
     tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
     run:log("%s, %d steps of %d images", m:describe(), spec.train.steps, spec.batch.B)
-    local res = train.run{ ctx = ctx, model = m, loader = image_loader(spec, "train"),
+    local res = train.run{ ctx = ctx, model = m, loader = image_loader(spec, "train", true),
                            val_loader = image_loader(spec, "val"), cfg = tcfg, ckpt = ckpt }
     local val = res.val[#res.val]
     return { losses = res.losses, val_loss = val and val.loss or nil, steps = res.step,
-             params = m:num_params(), describe = m:describe() }
+             stopped_by_signal = res.stopped_by_signal, params = m:num_params(), describe = m:describe() }
   end)
 end
 

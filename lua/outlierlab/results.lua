@@ -133,8 +133,14 @@ File.__index = File
 local types = { float = C.OL_NC_FLOAT, double = C.OL_NC_DOUBLE, int = C.OL_NC_INT }
 local name_pat = "^[%a][%w_]*$"
 
+-- Under MPI only world rank 0 writes result files: the other ranks get a writer that accepts
+-- every call and writes nothing (they computed the same merged numbers).
+local Null = setmetatable({}, { __index = function() return function(self) return self end end })
+
 -- results.new(path, meta): meta.title and meta.summary are required.
 function M.new(path, meta)
+  local okd, dist = pcall(require, "outlierlab.dist")
+  if okd and dist.world_rank() ~= 0 then return Null end
   if type(path) ~= "string" or path == "" then error("results.new: path must be a non-empty string", 2) end
   meta = meta or {}
   for _, k in ipairs({ "title", "summary" }) do

@@ -301,6 +301,9 @@ function M.run(a)
   res.step = start
 
   local is_rank0 = progress.is_rank0()
+  -- the rank that writes checkpoints: rank 0 of this run's group (the world, or a sweep group)
+  local dl = dist_layer()
+  local writes = dl and dl.rank() == 0 or (not dl and is_rank0)
   local val_state0 = a.val_loader and a.val_loader.state and a.val_loader:state()
   local prog = progress.new { total = cfg.steps, every = cfg.log_every, mode = cfg.progress, start_step = start }
   if res.resumed_from then prog:note(string.format("resumed from %s at step %d", a.ckpt, start)) end
@@ -329,7 +332,7 @@ function M.run(a)
   local function save(step)
     local ok, i = params_finite(ctx)
     if not ok then diverged(step, string.format("parameter %d is not finite after the update", i)) end
-    if not is_rank0 then last_good = step return end
+    if not writes then last_good = step return end
     local extra = { rng = M.rng_state(model), losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val }
     checkpoint.save(a.ckpt, ctx, { config = { train = cfg, model = model.cfg }, step = step, optim = opt:state(),
                                    data = loader.state and loader:state() or nil, extra = extra })
@@ -341,6 +344,7 @@ function M.run(a)
   nranks = nranks or 1
   local accum, inv_accum = cfg.accum, 1 / cfg.accum
   local t_items, t_time = 0, 0
+  local red = ffi.new("double[2]")
   for step = start + 1, cfg.steps do
     local t0 = progress.now()
     ctx:zero_grad()
@@ -360,7 +364,13 @@ function M.run(a)
     end
     ctx:reset()
     if accum > 1 then C.ol_grad_scale(ctx.raw, inv_accum) end
-    if nranks > 1 then dist.allreduce_grads(ctx, true) end
+    if nranks > 1 then
+      dist.allreduce_grads(ctx, true)
+      -- the step's loss and item count over the global batch, not this rank's shard
+      red[0], red[1] = lsum, items
+      dist.allreduce_f64(red, 2, "sum")
+      lsum, items = red[0] / nranks, red[1]
+    end
     local gnorm
     if cfg.clip > 0 then gnorm = optim.clip_grad_norm(ctx, cfg.clip) else gnorm = ctx:grad_norm() end
     ctx:reset()
