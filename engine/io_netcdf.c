@@ -86,7 +86,7 @@ int ol_nc_def_var(ol_nc *f, const char *name, int32_t type, int32_t ndims, const
     case OL_NC_INT:    t = NC_INT; break;
     default: OL_FAIL_INT("ol_nc_def_var (%s): variable '%s': unknown type %d", f->path, name, type);
     }
-    int dims[8], id = -1;
+    int dims[8] = { 0 }, id = -1;
     for (int i = 0; i < ndims; i++) dims[i] = dimids[i];
     int rc = nc_def_var(f->ncid, name, t, ndims, dims, &id);
     if (rc != NC_NOERR)

@@ -117,9 +117,14 @@ local function summary(run)
   local any = false
   for _, p in ipairs(a.per_layer) do
     if p.elements > 0 then
-      parts[#parts + 1] = string.format("layer %d: %d outliers, %.1f %% at delimiter tokens, %.1f %% in dims #%d and #%d (max |x| %.3g = %.1f σ)",
-        p.layer, p.elements, 100 * p.delimiter_share, 100 * p.top2_share, p.top_channels[1], p.top_channels[2],
-        p.max_abs, p.max_abs / p.std)
+      local dims = {}   -- the (at most two) top dims that hold outliers at all
+      for i = 1, 2 do
+        local c = p.top_channels[i]
+        if c and (p.by_channel[c + 1] or 0) > 0 then dims[#dims + 1] = "#" .. c end
+      end
+      parts[#parts + 1] = string.format("layer %d: %d outliers, %.1f %% at delimiter tokens, %.1f %% in dim%s %s (max |x| %.3g = %.1f σ)",
+        p.layer, p.elements, 100 * p.delimiter_share, 100 * p.top2_share, #dims > 1 and "s" or "",
+        table.concat(dims, " and "), p.max_abs, p.max_abs / p.std)
     else
       parts[#parts + 1] = string.format("layer %d: no 6σ outlier (max |x| %.3g = %.1f σ)", p.layer, p.max_abs, p.max_abs / p.std)
     end

@@ -44,10 +44,19 @@ ol.C = C
 ol.ffi = ffi
 
 -- ---------------------------------------------------------------- errors
+-- The error is reported at the first caller outside this file (the user's line that called
+-- the op), not at the wrapper here.
+local this_file = debug.getinfo(1, "S").source
 local function engine_error(level)
   local msg = ffi.string(C.ol_error())
   C.ol_clear_error()
-  error(msg ~= "" and msg or "engine call failed (no message)", (level or 2) + 1)
+  local l = (level or 2) + 1
+  while true do
+    local info = debug.getinfo(l, "S")
+    if not info or info.source ~= this_file then break end
+    l = l + 1
+  end
+  error(msg ~= "" and msg or "engine call failed (no message)", l)
 end
 ol.engine_error = engine_error
 
