@@ -35,6 +35,25 @@ function M.lives(fn, name)
   local ok, err = pcall(fn)
   return report(ok, name, err)
 end
+-- Run a shell command (stderr folded into stdout): returns its output, whether it exited 0,
+-- and its exit status. For tests that run bin/outlierlab, mpirun or ncdump as subprocesses.
+function M.sh(cmd)
+  local p = io.popen("( " .. cmd .. " ) 2>&1; echo \"__exit=$?\"")
+  local out = p:read("*a")
+  p:close()
+  local code = tonumber(out:match("__exit=(%d+)%s*$"))
+  return (out:gsub("__exit=%d+%s*$", "")), code == 0, code
+end
+
+-- The whole content of a file, or nil.
+function M.slurp(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
 function M.diag(msg) io.write("# ", tostring(msg):gsub("\n", "\n# "), "\n") end
 function M.done()
   io.write("1..", M.n, "\n")

@@ -5,20 +5,8 @@
 -- the cached model, a changed setting retrains, an unknown key is an error.
 local t = require "outlierlab.tap"
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"__rc=$?\"")
-  local s = p:read("*a")
-  p:close()
-  local rc = tonumber(s:match("__rc=(%d+)%s*$"))
-  return (s:gsub("__rc=%d+%s*$", "")), rc == 0
-end
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local sh = t.sh
+local slurp = t.slurp
 
 local tmp = os.tmpname()
 os.remove(tmp)

@@ -3,20 +3,8 @@
 -- reproduced ones in summary.md, and shared models trained once (so-table3 after so-fig11).
 -- (tests/lua/test_experiments.lua checks the generic parts for every experiment.)
 local t = require "outlierlab.tap"
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"__rc=$?\"")
-  local s = p:read("*a")
-  p:close()
-  local rc = tonumber(s:match("__rc=(%d+)%s*$"))
-  return (s:gsub("__rc=%d+%s*$", "")), rc == 0
-end
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local sh = t.sh
+local function slurp(path) return t.slurp(path) or "" end
 local tmp = os.tmpname()
 os.remove(tmp)
 os.execute("mkdir -p " .. tmp)

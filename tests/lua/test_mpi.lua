@@ -4,14 +4,7 @@
 local t = require "outlierlab.tap"
 local root = OUTLIERLAB_ROOT
 
--- run a shell command; returns its output and whether it exited 0
-local function run(cmd)
-  local p = io.popen("( " .. cmd .. " ) 2>&1; echo \"exit-status:$?\"")
-  local out = p:read("*a")
-  p:close()
-  local code = tonumber(out:match("exit%-status:(%d+)%s*$"))
-  return out, code == 0
-end
+local run = t.sh   -- output, exited 0
 local function losses(out)
   local l = {}
   for s, v in out:gmatch("loss (%d+) ([%d%.eE%-%+]+)") do l[tonumber(s)] = tonumber(v) end

@@ -4,12 +4,7 @@
 -- relative.
 local t = require "outlierlab.tap"
 local root = OUTLIERLAB_ROOT
-local function run(cmd)
-  local p = io.popen("( " .. cmd .. " ) 2>&1; echo \"exit-status:$?\"")
-  local out = p:read("*a")
-  p:close()
-  return out, tonumber(out:match("exit%-status:(%d+)%s*$")) == 0
-end
+local run = t.sh
 local env = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
 local exe = root .. "/bin/outlierlab run " .. root .. "/tests/mpi/dist_analysis.lua"
 local one, ok1 = run(env .. exe)

@@ -8,12 +8,7 @@
 --  * sweeps: variants spread over groups of ranks give the 1-rank numbers.
 local t = require "outlierlab.tap"
 local root = OUTLIERLAB_ROOT
-local function run(cmd)
-  local p = io.popen("( " .. cmd .. " ) 2>&1; echo \"exit-status:$?\"")
-  local out = p:read("*a")
-  p:close()
-  return out, tonumber(out:match("exit%-status:(%d+)%s*$")) == 0
-end
+local run = t.sh
 local tmp = os.tmpname()
 os.remove(tmp)
 os.execute("mkdir -p " .. tmp)

@@ -5,13 +5,7 @@
 local t = require "outlierlab.tap"
 local results = require "outlierlab.results"
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"__rc=$?\"")
-  local s = p:read("*a")
-  p:close()
-  local rc = tonumber(s:match("__rc=(%d+)%s*$"))
-  return (s:gsub("__rc=%d+%s*$", "")), rc == 0
-end
+local sh = t.sh
 
 local dir = os.tmpname()
 os.remove(dir)

@@ -5,12 +5,7 @@
 -- Skipped where Debian's slurm-wlm and munge are not installed.
 local t = require "outlierlab.tap"
 local root = OUTLIERLAB_ROOT
-local function sh(cmd)
-  local p = io.popen("( " .. cmd .. " ) 2>&1; echo \"exit-status:$?\"")
-  local out = p:read("*a")
-  p:close()
-  return out, tonumber(out:match("exit%-status:(%d+)%s*$")) == 0
-end
+local sh = t.sh
 local have = select(2, sh("command -v slurmctld && command -v slurmd && command -v sbatch && command -v munged && test -r /etc/munge/munge.key"))
 if not have then
   print("1..0 # SKIP slurm-wlm and munge are not installed (apt-get install slurm-wlm)")
