@@ -38,7 +38,13 @@ t.ok(wait_for(function() return logtext():find("step %d+/3000") end, 90), "the j
 sh(env .. "scancel --batch --signal=USR1 " .. tostring(id))
 t.ok(wait_for(function() return logtext():find("requeueing job", 1, true) end, 60), "the signal checkpoints and requeues", logtext())
 t.ok(logtext():find("exit code 75", 1, true), "the ranks exited with the requeue status 75")
-wait_for(function() return select(2, sh(env .. "scontrol update jobid=" .. id .. " StartTime=now")) end, 10)
+-- a requeued job waits (BeginTime) before it may start again; once it is pending and the
+-- first incarnation's step has been cleaned up, let it start now
+local function state() return (sh(env .. "squeue -h -j " .. id .. " -o %T")):match("%u+") end
+t.ok(wait_for(function() return state() == "PENDING" end, 60), "the job is back in the queue", tostring(state()))
+wait_for(function() return not select(2, sh("pgrep -f 'slurmstepd.*" .. id .. "'")) end, 40)
+os.execute("sleep 2")
+sh(env .. "scontrol update jobid=" .. id .. " StartTime=now")
 t.ok(wait_for(function() return logtext():find("done in", 1, true) end, 150), "the requeued job finished the experiment", logtext())
 t.ok(logtext():find("resuming from its checkpoint", 1, true) and logtext():find("resumed from .- at step %d+"), "training resumed from the checkpoint")
 local meta = sh("ncdump -h " .. tmp .. "/res/so-fig3/so-fig3.nc")
