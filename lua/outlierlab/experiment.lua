@@ -166,7 +166,21 @@ end
 -- min(#items, ranks) groups (MPI_Comm_split); group g runs items g+1, g+1+G, …, data
 -- parallel inside the group; results travel to every rank. fn's result must be plain data
 -- (outlierlab.serialize); a model trained inside fn is in the shared cache for everyone.
+--
+-- Job arrays (make sbatch-<id> ARRAY=n): --sweep_index=i runs member i (0-based) of the
+-- experiment's first sweep, then stops (exit 0); a final run without --sweep_index finds every
+-- member's model in the cache and goes on to the analysis and the figures.
 function Run:sweep(items, fn)
+  if self.sweep_index and self.sweep_index >= 0 then
+    local i = self.sweep_index + 1
+    if i > #items or i ~= math.floor(i) then
+      error(string.format("experiment %s: --sweep_index=%s but the sweep has %d members (0..%d)", self.id,
+        tostring(self.sweep_index), #items, #items - 1), 0)
+    end
+    fn(items[i], i)
+    error({ exit_status = 0, message = string.format("%s: sweep member %d of %d done; run without --sweep_index " ..
+      "(after every member) to analyse and plot from the cached models", self.id, i - 1, #items) }, 0)
+  end
   local world = dist.world_size()
   if world == 1 or #items <= 1 then
     local out = {}
@@ -298,7 +312,7 @@ function M.run_file(exp, file)
   -- checkpoints at the next step and the run exits with REQUEUE_STATUS (outlierlab.slurm)
   dist.watch_signal(dist.SIGUSR1)
   local root = ol.root
-  local opts = config.get({ profile = "default",
+  local opts = config.get({ profile = "default", sweep_index = -1,
                             out = os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results"),
                             cache = os.getenv("OUTLIERLAB_CACHE") or (root .. "/cache") }, { strict = false })
   local prof = exp.profiles[opts.profile]
@@ -308,11 +322,12 @@ function M.run_file(exp, file)
     table.sort(names)
     error(string.format("experiment %s: unknown profile '%s'; valid: %s", file, opts.profile, table.concat(names, ", ")), 0)
   end
-  local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true } })
+  local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true } })
 
   local run = setmetatable({
     id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
     dir = opts.out .. "/" .. exp.id, results_root = opts.out, cache_root = opts.cache,
+    sweep_index = opts.sweep_index,
     out = {}, files = {},
   }, Run)
   mkdir(run.dir)

@@ -332,8 +332,16 @@ function M.run(a)
   local function save(step)
     local ok, i = params_finite(ctx)
     if not ok then diverged(step, string.format("parameter %d is not finite after the update", i)) end
+    -- data parallel: every rank must hold the same parameters; a checksum is compared across
+    -- the ranks (an error names the rank that differs) and recorded in the checkpoint
+    local checksum
+    if dl then
+      if dl.size() > 1 then dl.check_params(ctx) end
+      checksum = dl.checksum(ctx)
+    end
     if not writes then last_good = step return end
-    local extra = { rng = M.rng_state(model), losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val }
+    local extra = { rng = M.rng_state(model), losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
+                    param_checksum = checksum, ranks = dl and dl.size() or 1 }
     checkpoint.save(a.ckpt, ctx, { config = { train = cfg, model = model.cfg }, step = step, optim = opt:state(),
                                    data = loader.state and loader:state() or nil, extra = extra })
     last_good = step

@@ -78,5 +78,21 @@ local function data(tag)
 end
 local a, b = data("sweep1"), data("sweep2")
 t.ok(#a > 100 and a == b, "the swept variants' loss curves are identical on 1 and 2 ranks")
+
+-- a job array (make sbatch-<id> ARRAY=n): --sweep_index=i trains member i alone and exits 0;
+-- the final run without it reuses every member's cached model and ends with the same numbers
+local arr = sweep .. dirs("array")
+local okall = true
+for i = 0, 5 do
+  local o, ok = run(env .. arr .. " --sweep_index=" .. i)
+  okall = okall and ok and o:find("sweep member " .. i .. " of 6 done", 1, true) ~= nil
+end
+t.ok(okall, "each --sweep_index run trains one member and exits 0")
+local fin, okf = run(env .. arr)
+local _, ncached = fin:gsub("cached", "")
+t.ok(okf and ncached >= 6, "the final run reuses the 6 cached models", fin)
+t.ok(data("array") == a, "and stores the numbers of the single run")
+local bad = run(env .. arr .. " --sweep_index=6")
+t.ok(bad:find("--sweep_index=6 but the sweep has 6 members", 1, true), "an index past the sweep is refused", bad)
 os.execute("rm -rf " .. tmp)
 return t.done()
