@@ -79,6 +79,26 @@ end
 local a, b = data("sweep1"), data("sweep2")
 t.ok(#a > 100 and a == b, "the swept variants' loss curves are identical on 1 and 2 ranks")
 
+-- 4 ranks over 3 variants (emergence): groups {0,3}, {1}, {2}; the 2-rank group trains its
+-- variant data parallel inside the sweep. Numbers equal 1 rank's within 1e-4 relative (fp32
+-- sums in another order over a few training steps).
+local em = "bin/outlierlab run experiments/emergence.lua --profile=quick"
+local e1, oke1 = run(env .. em .. dirs("em1"))
+local e4, oke4 = run(env .. "mpirun --oversubscribe -np 4 " .. em .. dirs("em4"))
+t.ok(oke1 and oke4, "emergence ran on 1 and on 4 ranks", e1 .. e4)
+local function nums(tag, id)
+  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/%s/%s.nc", tmp, tag, id, id))
+  local x = (p:read("*a"):match("\ndata:\n(.*)$")) or ""
+  p:close()
+  local out = {}
+  for w in x:gmatch("[%-%d%.eE%+]+") do if tonumber(w) then out[#out + 1] = tonumber(w) end end
+  return out
+end
+local m1, m4 = nums("em1", "emergence"), nums("em4", "emergence")
+local ew = 0
+for i = 1, #m1 do ew = math.max(ew, math.abs(m1[i] - (m4[i] or 1 / 0)) / math.max(math.abs(m1[i]), 1e-30)) end
+t.ok(#m1 > 10 and #m1 == #m4 and ew <= 1e-4, string.format("a sweep with a 2-rank group matches 1 rank (worst %.2g relative)", ew))
+
 -- a job array (make sbatch-<id> ARRAY=n): --sweep_index=i trains member i alone and exits 0;
 -- the final run without it reuses every member's cached model and ends with the same numbers
 local arr = sweep .. dirs("array")
