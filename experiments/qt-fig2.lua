@@ -12,17 +12,7 @@ local analysis = require "outlierlab.analysis"
 local probes = require "outlierlab.probes"
 local ffi = require "ffi"
 
--- identical to qt-fig1's model_spec: one trained encoder for both figures
-local function model_spec(cfg)
-  return {
-    model = { preset = cfg.preset, overrides = { dropout = cfg.dropout } },
-    data = { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size },
-    batch = { B = cfg.batch, T = cfg.seq_len, kind = "mlm" },
-    train = { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "linear", min_lr = 0,
-              weight_decay = 0.01, betas = { 0.9, 0.999 }, eps = 1e-6, clip = 1.0 },
-    seed = cfg.seed,
-  }
-end
+local model_spec = exp_runner.bert_mlm_spec   -- shared with qt-fig1: one trained model
 
 local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
 
@@ -149,14 +139,7 @@ return {
   title = "Attention probabilities, values and their product for the head behind the top outlier dimension",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 2",
              claim = "The head that owns the outlier dimension attends mostly to delimiter tokens whose values are small: it learns to do nothing." },
-  profiles = {
-    quick = { preset = "bert-quick", vocab_size = 256, n_tokens = 40000, data_seed = 1, seq_len = 32, batch = 8,
-              steps = 20, lr = 1e-3, warmup = 2, dropout = 0.0, eval_batches = 2, seed = 1 },
-    default = { preset = "bert-tiny", vocab_size = 1024, n_tokens = 1000000, data_seed = 1, seq_len = 64, batch = 32,
-                steps = 1000, lr = 1e-3, warmup = 100, dropout = 0.0, eval_batches = 16, seed = 1 },
-    paper = { preset = "bert-base", vocab_size = 30522, n_tokens = 100000000, data_seed = 1, seq_len = 128, batch = 256,
-              steps = 1000000, lr = 1e-4, warmup = 10000, dropout = 0.1, eval_batches = 64, seed = 1 },
-  },
+  profiles = exp_runner.profiles_with(exp_runner.BERT_MLM_PROFILES, {}),
   stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", plot } },
   summary = summary,
 }

@@ -13,17 +13,7 @@ local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.analysis"
 local probes = require "outlierlab.probes"
 
--- the settings of the trained model (the same in so-fig6: one training for both figures)
-local function model_spec(cfg)
-  return {
-    model = { preset = cfg.preset, overrides = {} },
-    data = { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size },
-    batch = { B = cfg.batch, T = cfg.seq_len, kind = "lm" },
-    train = { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine",
-              weight_decay = 0.1, betas = { 0.9, 0.95 }, clip = 1.0 },
-    seed = cfg.seed,
-  }
-end
+local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig6: one trained model
 
 local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
 
@@ -110,14 +100,7 @@ return {
   title = "Activation outliers in the layer outputs h of a LLaMA-style model: layers, tokens, channels",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 3",
              claim = "Activation outliers in h appear in shallow layers, persist through the middle layers and vanish in the last ones; they sit at the initial token and weak-semantic tokens, in a few fixed channels." },
-  profiles = {
-    quick = { preset = "llama-quick", vocab_size = 256, n_tokens = 40000, data_seed = 1, seq_len = 32, batch = 8,
-              steps = 20, lr = 3e-3, warmup = 2, eval_batches = 2, tau = 10, seed = 1 },
-    default = { preset = "llama-tiny", vocab_size = 1024, n_tokens = 1000000, data_seed = 1, seq_len = 64, batch = 32,
-                steps = 1000, lr = 2e-3, warmup = 100, eval_batches = 16, tau = 100, seed = 1 },
-    paper = { preset = "tinyllama-120m", vocab_size = 32000, n_tokens = 100000000, data_seed = 1, seq_len = 1024, batch = 480,
-              steps = 50000, lr = 6e-4, warmup = 2000, eval_batches = 64, tau = 1000, seed = 1 },
-  },
+  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
   stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", plot } },
   summary = summary,
 }

@@ -456,6 +456,63 @@ function Batcher:next(ctx)
   return batch
 end
 
+-- ---------------------------------------------------------------- shared models
+-- Figures that analyse the same trained model take its settings from here, so that they
+-- hash to the same cached model and cannot drift apart.
+
+-- QT's BERT pre-training recipe (REFERENCE §4: AdamW β (0.9, 0.999), ε 1e-6, wd 0.01, linear
+-- decay to 0, clip 1) on the generated corpus with MLM batches (qt-fig1, qt-fig2)
+function M.bert_mlm_spec(cfg)
+  return {
+    model = { preset = cfg.preset, overrides = { dropout = cfg.dropout } },
+    data = { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size },
+    batch = { B = cfg.batch, T = cfg.seq_len, kind = "mlm" },
+    train = { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "linear", min_lr = 0,
+              weight_decay = 0.01, betas = { 0.9, 0.999 }, eps = 1e-6, clip = 1.0 },
+    seed = cfg.seed,
+  }
+end
+M.BERT_MLM_PROFILES = {
+  quick = { preset = "bert-quick", vocab_size = 256, n_tokens = 40000, data_seed = 1, seq_len = 32, batch = 8,
+            steps = 20, lr = 1e-3, warmup = 2, dropout = 0.0, eval_batches = 2, seed = 1 },
+  default = { preset = "bert-tiny", vocab_size = 1024, n_tokens = 1000000, data_seed = 1, seq_len = 64, batch = 32,
+              steps = 1000, lr = 1e-3, warmup = 100, dropout = 0.0, eval_batches = 16, seed = 1 },
+  paper = { preset = "bert-base", vocab_size = 30522, n_tokens = 100000000, data_seed = 1, seq_len = 128, batch = 256,
+            steps = 1000000, lr = 1e-4, warmup = 10000, dropout = 0.1, eval_batches = 64, seed = 1 },
+}
+
+-- SO's nanoGPT recipe (AdamW β (0.9, 0.95), wd 0.1, warmup + cosine, clip 1) for the
+-- LLaMA-style decoder on LM batches (so-fig3, so-fig6)
+function M.llama_lm_spec(cfg)
+  return {
+    model = { preset = cfg.preset, overrides = {} },
+    data = { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size },
+    batch = { B = cfg.batch, T = cfg.seq_len, kind = "lm" },
+    train = { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine",
+              weight_decay = 0.1, betas = { 0.9, 0.95 }, clip = 1.0 },
+    seed = cfg.seed,
+  }
+end
+M.LLAMA_LM_PROFILES = {
+  quick = { preset = "llama-quick", vocab_size = 256, n_tokens = 40000, data_seed = 1, seq_len = 32, batch = 8,
+            steps = 20, lr = 3e-3, warmup = 2, eval_batches = 2, seed = 1 },
+  default = { preset = "llama-tiny", vocab_size = 1024, n_tokens = 1000000, data_seed = 1, seq_len = 64, batch = 32,
+              steps = 1000, lr = 2e-3, warmup = 100, eval_batches = 16, seed = 1 },
+  paper = { preset = "tinyllama-120m", vocab_size = 32000, n_tokens = 100000000, data_seed = 1, seq_len = 1024, batch = 480,
+            steps = 50000, lr = 6e-4, warmup = 2000, eval_batches = 64, seed = 1 },
+}
+
+-- base profiles with each profile's extra settings added: profiles_with(base, {quick = {tau = 10}, ...})
+function M.profiles_with(base, extra)
+  local out = {}
+  for name, p in pairs(base) do
+    local q = config.deep_copy(p)
+    for k, v in pairs(extra[name] or {}) do q[k] = v end
+    out[name] = q
+  end
+  return out
+end
+
 -- the model config of a spec: preset + overrides, vocab_size and block_size from the data
 local function model_cfg(spec)
   local models = require "outlierlab.models"
