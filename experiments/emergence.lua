@@ -67,7 +67,8 @@ local function train_variant(run, v)
     for k = 1, spec.points do
       local target = math.floor(spec.train.steps * k / spec.points)
       if target > (curve[#curve].step or 0) then
-        local tr = exp_runner.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = "lm", seed = spec.seed })
+        local tr = exp_runner.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = "lm", seed = spec.seed,
+                                                shard = true })
         local tcfg = {}
         for key, val in pairs(spec.train) do tcfg[key] = val end
         tcfg.steps = target

@@ -37,10 +37,14 @@ local function fmt_value(v)
 end
 M.fmt_value = fmt_value
 
+-- the temporary name is unique per process and MPI rank, so that processes writing the same
+-- file at once (ranks of a group, concurrent runs) never rename each other's half-written file
+local self_pid = ((io.open("/proc/self/stat") or { read = function() return "0" end }):read("*l") or "0"):match("^(%d+)") or "0"
 local function write_atomic(path, text)
   local dir = path:match("^(.*)/[^/]*$")
   if dir then os.execute("mkdir -p '" .. dir .. "'") end
-  local tmp = path .. ".tmp"
+  local okd, dist = pcall(require, "outlierlab.dist")
+  local tmp = path .. ".tmp." .. self_pid .. "." .. (okd and dist.world_rank() or 0)
   local f, err = io.open(tmp, "wb")
   if not f then error("plot: cannot write " .. tmp .. ": " .. tostring(err), 3) end
   f:write(text)
