@@ -75,7 +75,7 @@ local secs = os.clock() - t0
 t.near(first, math.log(3), 0.02, "initial loss ≈ log 3 (near-uniform logits at init)")
 t.ok(final < 0.15, string.format("MLP 2→64→GELU→3, 400 AdamW steps: final loss %.4f < 0.15", final))
 t.ok(acc > 0.95, string.format("MLP training accuracy %.1f%% > 95%%", 100 * acc))
-t.ok(secs < 20, string.format("training took %.2f s CPU (bound 20 s)", secs))
+t.diag(string.format("training took %.2f s CPU", secs))   -- reported, not asserted (speed: make bench)
 local _, lin_final, lin_acc = train(nil, 400)
 t.ok(lin_final > 0.6, string.format("control: a linear model stays above 0.6 (final loss %.4f, acc %.1f%%)", lin_final, 100 * lin_acc))
 return t.done()
