@@ -81,7 +81,7 @@ static inline float dotf(const float *a, const float *b, int64_t n) {
     return s;
 }
 
-static inline float sigmf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float sigmf(float x) { return 1.0f / (1.0f + ol__expf(-x)); }
 
 /*
  * One tile: S (R×kmax, leading dim Tk) = scale·Q_t·K[0:kmax]ᵀ, turned in place into the
@@ -115,17 +115,21 @@ static void tile_probs(const att_plan *d, int64_t b, int64_t row0, int64_t i0, i
             if (d->kind == OL_ATTN_ATTN_BIAS && sp > m) m = sp;
             if (m == -INFINITY) m = 0.0f;      /* no visible key */
             l = d->kind == OL_ATTN_SOFTMAX1 ? expf(-m) : d->kind == OL_ATTN_ATTN_BIAS ? expf(sp - m) : 0.0f;
-            for (int64_t j = 0; j < kv; j++)
-                if (!pad || pad[j]) l += expf(s[j] - m);
+            /* e_j = exp(s_j − m) once, in a loop that vectorises (ol__expf), then summed in
+             * order (the sum stays serial: no reassociation without fast-math) */
+            if (pad) for (int64_t j = 0; j < kv; j++) s[j] = pad[j] ? ol__expf(s[j] - m) : 0.0f;
+            else     for (int64_t j = 0; j < kv; j++) s[j] = ol__expf(s[j] - m);
+            for (int64_t j = 0; j < kv; j++) l += s[j];
             d->m[row] = m;
             d->l[row] = l;
         } else {
             m = d->m[row];
             l = d->l[row];
+            if (pad) for (int64_t j = 0; j < kv; j++) s[j] = pad[j] ? ol__expf(s[j] - m) : 0.0f;
+            else     for (int64_t j = 0; j < kv; j++) s[j] = ol__expf(s[j] - m);
         }
         float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int64_t j = 0; j < kv; j++)
-            s[j] = (!pad || pad[j]) ? expf(s[j] - m) * inv : 0.0f;
+        for (int64_t j = 0; j < kv; j++) s[j] *= inv;
         if (d->kind == OL_ATTN_ATTN_BIAS) psink[r] = expf(sp - m) * inv;
         else if (d->kind == OL_ATTN_CA_BIAS) {
             /* P′ = e^{s′}/(e^{s′} + l·e^{m}), evaluated around M = max(s′, m) */

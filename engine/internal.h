@@ -85,6 +85,26 @@ static inline float ol__u01(uint64_t seed, uint64_t idx) {
     return (float)((ol__hash64(seed, idx) >> 40) * (1.0 / 16777216.0));
 }
 
+/* e^x in plain float arithmetic (no libm call, so loops that use it vectorise without
+ * fast-math): range reduction x = n·ln2 + r with a Cody–Waite split of ln2, e^r by its degree-7
+ * Taylor polynomial (truncation < 2e-8 relative), 2^n through the exponent bits; x is clamped
+ * to [−87.3, 88.3] (e^x = +inf above, ≈ 1e-38 below). Within 1 ulp or so of expf: the GELU and
+ * attention tests compare it with the libm formulas. */
+static inline float ol__expf(float x) {
+    float big = x > 88.3f ? INFINITY : 1.0f;       /* e^x overflows: +inf (NaN stays NaN) */
+    x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+    /* n = round(x/ln2) by the 1.5·2^23 trick (floorf would block vectorisation) */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120
+              + r * (1.0f / 720 + r * (1.0f / 5040)))))));
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return p * scale * big;
+}
+
 /* Size arithmetic with overflow checks: returns -1 on overflow. */
 int64_t ol__numel(int32_t ndim, const int64_t *shape);
 

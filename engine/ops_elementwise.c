@@ -192,33 +192,17 @@ static inline float un_bwd(int op, float x, float y) {
  * 0.5·x·(1 + tanh(u)) = x·σ(2u) with u = √(2/π)(x + 0.044715x³), since 1 + tanh(u) = 2σ(2u)
  * (no cancellation near u = 0, unlike 1 − 2/(1+e^{2u})). d/dx = σ + 2xσ(1−σ)·u′(x) with
  * u′ = √(2/π)(1 + 3·0.044715x²) — the same derivative as un_bwd's tanh form, rewritten.
- * gelu_expf: e^x by range reduction x = n·ln2 + r (|r| ≤ ~0.35, Cody–Waite split of ln2),
- * e^r by its degree-7 Taylor polynomial (truncation < 2e-8 relative) and 2^n through the
- * exponent bits; x is clamped to [−87.3, 88.3] so 2^n stays a normal float, and e^x is
- * +inf above 88.3 (then gelu(x) = x/(1+inf) = −0 for very negative x, as the tanh form). Plain float
- * arithmetic (no libm call), so GCC vectorises the loops; tests/lua/test_train_kernels.lua
- * compares it with the libm formula of un_fwd/un_bwd (the reference). */
-static inline float gelu_expf(float x) {
-    float big = x > 88.3f ? INFINITY : 1.0f;       /* e^x overflows: +inf (NaN stays NaN) */
-    x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
-    /* n = round(x/ln2) by the 1.5·2^23 trick (floorf would block vectorisation) */
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120
-              + r * (1.0f / 720 + r * (1.0f / 5040)))))));
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, 4);
-    return p * scale * big;
-}
+ * e^x is ol__expf (internal.h): plain float arithmetic, so GCC vectorises the loops; above
+ * 88.3 it is +inf (then gelu(x) = x/(1+inf) = −0 for very negative x, as the tanh form).
+ * tests/lua/test_train_kernels.lua compares it with the libm formula of un_fwd/un_bwd (the
+ * reference). */
 
 static void gelu_tanh_fwd(const float *x, float *o, int64_t n) {
     #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float xi = x[i];
         float u2 = 2.0f * GELU_K * (xi + 0.044715f * xi * xi * xi);
-        o[i] = xi / (1.0f + gelu_expf(-u2));
+        o[i] = xi / (1.0f + ol__expf(-u2));
     }
 }
 
@@ -227,7 +211,7 @@ static void gelu_tanh_bwd(const float *x, const float *g, float *da, int64_t n) 
     for (int64_t i = 0; i < n; i++) {
         float xi = x[i];
         float u2 = 2.0f * GELU_K * (xi + 0.044715f * xi * xi * xi);
-        float s = 1.0f / (1.0f + gelu_expf(-u2));
+        float s = 1.0f / (1.0f + ol__expf(-u2));
         /* |x| > 1e4: s(1−s) is exactly 0; the clamp keeps u′ finite so 0·u′ is not NaN */
         float xc = xi < -1e4f ? -1e4f : (xi > 1e4f ? 1e4f : xi);
         float du = GELU_K * (1.0f + 3.0f * 0.044715f * xc * xc);
