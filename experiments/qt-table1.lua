@@ -60,12 +60,8 @@ local function analyze(run)
   return { rows = res }
 end
 
-local function collect(a, i, key)
-  local xs = {}
-  for _, r in ipairs(a.rows) do if r.row == i then xs[#xs + 1] = r[key] end end
-  return xs
-end
-local function mean(xs) return (ptq.mean_std(xs)) end
+local function collect(a, i, key) return ptq.values(a.rows, { row = i }, key) end
+local mean = ptq.mean
 
 local function plot(run)
   local a, cfg = run.out.analyze, run.cfg

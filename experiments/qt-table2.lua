@@ -66,14 +66,8 @@ local function analyze(run)
 end
 
 -- values of one quantity per (family, variant) over seeds
-local function collect(a, fam, var, key)
-  local xs = {}
-  for _, r in ipairs(a.rows) do
-    if r.family == fam and r.variant == var then xs[#xs + 1] = r[key] end
-  end
-  return xs
-end
-local function mean(xs) return (ptq.mean_std(xs)) end
+local function collect(a, fam, var, key) return ptq.values(a.rows, { family = fam, variant = var }, key) end
+local mean = ptq.mean
 local function degradation(fam, fp, q) return fam == "vit" and fp - q or q - fp end
 
 -- 3. NetCDF (family × variant × seed) and a bar figure of the four quantities

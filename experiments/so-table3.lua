@@ -53,12 +53,8 @@ local function analyze(run)
   return { rows = rows }
 end
 
-local function collect(a, var, key)
-  local xs = {}
-  for _, r in ipairs(a.rows) do if r.variant == var then xs[#xs + 1] = r[key] end end
-  return xs
-end
-local function mean(xs) return (ptq.mean_std(xs)) end
+local function collect(a, var, key) return ptq.values(a.rows, { variant = var }, key) end
+local mean = ptq.mean
 
 local function plot(run)
   local a, ns = run.out.analyze, run.cfg.n_seeds

@@ -250,6 +250,21 @@ end
 
 -- ---------------------------------------------------------------- small statistics
 -- mean and sample standard deviation (n-1; 0 for one value) of a list
+-- the values of field key in the rows whose fields match every pair of where
+-- (e.g. values(a.rows, {family = "bert", variant = "vanilla"}, "fp")): one list per table cell,
+-- one value per seed
+function M.values(rows, where, key)
+  local xs = {}
+  for _, r in ipairs(rows) do
+    local ok = true
+    for k, v in pairs(where) do if r[k] ~= v then ok = false break end end
+    if ok then xs[#xs + 1] = r[key] end
+  end
+  return xs
+end
+-- the mean of a list (first result of mean_std)
+function M.mean(xs) return (M.mean_std(xs)) end
+
 function M.mean_std(xs)
   local n = #xs
   if n == 0 then return 0 / 0, 0 / 0 end
