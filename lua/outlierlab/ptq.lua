@@ -440,13 +440,7 @@ local QT_PROFILES = {
             vit_batch = 512, vit_steps = 60000, vit_lr = 1e-3, vit_warmup = 5000,
             n_eval = 64, n_calib = 16, n_stats = 64 },
 }
-function M.qt_profiles(extra)
-  local out = copy(QT_PROFILES)
-  for name, kv in pairs(extra or {}) do
-    for k, v in pairs(kv) do out[name][k] = v end
-  end
-  return out
-end
+function M.qt_profiles(extra) return require("outlierlab.experiment").profiles_with(QT_PROFILES, extra or {}) end
 
 -- QT's attention variants at the sequence length of the family (see M.qt_gamma):
 --   vanilla: softmax; clipped: BERT γ = −0.025 at T = 128, OPT γ = −α/T with α = 12,
@@ -497,13 +491,7 @@ local SO_PROFILES = {
   paper = { preset = "gpt2-124m", vocab_size = 50304, n_tokens = 1000000000, data_seed = 1, seq_len = 1024, batch = 480,
             steps = 50000, lr = 6e-4, warmup = 2000, n_seeds = 1, n_eval = 64 },
 }
-function M.so_profiles(extra)
-  local out = copy(SO_PROFILES)
-  for name, kv in pairs(extra or {}) do
-    for k, v in pairs(kv) do out[name][k] = v end
-  end
-  return out
-end
+function M.so_profiles(extra) return require("outlierlab.experiment").profiles_with(SO_PROFILES, extra or {}) end
 M.SO_VARIANTS = { "softmax", "fixed_bias", "ca_bias", "attn_bias", "ca_scale", "sigmoid" }
 M.SO_LABELS = { softmax = "(a) default softmax", fixed_bias = "(b) fixed bias", ca_bias = "(c) context-aware bias",
                 attn_bias = "(d) attention bias", ca_scale = "(e) context-aware scaling", sigmoid = "sigmoid attention" }
