@@ -5,7 +5,9 @@ local M = {}
 
 local usage = [[
 usage: outlierlab run FILE.lua [--key=value ...]
-       outlierlab list               experiments with their status
+       outlierlab list [--markdown]  experiments with their status (--markdown: the table of docs/EXPERIMENTS.md)
+       outlierlab history MODEL_DIR  training curves of a cached model: history.nc and history.png
+       outlierlab gallery [--out=DIR] results/index.html and index.md from every run's run.json
        outlierlab version
 A script reads its settings with require("outlierlab.config").get{...}; --key=value overrides
 them (nested keys with dots). An experiment file (one that returns a table with stages) is
@@ -15,8 +17,11 @@ function M.main(argv)
   M.argv = argv   -- the full command line, for result files' history attribute
   local cmd = argv[1]
   if cmd == "list" then   -- experiments/*.lua with their status (make list)
+    if argv[2] == "--markdown" then return require("outlierlab.experiment").print_markdown() end
     return require("outlierlab.experiment").print_list()
   end
+  if cmd == "history" then return require("outlierlab.history").main(argv) end
+  if cmd == "gallery" then return require("outlierlab.gallery").main(argv) end
   if cmd == "version" then
     print(require("outlierlab").version())
     return 0

@@ -11,24 +11,30 @@
 -- The runner picks the profile (--profile=, default "default"), applies --key=value overrides
 -- to it (an unknown key is an error listing the valid ones: outlierlab.config), then calls
 -- each stage as fn(run) with
---   run.id, run.profile, run.cfg (the settings), run.seed, run.dir (results/<id>/),
+--   run.id, run.profile, run.cfg (the settings), run.seed, run.dir (results/<id>/<profile>/, M.results_dir),
 --   run.out[stage] (what earlier stages returned), run.file, run.exp,
 --   run:model(spec, trainer)   -- trained-model cache, see below
---   run:netcdf(name?)          -- outlierlab.results file results/<id>/<name or id>.nc, meta filled in
---   run:figure(name, script, blocks) -- .dat + PNG + PDF in results/<id>/ (outlierlab.plot)
+--   run:netcdf(name?)          -- outlierlab.results file <run.dir>/<name or id>.nc, meta filled in
+--   run:figure(name, script, blocks) -- .dat + PNG + PDF in run.dir (outlierlab.plot)
 --   run:log(fmt, ...)
--- and finally writes results/<id>/summary.md from exp.summary(run).
+-- and finally writes <run.dir>/summary.md from exp.summary(run), run.json (what the results
+-- gallery reads: claim, verdict, profile, seconds, files) and history/<hash>.{nc,png}, the
+-- training history of each model the run used (outlierlab.history).
 --
 -- Caching (cache root: --cache= or $OUTLIERLAB_CACHE, default <root>/cache):
 --   run:model(spec, trainer): spec is every setting that determines the trained weights
---   (model config, data, training recipe, seed). Its hash together with the engine version
---   names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
+--   (model config, data, training recipe, seed). Its hash together with the engine version,
+--   the content hash of the engine and package code (M.code_hash) and of the files outside
+--   the package the training runs through (M.extra_sources: the trainer's file, user attention
+--   variants) names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
 --   share a model train it once); otherwise trainer(dir, ckpt_path) runs: it trains with
 --   train.run{ckpt = ckpt_path}, which resumes from the checkpoint an interrupted run left,
 --   and returns a table of training facts (losses...), stored in done.lua.
 --   A stage marked cache = true stores its return value in cache/stages/<id>/<stage>-<hash>.lua,
---   hash of (settings, engine version, experiment file text): a rerun with the same inputs
---   skips it, a changed setting or file recomputes it.
+--   hash of (settings, engine version, code hash, experiment file text, the hashes of the models
+--   the run used): a rerun with the same inputs skips it, a changed setting, file or model
+--   recomputes it. --retrain trains every model of the run anew; --reanalyze recomputes the
+--   cached stages.
 -- Results root: --out= or $OUTLIERLAB_RESULTS, default <root>/results.
 local ol = require "outlierlab"
 local config = require "outlierlab.config"
@@ -80,6 +86,82 @@ local function load_data(path)
 end
 local function save_data(path, v) plot.write_atomic(path, M.serialize(v)) end
 
+-- ---------------------------------------------------------------- what a cached result depends on
+-- A cached model or stage is reused only when everything that shaped it is unchanged: its
+-- settings, the engine version, and the text of the code it ran through. The code is hashed
+-- by content: engine/*.c, engine/*.h, engine/host/*.c and lua/outlierlab/**/*.lua, except the
+-- files listed here, which only write, draw, list or print results and cannot change a
+-- number that is cached. Computed once per process (docs/EXPERIMENTS.md, "Caching").
+M.CODE_EXCLUDE = { ["plot.lua"] = true, ["results.lua"] = true, ["slurm.lua"] = true, ["gallery.lua"] = true,
+                   ["history.lua"] = true, ["tap.lua"] = true, ["progress.lua"] = true, ["cli.lua"] = true }
+
+local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- the hashed source files under root, sorted, as paths relative to root
+function M.code_files(root)
+  root = root or ol.root
+  local p = io.popen("cd " .. quote(root) .. " && find engine -maxdepth 2 \\( -name '*.c' -o -name '*.h' \\) " ..
+                     "2>/dev/null; cd " .. quote(root) .. " && find lua/outlierlab -name '*.lua' 2>/dev/null")
+  local out = {}
+  for f in p:lines() do
+    if not M.CODE_EXCLUDE[f:match("([^/]+)$")] or not f:match("^lua/outlierlab/[^/]+$") then out[#out + 1] = f end
+  end
+  p:close()
+  table.sort(out)
+  return out
+end
+
+-- content hash of the code under root (memoised per root)
+local code_hashes = {}
+function M.code_hash(root)
+  root = root or ol.root
+  if not code_hashes[root] then
+    local parts = {}
+    for _, f in ipairs(M.code_files(root)) do parts[#parts + 1] = f .. "\0" .. M.hash(read_file(root .. "/" .. f) or "") end
+    code_hashes[root] = M.hash(table.concat(parts, "\n"))
+  end
+  return code_hashes[root]
+end
+
+-- Source outside the package that a model's training runs through: the file that defines the
+-- trainer function (an experiment file with its own training loop), and the file of every
+-- attention variant registered from outside the package (attention.register in a user file)
+-- whose name appears in the spec. Returns { [path] = content hash } (chunks loaded from a
+-- string are hashed by their text). Returns a sorted list of "file-name:content-hash".
+function M.extra_sources(spec, trainer)
+  local pkg = ol.root .. "/lua/outlierlab/"
+  local set = {}
+  local function add_fn(fn)
+    if type(fn) ~= "function" then return end
+    local src = debug.getinfo(fn, "S").source or ""
+    if src:sub(1, 1) == "@" then
+      local path = src:sub(2)
+      if path:sub(1, #pkg) ~= pkg and not path:match("^lua/outlierlab/") then
+        set[path:match("([^/]+)$") .. ":" .. M.hash(read_file(path) or "")] = true
+      end
+    elseif src ~= "=[C]" then
+      set["(string):" .. M.hash(src)] = true
+    end
+  end
+  add_fn(trainer)
+  local att = package.loaded["outlierlab.attention"]
+  local reg = type(att) == "table" and att.registry or {}
+  local seen = {}
+  local function walk(v)
+    if type(v) == "string" and reg[v] then
+      for _, f in pairs(reg[v]) do add_fn(f) end
+    elseif type(v) == "table" and not seen[v] then
+      seen[v] = true
+      for _, x in pairs(v) do walk(x) end
+    end
+  end
+  walk(spec)
+  local out = {}
+  for k in pairs(set) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
 -- ---------------------------------------------------------------- the run object
 local Run = {}
 Run.__index = Run
@@ -95,10 +177,22 @@ end
 function Run:model(spec, trainer)
   if type(spec) ~= "table" then error("run:model: spec must be a table of the settings that determine the model", 2) end
   if type(trainer) ~= "function" then error("run:model: trainer must be a function(dir, ckpt)", 2) end
-  local key = results.canonical_json({ spec = spec, engine = ol.version() })
+  local key = results.canonical_json({ spec = spec, engine = ol.version(), code = M.code_hash(),
+                                       sources = M.extra_sources(spec, trainer) })
   local hash = M.hash(key)
   local dir = self.cache_root .. "/models/" .. hash
   local ckpt = dir .. "/model.safetensors"
+  self.model_hashes = self.model_hashes or {}
+  self.model_hashes[hash] = dir
+  -- --retrain: this run trains the model anew (once per process), whatever the cache holds
+  if self.retrain and not (self.retrained or {})[hash] and dist.rank() == 0 then
+    os.execute("find " .. quote(dir) .. " -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf {} + 2>/dev/null")
+  end
+  if self.retrain then
+    self.retrained = self.retrained or {}
+    self.retrained[hash] = true
+    if dist.size() > 1 then dist.barrier() end
+  end
   -- Under MPI the ranks of a group train one model together (data parallel): rank 0 of the
   -- group alone takes the cache lock and decides "cached" or "train"; the others follow.
   local lead = dist.rank() == 0
@@ -305,6 +399,87 @@ local function write_summary(run, s, timings)
   plot.write_atomic(run.dir .. "/summary.md", table.concat(lines, "\n") .. "\n")
 end
 
+-- ---------------------------------------------------------------- results directory, run.json
+-- Where a run's files go: <results root>/<id>/<profile>/, so that runs of different profiles
+-- never overwrite each other; a run on an imported model (o.model = its name or directory)
+-- goes to <results root>/<id>/<model name>-<profile>/.
+function M.results_dir(root, id, o)
+  o = o or {}
+  local leaf = o.profile or "default"
+  if o.model and o.model ~= "" then
+    local name = tostring(o.model):gsub("/+$", ""):match("([^/]+)$") or "model"
+    leaf = name:gsub("[^%w%-_%.]", "_") .. "-" .. leaf
+  end
+  return root .. "/" .. id .. "/" .. leaf
+end
+
+-- the hashes of the models this run used (trained or cached), the same list on every rank
+-- (sweep groups each saw their own members)
+local function model_list(run)
+  local mine = {}
+  for h in pairs(run.model_hashes or {}) do mine[#mine + 1] = h end
+  if dist.world_size() > 1 then
+    local set = {}
+    for _, text in ipairs(dist.allgather_string(table.concat(mine, " "))) do
+      for h in text:gmatch("%x+") do set[h] = true end
+    end
+    mine = {}
+    for h in pairs(set) do mine[#mine + 1] = h end
+  end
+  table.sort(mine)
+  return mine
+end
+
+-- each model's training history (outlierlab.history), written next to the cached model when
+-- missing and copied to <run dir>/history/<hash>.{nc,png} (rank 0)
+local function copy_histories(run)
+  local history = require "outlierlab.history"
+  local hashes = {}
+  for h in pairs(run.model_hashes or {}) do hashes[#hashes + 1] = h end
+  table.sort(hashes)
+  run.histories = {}
+  for _, h in ipairs(hashes) do
+    local dir = run.model_hashes[h]
+    if not read_file(dir .. "/history.nc") then
+      local ok, err = pcall(history.write, dir, nil, { id = run.id, profile = run.profile, seed = run.seed,
+                                                       config = { model_hash = h } })
+      if not ok then run:log("model %s: no training history (%s)", h, tostring(err)) end
+    end
+    for _, ext in ipairs({ "nc", "png" }) do
+      local text = read_file(dir .. "/history." .. ext)
+      if text then
+        local dst = run.dir .. "/history/" .. h .. "." .. ext
+        plot.write_atomic(dst, text)
+        run.files[#run.files + 1] = dst
+        run.histories[#run.histories + 1] = "history/" .. h .. "." .. ext
+      end
+    end
+  end
+end
+
+-- run.json: what the results gallery (outlierlab.gallery) reads about one run
+local function write_run_json(run, s, timings, seconds, models)
+  local src = run.exp.source
+  local files = {}
+  for _, f in ipairs(run.files) do
+    local rel = f:sub(1, #run.dir + 1) == run.dir .. "/" and f:sub(#run.dir + 2) or f
+    files[#files + 1] = rel
+  end
+  files[#files + 1] = "summary.md"
+  local stages = {}
+  for i, t in ipairs(timings) do stages[i] = { name = t.name, seconds = t.seconds, cached = t.cached } end
+  local rec = {
+    id = run.id, title = run.exp.title, paper = src.paper, figure = src.figure, claim = src.claim,
+    profile = run.profile, seed = run.seed, settings = run.cfg,
+    paper_result = s.paper and tostring(s.paper) or nil, reproduced = s.reproduced and tostring(s.reproduced) or nil,
+    verdict = s.holds == true and "holds" or s.holds == false and "does not hold" or "inconclusive",
+    seconds = seconds, stages = stages, files = files, models = models,
+    histories = run.histories, engine = ol.version(), git_commit = results.git_commit(),
+    date = results.timestamp(), mpi_ranks = results.mpi_ranks(), command = results.command_line(),
+  }
+  plot.write_atomic(run.dir .. "/run.json", results.canonical_json(rec) .. "\n")
+end
+
 -- ---------------------------------------------------------------- entry point
 function M.run_file(exp, file)
   local stages = validate(exp, file)
@@ -312,7 +487,7 @@ function M.run_file(exp, file)
   -- checkpoints at the next step and the run exits with REQUEUE_STATUS (outlierlab.slurm)
   dist.watch_signal(dist.SIGUSR1)
   local root = ol.root
-  local opts = config.get({ profile = "default", sweep_index = -1,
+  local opts = config.get({ profile = "default", sweep_index = -1, retrain = false, reanalyze = false,
                             out = os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results"),
                             cache = os.getenv("OUTLIERLAB_CACHE") or (root .. "/cache") }, { strict = false })
   local prof = exp.profiles[opts.profile]
@@ -322,12 +497,13 @@ function M.run_file(exp, file)
     table.sort(names)
     error(string.format("experiment %s: unknown profile '%s'; valid: %s", file, opts.profile, table.concat(names, ", ")), 0)
   end
-  local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true } })
+  local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
+                                            retrain = true, reanalyze = true } })
 
   local run = setmetatable({
     id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
-    dir = opts.out .. "/" .. exp.id, results_root = opts.out, cache_root = opts.cache,
-    sweep_index = opts.sweep_index,
+    dir = M.results_dir(opts.out, exp.id, { profile = opts.profile }), results_root = opts.out, cache_root = opts.cache,
+    sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze,
     out = {}, files = {},
   }, Run)
   mkdir(run.dir)
@@ -340,10 +516,13 @@ function M.run_file(exp, file)
     local cached = false
     local cpath
     if st.cache then
+      -- the models the earlier stages trained or loaded are part of the key: a retrained
+      -- model (new code) gives a new analysis
       local h = M.hash(results.canonical_json({ cfg = cfg, profile = run.profile, engine = ol.version(),
-                                                file = ftext, stage = st.name }))
+                                                code = M.code_hash(), file = ftext, stage = st.name,
+                                                models = model_list(run) }))
       cpath = run.cache_root .. "/stages/" .. exp.id .. "/" .. st.name .. "-" .. h .. ".lua"
-      local v = load_data(cpath)
+      local v = not run.reanalyze and load_data(cpath) or nil
       if v ~= nil then run.out[st.name] = v; cached = true end
     end
     if not cached then
@@ -360,7 +539,12 @@ function M.run_file(exp, file)
     timings[#timings + 1] = { name = st.name, seconds = progress.now() - t0, cached = cached }
   end
   local s = exp.summary and exp.summary(run) or {}
-  if progress.is_rank0() then write_summary(run, s, timings) end
+  local models = model_list(run)   -- a collective under MPI: every rank calls it
+  if progress.is_rank0() then
+    copy_histories(run)
+    write_summary(run, s, timings)
+    write_run_json(run, s, timings, progress.now() - t_all, models)
+  end
   run:log("done in %.1f s: %s/summary.md — claim %s", progress.now() - t_all, run.dir,
           s.holds == true and "holds" or s.holds == false and "does not hold" or "inconclusive")
   if s.reproduced then run:log("reproduced: %s", s.reproduced) end
@@ -546,7 +730,9 @@ function M.train_model(run, spec)
     run:log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, spec.batch.B, spec.batch.T)
     local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va, cfg = tcfg, ckpt = ckpt }
     local val = res.val[#res.val]
-    return { losses = res.losses, val_loss = val and val.loss or nil, steps = res.step,
+    -- the per-step curves go into the model's training history (outlierlab.history)
+    return { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
+             val_loss = val and val.loss or nil, steps = res.step,
              stopped_by_signal = res.stopped_by_signal,
              params = m:num_params(), describe = m:describe() }
   end)
@@ -596,7 +782,8 @@ function M.token_label(corpus, id)
 end
 
 -- ---------------------------------------------------------------- listing (make list)
--- every experiments/*.lua: id, title and whether results/<id>/summary.md exists
+-- every experiments/*.lua: id, title, source, profiles and the profiles that have results
+-- (results/<id>/<dir>/summary.md, see M.results_dir)
 function M.list(dir, results_root)
   dir = dir or (ol.root .. "/experiments")
   results_root = results_root or os.getenv("OUTLIERLAB_RESULTS") or (ol.root .. "/results")
@@ -606,8 +793,21 @@ function M.list(dir, results_root)
     local chunk = loadfile(f)
     local ok, exp = pcall(chunk or error)
     if ok and type(exp) == "table" and exp.id then
-      local has = read_file(results_root .. "/" .. exp.id .. "/summary.md") ~= nil
-      out[#out + 1] = { id = exp.id, title = exp.title, file = f, has_results = has }
+      local ran = {}
+      local q = io.popen("ls -d " .. quote(results_root .. "/" .. exp.id) .. "/*/summary.md 2>/dev/null")
+      for md in q:lines() do ran[#ran + 1] = md:match("([^/]+)/summary%.md$") end
+      q:close()
+      table.sort(ran)
+      local profiles = {}
+      for name in pairs(exp.profiles or {}) do profiles[#profiles + 1] = name end
+      local order = { quick = 1, default = 2, paper = 3 }
+      table.sort(profiles, function(x, y)
+        local a, b = order[x] or 9, order[y] or 9
+        if a ~= b then return a < b end
+        return x < y
+      end)
+      out[#out + 1] = { id = exp.id, title = exp.title, file = f, source = exp.source or {}, profiles = profiles,
+                        results = ran, has_results = #ran > 0 }
     end
   end
   p:close()
@@ -619,8 +819,28 @@ function M.print_list()
   local w = 4
   for _, e in ipairs(list) do w = math.max(w, #e.id) end
   for _, e in ipairs(list) do
-    io.write(string.format("%-" .. w .. "s  %-11s  %s\n", e.id, e.has_results and "results" or "no results", e.title))
+    io.write(string.format("%-" .. w .. "s  %-24s  %s\n", e.id,
+      e.has_results and ("results: " .. table.concat(e.results, ",")) or "no results", e.title))
   end
+  return 0
+end
+
+-- the experiments table of docs/EXPERIMENTS.md (bin/outlierlab list --markdown); a test
+-- checks that the document holds exactly this text, so the list cannot drift
+function M.markdown_table(list)
+  list = list or M.list()
+  local function cell(s) return (tostring(s or ""):gsub("|", "\\|"):gsub("\n", " ")) end
+  local lines = { "| id | paper, figure | title | profiles |", "|---|---|---|---|" }
+  for _, e in ipairs(list) do
+    local src = e.source.paper .. ((e.source.figure or "") ~= "" and (" " .. e.source.figure) or "")
+    lines[#lines + 1] = string.format("| [%s](../experiments/%s.lua) | %s | %s | %s |", e.id, e.id, cell(src),
+                                      cell(e.title), table.concat(e.profiles, ", "))
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+function M.print_markdown()
+  io.write(M.markdown_table())
   return 0
 end
 

@@ -15,7 +15,8 @@
 -- Lua lists (or nested lists, flattened) whose length is the product of the dims.
 -- Global attributes: title, summary, Conventions, source (version + git commit), history
 -- (timestamp + command line), date_created (SOURCE_DATE_EPOCH honoured), id, profile,
--- seed, config (JSON), mpi_ranks, and any extra ones from meta.attrs.
+-- seed, config (JSON), mpi_ranks, the ACDD recommended license, creator_name, institution,
+-- project and processing_level (M.provenance), and any extra ones from meta.attrs.
 local ffi = require "ffi"
 local ol = require "outlierlab"
 local C = ol.C
@@ -242,6 +243,35 @@ function File:attr(name, value)
   return self
 end
 
+-- ACDD-1.3 recommended attributes. meta.<name> wins; then the environment
+-- (OUTLIERLAB_LICENSE, OUTLIERLAB_CREATOR, OUTLIERLAB_INSTITUTION), then these defaults:
+-- the creator is git's user.name (else $USER), as a commit records its author.
+function M.provenance(meta)
+  meta = meta or {}
+  local function pick(key, env, default)
+    local v = meta[key]
+    if type(v) == "string" and v ~= "" then return v end
+    v = env and os.getenv(env)
+    if v and v ~= "" then return v end
+    return default()
+  end
+  return {
+    { "license", pick("license", "OUTLIERLAB_LICENSE", function()
+        return "unspecified" end) },
+    { "creator_name", pick("creator_name", "OUTLIERLAB_CREATOR", function()
+        if M._creator == nil then
+          M._creator = shell("git -C '" .. ol.root .. "' config user.name") or os.getenv("USER") or "unknown"
+        end
+        return M._creator
+      end) },
+    { "institution", pick("institution", "OUTLIERLAB_INSTITUTION", function() return "unspecified" end) },
+    { "project", pick("project", nil, function()
+        return "outlierlab: outliers in transformers, reproducing QT (Bondarenko et al. 2023) and SO (An et al. 2025)" end) },
+    { "processing_level", pick("processing_level", nil, function()
+        return "model output: statistics of transformers trained and analysed by outlierlab (not observations)" end) },
+  }
+end
+
 local function global_attrs(meta)
   local version = ol.version()
   local list = {
@@ -261,6 +291,7 @@ local function global_attrs(meta)
     { "mpi_ranks", meta.ranks or M.mpi_ranks() },
     { "config", M.canonical_json(meta.config or {}) },
   }
+  for _, a in ipairs(M.provenance(meta)) do list[#list + 1] = a end
   if meta.references then list[#list + 1] = { "references", meta.references } end
   local extra = {}
   for k in pairs(meta.attrs or {}) do extra[#extra + 1] = k end

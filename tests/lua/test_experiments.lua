@@ -32,7 +32,7 @@ t.ok(#ids >= 1, "experiments found: " .. table.concat(ids, ", "))
 for _, id in ipairs(ids) do
   local out, ok = sh(string.format(base, id))
   t.ok(ok, id .. ": quick profile runs", out)
-  local dir = tmp .. "/results/" .. id
+  local dir = tmp .. "/results/" .. id .. "/quick"
   local hdr, hok = sh("ncdump -h " .. dir .. "/" .. id .. ".nc")
   t.ok(hok, id .. ": NetCDF file readable by ncdump", hdr)
   t.ok(hdr:find(':Conventions = "CF-1.10, ACDD-1.3"', 1, true) and hdr:find(':experiment_id = "' .. id .. '"', 1, true)

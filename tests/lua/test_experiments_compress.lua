@@ -23,7 +23,7 @@ local expect = {
 for _, id in ipairs({ "so-fig11", "so-table3", "so-fig12", "qt-table2", "qt-table1" }) do
   local out, ok = sh(string.format(base, id))
   t.ok(ok, id .. ": quick profile runs", out)
-  local dir = tmp .. "/results/" .. id
+  local dir = tmp .. "/results/" .. id .. "/quick"
   local hdr = sh("ncdump -h " .. dir .. "/" .. id .. ".nc")
   for _, v in ipairs(expect[id].vars) do t.ok(hdr:find(v, 1, true), id .. ": NetCDF has " .. v, hdr) end
   local md = slurp(dir .. "/summary.md")
@@ -38,9 +38,9 @@ for _, id in ipairs({ "so-fig11", "so-table3", "so-fig12", "qt-table2", "qt-tabl
   end
 end
 -- the NetCDF values are the ones the summary reports: qt-table2 FP metric of BERT vanilla
-local dump = sh("ncdump -v fp_metric " .. tmp .. "/results/qt-table2/qt-table2.nc")
+local dump = sh("ncdump -v fp_metric " .. tmp .. "/results/qt-table2/quick/qt-table2.nc")
 local first = tonumber(dump:match("fp_metric =%s*([%d%.e%+%-]+)"))
-local md = slurp(tmp .. "/results/qt-table2/summary.md")
+local md = slurp(tmp .. "/results/qt-table2/quick/summary.md")
 local shown = tonumber(md:match("| BERT | vanilla | 4%.49 | ([%d%.e%+%-]+) |"))
 t.ok(first and shown and math.abs(first - shown) <= 1e-3 * math.abs(first) + 0.05, "summary FP metric matches the NetCDF value",
      tostring(first) .. " vs " .. tostring(shown))

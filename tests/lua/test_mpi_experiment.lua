@@ -38,7 +38,7 @@ for i = 1, #l1 do worst = math.max(worst, math.abs(l1[i] - (l2[i] or 0 / 0)) / m
 t.ok(#l1 > 5 and #l1 == #l2 and worst <= 1e-5, string.format("training loss curves agree within 1e-5 (worst %.2g over %d steps)", worst, #l1))
 
 local function dump(tag)
-  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/so-fig3/so-fig3.nc", tmp, tag))
+  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/so-fig3/quick/so-fig3.nc", tmp, tag))
   local s = p:read("*a")
   p:close()
   return s:match("\ndata:\n(.*)$") or ""
@@ -60,7 +60,7 @@ for i = 1, math.min(#n1, #n3) do
 end
 t.ok(ints_same, "every integer in the NetCDF file is the same for 1 and 2 ranks")
 t.ok(fworst <= 2.5e-7, string.format("every float within 2 float32 ulps (worst %.2g relative)", fworst))
-local meta = io.popen(string.format("ncdump -h %s/out-shared/so-fig3/so-fig3.nc", tmp)):read("*a")
+local meta = io.popen(string.format("ncdump -h %s/out-shared/so-fig3/quick/so-fig3.nc", tmp)):read("*a")
 t.ok(meta:find(":mpi_ranks = 2", 1, true), "the file records 2 MPI ranks", meta)
 
 -- a sweep (SO Fig. 12: one model per attention variant) over 2 ranks: MPI_Comm_split makes 2
@@ -71,7 +71,7 @@ local s1, oks1 = run(env .. sweep .. dirs("sweep1"))
 local s2, oks2 = run(env .. "mpirun --oversubscribe -np 2 " .. sweep .. dirs("sweep2"))
 t.ok(oks1 and oks2, "the sweep ran on 1 and on 2 ranks", s1 .. s2)
 local function data(tag)
-  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/so-fig12/so-fig12.nc", tmp, tag))
+  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/so-fig12/quick/so-fig12.nc", tmp, tag))
   local x = p:read("*a")
   p:close()
   return x:match("\ndata:\n(.*)$") or "(no data)"
@@ -87,7 +87,7 @@ local e1, oke1 = run(env .. em .. dirs("em1"))
 local e4, oke4 = run(env .. "mpirun --oversubscribe -np 4 " .. em .. dirs("em4"))
 t.ok(oke1 and oke4, "emergence ran on 1 and on 4 ranks", e1 .. e4)
 local function nums(tag, id)
-  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/%s/%s.nc", tmp, tag, id, id))
+  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/%s/quick/%s.nc", tmp, tag, id, id))
   local x = (p:read("*a"):match("\ndata:\n(.*)$")) or ""
   p:close()
   local out = {}

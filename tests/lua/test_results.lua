@@ -59,6 +59,12 @@ t.ok(hdr:find(':date_created = "%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ"'), "date_c
 t.ok(hdr:find('"model":{"d_model":8,"n_layer":2}', 1, true) or hdr:find('\\"model\\":{\\"d_model\\":8,\\"n_layer\\":2}', 1, true),
      "config stored as canonical JSON (sorted keys)", hdr)
 
+-- ACDD recommended attributes: present and non-empty in every file
+for _, name in ipairs({ "license", "creator_name", "institution", "project", "processing_level" }) do
+  t.ok(hdr:find(":" .. name .. ' = "[^"]+"'), "ACDD attribute " .. name, hdr)
+end
+t.ok(hdr:find(':project = "outlierlab', 1, true), "project names outlierlab")
+
 local fmt = sh("ncdump -hs " .. path)
 t.ok(fmt:find('_Format = "netCDF-4"', 1, true), "NetCDF-4 format", fmt)
 t.ok(fmt:find("count:_DeflateLevel = 4", 1, true), "deflate on", fmt)
@@ -91,6 +97,11 @@ t.ok(h1:find('date_created = "2023-11-14T22:13:20Z"', 1, true), "SOURCE_DATE_EPO
 local d1 = sh("ncdump " .. dir .. "/a.nc | tail -n +2")
 local d2 = sh("ncdump " .. dir .. "/b.nc | tail -n +2")
 t.ok(d1 == d2 and #d1 > 100, "same inputs + SOURCE_DATE_EPOCH give the same content")
+-- the site sets its institution and license through the environment
+sh("OUTLIERLAB_INSTITUTION='Test Lab' OUTLIERLAB_LICENSE=CC-BY-4.0 bin/outlierlab run " .. script .. " " .. dir .. "/c.nc")
+local h3 = sh("ncdump -h " .. dir .. "/c.nc")
+t.ok(h3:find(':institution = "Test Lab"', 1, true) and h3:find(':license = "CC-BY-4.0"', 1, true),
+     "OUTLIERLAB_INSTITUTION and OUTLIERLAB_LICENSE set the ACDD attributes", h3)
 
 -- independent reader: xarray (Debian's python3-xarray, /usr/bin/python3), warnings as errors
 local py = "/usr/bin/python3"
@@ -104,6 +115,8 @@ ds = xr.open_dataset(sys.argv[1])
 assert ds["count"].dims == ("layer", "channel"), ds["count"].dims
 assert int(ds["count"].sel(layer=3, channel=2)) == 6
 assert ds.attrs["Conventions"] == "CF-1.10, ACDD-1.3"
+for a in ("license", "creator_name", "institution", "project", "processing_level"):
+    assert ds.attrs.get(a), a
 for v in ds.variables:
     assert "long_name" in ds[v].attrs and "units" in ds[v].attrs, v
 print("xarray ok")

@@ -1,0 +1,151 @@
+-- test_results_cache — the trained-model cache never returns weights trained by other code,
+-- and runs of different profiles keep their own results (lua/outlierlab/experiment.lua):
+--   * a user attention variant (attention.register in a file outside the package) is part of
+--     the model's hash: editing its formula, then rerunning, trains anew under a new hash;
+--     the unchanged file is reused ("cached");
+--   * --retrain trains a cached model again; --reanalyze recomputes a cached stage;
+--   * the content hash of the code changes with any engine or package source file and not with
+--     a file that only writes results (plot.lua);
+--   * results/<id>/<profile>/: a quick run after a default run leaves the default results, and
+--     each writes run.json (claim, verdict, profile, seconds, files) and the model's history.
+-- Each run trains a 2-layer GPT-2 of d 64 for 3 steps (well under a second).
+local t = require "outlierlab.tap"
+local E = require "outlierlab.experiment"
+local sh, slurp = t.sh, t.slurp
+local cjson = require "cjson"
+
+local tmp = os.tmpname()
+os.remove(tmp)
+os.execute("mkdir -p " .. tmp)
+
+local function write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+-- a user variant: softmax attention with the scores multiplied by SCALE (the "formula")
+local function variant(scale)
+  write(tmp .. "/variant.lua", string.format([[
+local attention = require "outlierlab.attention"
+attention.register("test_scaled", {
+  params = { scale = 1 },
+  new = function(ctx, spec, dims)
+    local self = {}
+    function self:parameters() return {} end
+    function self:forward(q, k, v, x, opts)
+      local s = attention.scores(q, k, opts.pad_mask) * (spec.scale * %s)
+      local p = s:softmax(opts.causal)
+      if opts.probe then opts.probe("attn_probs", p) end
+      return p:matmul(v)
+    end
+    return self
+  end,
+})
+]], scale))
+end
+
+write(tmp .. "/exp.lua", string.format([[
+dofile(%q)
+local E = require "outlierlab.experiment"
+local function spec(cfg)
+  return { model = { preset = "gpt2-quick", overrides = { attention = { kind = "test_scaled" }, dropout = 0 } },
+           data = { seed = 1, n_tokens = 4000, vocab_size = 256 },
+           batch = { B = 2, T = 16, kind = "lm" },
+           train = { steps = cfg.steps, lr = 1e-3, warmup = 1, schedule = "constant", clip = 1.0, eval_batches = 1 },
+           seed = cfg.seed }
+end
+return {
+  id = "cache-test", title = "cache test",
+  source = { paper = "none", figure = "", claim = "the cache never reuses weights trained by other code" },
+  profiles = { quick = { steps = 3, seed = 1 }, default = { steps = 4, seed = 1 } },
+  stages = {
+    { "train", function(run) return { hash = E.train_model(run, spec(run.cfg)).hash } end },
+    { "analyze", function(run) return { n = 1 } end, cache = true },
+    { "plot", function(run)
+        local nc = run:netcdf()
+        nc:dim("x", 1)
+        nc:var("v", { "x" }, { 1 }, { long_name = "v", units = "1" })
+        nc:close()
+      end },
+  },
+  summary = function(run) return { reproduced = "model " .. run.out.train.hash, holds = true } end,
+}
+]], tmp .. "/variant.lua"))
+
+local function run(args)
+  local out, ok = sh(string.format("bin/outlierlab run %s/exp.lua --out=%s/results --cache=%s/cache %s",
+                                   tmp, tmp, tmp, args or ""))
+  return out, ok
+end
+local function trained(out) return out:match("model (%x+): training") end
+local function cached(out) return out:match("model (%x+): cached") end
+
+variant("1.0")
+local o1, ok1 = run("--profile=default")
+local h1 = trained(o1)
+t.ok(ok1 and h1, "first run trains the model", o1)
+local o2 = run("--profile=default")
+t.ok(cached(o2) == h1 and o2:find("stage analyze: cached", 1, true), "unchanged code and settings: model and analysis reused", o2)
+
+variant("0.5")   -- the variant's formula changes: its weights would differ
+local o3 = run("--profile=default")
+local h3 = trained(o3)
+t.ok(h3 and h3 ~= h1, "editing the variant's formula retrains under a new hash (" .. tostring(h1) .. " -> " .. tostring(h3) .. ")", o3)
+t.ok(o3:find("stage analyze\n", 1, true) and not o3:find("stage analyze: cached", 1, true),
+     "the analysis of the retrained model is recomputed", o3)
+local spec = cjson.decode(slurp(tmp .. "/cache/models/" .. tostring(h3) .. "/spec.json") or "{}")
+t.ok(type(spec.code) == "string" and type(spec.sources) == "table" and tostring(spec.sources[1]):find("^variant%.lua:%x+"),
+     "spec.json records the code hash and the variant's file", slurp(tmp .. "/cache/models/" .. tostring(h3) .. "/spec.json"))
+
+local o4 = run("--profile=default --retrain")
+t.ok(trained(o4) == h3 and not cached(o4), "--retrain trains the cached model again", o4)
+local o5 = run("--profile=default --reanalyze")
+t.ok(cached(o5) == h3 and o5:find("stage analyze\n", 1, true), "--reanalyze recomputes the cached stage, keeps the model", o5)
+
+-- per-profile results: quick after default leaves the default files
+local o6, ok6 = run("--profile=quick")
+t.ok(ok6 and trained(o6), "quick profile runs", o6)
+for _, prof in ipairs({ "default", "quick" }) do
+  local dir = tmp .. "/results/cache-test/" .. prof
+  local rec = cjson.decode(slurp(dir .. "/run.json") or "{}")
+  t.ok(rec.profile == prof and rec.verdict == "holds" and rec.claim and type(rec.seconds) == "number" and
+       rec.id == "cache-test", prof .. ": run.json with claim, verdict, profile, seconds", slurp(dir .. "/run.json"))
+  local files = table.concat(rec.files or {}, " ")
+  t.ok(files:find("cache-test.nc", 1, true) and files:find("summary.md", 1, true) and files:find("history/%x+%.nc"),
+       prof .. ": run.json lists the NetCDF file, the summary and the model's history", files)
+  t.ok(slurp(dir .. "/cache-test.nc") and slurp(dir .. "/summary.md"):find("Profile: " .. prof, 1, true),
+       prof .. ": its own NetCDF file and summary.md")
+  local hist = sh("ncdump -h " .. dir .. "/" .. (files:match("(history/%x+%.nc)") or "none"))
+  t.ok(hist:find("double loss(step)", 1, true) and hist:find("double learning_rate(step)", 1, true) and
+       hist:find("double grad_norm(step)", 1, true) and hist:find("double val_loss(eval)", 1, true),
+       prof .. ": the history holds loss, learning rate, gradient norm and validation loss", hist)
+end
+t.is(E.results_dir("R", "qt-fig1", { profile = "quick" }), "R/qt-fig1/quick", "results_dir: <id>/<profile>")
+t.is(E.results_dir("R", "qt-fig1", { profile = "default", model = "/data/bert base/" }), "R/qt-fig1/bert_base-default",
+     "results_dir: an imported model gets <id>/<model name>-<profile>")
+
+-- the code hash follows every source file that can change a cached number, and no other
+os.execute(string.format("mkdir -p %s/tree && cp -r %s/engine %s/lua %s/tree/", tmp, OUTLIERLAB_ROOT, OUTLIERLAB_ROOT, tmp))
+local root = tmp .. "/tree"
+local base = E.code_hash(root)
+local files = table.concat(E.code_files(root), " ")
+t.ok(files:find("engine/attention.c", 1, true) and files:find("engine/outlierlab.h", 1, true) and
+     files:find("lua/outlierlab/attention.lua", 1, true) and files:find("lua/outlierlab/models/gpt2.lua", 1, true) and
+     not files:find("lua/outlierlab/plot.lua", 1, true), "hashed: engine C, headers, the package; not plot.lua", files)
+local function changed(rel)
+  local f = io.open(root .. "/" .. rel, "a")
+  f:write("\n-- edited\n")
+  f:close()
+  local E2 = dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/experiment.lua")   -- fresh memo
+  return E2.code_hash(root)
+end
+local after_plot = changed("lua/outlierlab/plot.lua")
+t.is(after_plot, base, "editing plot.lua keeps the code hash")
+local after_model = changed("lua/outlierlab/models/gpt2.lua")
+t.ok(after_model ~= base, "editing a model file changes the code hash")
+local after_c = changed("engine/attention.c")
+t.ok(after_c ~= after_model, "editing engine C code changes the code hash")
+
+os.execute("rm -rf '" .. tmp .. "'")
+return t.done()
