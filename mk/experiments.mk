@@ -1,7 +1,8 @@
 # mk/experiments.mk — reproduce the papers' figures (docs/EXPERIMENTS.md).
 #   make reproduce-<id>      one experiment, experiments/<id>.lua (PROFILE=quick|default|paper)
 #   make reproduce-all       every experiment
-#   make list                ids, titles and whether results/<id>/ has results
+#   make list                ids, titles and the profiles with results (results/<id>/<profile>/)
+#   make list MARKDOWN=1     the experiments table of docs/EXPERIMENTS.md (checked by a test)
 # Every target depends on `all`, so a fresh clone builds the engine first.
 EXPERIMENT_IDS := $(sort $(basename $(notdir $(wildcard experiments/*.lua))))
 REPRODUCE_ARGS ?=
@@ -18,4 +19,4 @@ reproduce-all: all
 	done
 
 list: all
-	@bin/outlierlab list
+	@bin/outlierlab list $(if $(MARKDOWN),--markdown)
