@@ -480,3 +480,11 @@ int ol_st_read_into(const ol_st_file *f, const char *name, ol_tensor *dst) {
     if (dst->dtype == OL_I32) return ol_st_read_i32(f, name, dst->idata, dst->numel);
     return ol_st_read_f32(f, name, dst->data, dst->numel);
 }
+
+/* Raw bytes of entry i inside the file's memory map (valid until ol_st_close): the Hugging
+ * Face importer converts them itself (engine/io_hf.c) and hands the pages back after use. */
+const void *ol_st_data(const ol_st_file *f, int32_t i, int64_t *nbytes) {
+    if (!f || i < 0 || i >= f->n) OL_FAIL("safetensors: entry %d out of range", i);
+    if (nbytes) *nbytes = f->t[i].end - f->t[i].begin;
+    return f->map + f->data_start + f->t[i].begin;
+}

@@ -436,4 +436,26 @@ int        ol_absmax_quant_(ol_tensor *w, int32_t bits, int32_t per_channel);
 float      ol_magnitude_kth(int32_t n, ol_tensor **ts, int64_t k);    /* < 0: error */
 int64_t    ol_magnitude_prune_(int32_t n, ol_tensor **ts, float sparsity, int32_t global);
 
+/* ======================================================== pretrained models */
+/* Hugging Face model directories (engine/io_hf.c; names and configs in lua/outlierlab/hf.lua).
+ * dtype is an ol_st_dtype; src points at raw little-endian tensor bytes (ol_st_data).
+ * F16/BF16 -> F32 is exact; F32 -> F16/BF16 rounds to nearest even. Threads split the work
+ * into disjoint ranges, so results do not depend on the thread count. */
+/* Raw bytes of safetensors entry i inside the file's map (engine/io_safetensors.c). */
+const void *ol_st_data(const ol_st_file *f, int32_t i, int64_t *nbytes);
+/* dst[0..n) = src[0..n) as f32 (src F32, F16, BF16 or F64). */
+int ol_hf_to_f32(const void *src, int32_t dtype, int64_t n, float *dst);
+/* src is a (rows, cols) matrix; dst (ncols, rows) = transpose of its columns [col0, col0+ncols)
+ * (GPT-2's Conv1D weights are stored (in, out); c_attn fuses q, k, v along out). */
+int ol_hf_to_f32_t(const void *src, int32_t dtype, int64_t rows, int64_t cols, int64_t col0, int64_t ncols,
+                   float *dst);
+/* dst (n, ncols) = rows ids[0..n) of the (nrows, ncols) table src; an id outside [0, nrows) is an error. */
+int ol_hf_gather_rows(const void *src, int32_t dtype, int64_t nrows, int64_t ncols, const int32_t *ids,
+                      int64_t n, float *dst);
+/* dst = src converted to F32, F16 or BF16 (n elements). */
+int ol_hf_from_f32(const float *src, int64_t n, int32_t dtype, void *dst);
+/* Give the whole pages of a read-only file mapping inside [ptr, ptr+nbytes) back to the kernel
+ * (madvise DONTNEED): they leave the resident set and are read again from the file if touched. */
+int ol_hf_release(const void *ptr, int64_t nbytes);
+
 #endif

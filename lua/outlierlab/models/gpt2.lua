@@ -32,8 +32,8 @@ function M.build(ctx, cfg)
   return self
 end
 
--- batch.ids (B,T) int32 -> logits (B,T,V)
-function GPT2:forward(batch, opts)
+-- batch.ids (B,T) int32 -> the blocks' input x (B,T,C) ["emb"]
+function GPT2:embed(batch, opts)
   opts = opts or {}
   local cfg, P = self.cfg, opts.probe
   common.check_ids(batch.ids, "ids", "gpt2", 2)
@@ -43,10 +43,23 @@ function GPT2:forward(batch, opts)
   local x = batch.ids:embedding(self.wte.weight) + self.wpe.weight:narrow(0, 0, T)
   x = self:dropout(x, cfg.dropout, 0)
   if P then P("emb", 0, x) end
-  for l, blk in ipairs(self.blocks) do x = blk:forward(x, self, l - 1, P) end
+  return x
+end
+
+-- the last block's output (B,T,C) -> logits (B,T,V) ["ln_f"]
+function GPT2:head(x, opts)
+  local P = opts and opts.probe
   x = self.ln_f:forward(x)
-  if P then P("ln_f", cfg.n_layer, x) end
+  if P then P("ln_f", self.cfg.n_layer, x) end
   return x:linear(self.lm_head and self.lm_head.weight or self.wte.weight)
+end
+
+-- batch.ids (B,T) int32 -> logits (B,T,V)
+function GPT2:forward(batch, opts)
+  opts = opts or {}
+  local x = self:embed(batch, opts)
+  for l, blk in ipairs(self.blocks) do x = blk:forward(x, self, l - 1, opts.probe) end
+  return self:head(x, opts)
 end
 
 function GPT2:loss(batch, opts) return self:decoder_loss(batch, opts) end

@@ -31,7 +31,7 @@ local defaults = {
            act = "gelu_tanh", attention = "softmax", seed = 1234 },
   opt = { family = "opt", name = "opt", vocab_size = 50272, block_size = 2048, n_layer = 12, n_head = 12,
           d_model = 768, d_ff = 3072, bias = true, dropout = 0.1, norm_eps = 1e-5, act = "relu",
-          attention = "softmax", seed = 1234 },
+          attention = "softmax", seed = 1234, d_embed = 0, ln_before = true },
   bert = { family = "bert", name = "bert", vocab_size = 30522, block_size = 512, type_vocab_size = 2,
            n_layer = 12, n_head = 12, d_model = 768, d_ff = 3072, dropout = 0.1, norm_eps = 1e-12,
            act = "gelu_erf", pooler = false, attention = "softmax", seed = 1234 },

@@ -43,7 +43,8 @@ function M.build(ctx, cfg)
   return self
 end
 
-function LLaMA:forward(batch, opts)
+-- batch.ids (B,T) int32 -> the blocks' input x (B,T,C) ["emb"]
+function LLaMA:embed(batch, opts)
   opts = opts or {}
   local cfg, P = self.cfg, opts.probe
   common.check_ids(batch.ids, "ids", "llama", 2)
@@ -52,10 +53,22 @@ function LLaMA:forward(batch, opts)
   local x = batch.ids:embedding(self.embed_tokens.weight)
   x = self:dropout(x, cfg.dropout, 0)
   if P then P("emb", 0, x) end
-  for l, blk in ipairs(self.blocks) do x = blk:forward(x, self, l - 1, P) end
+  return x
+end
+
+-- the last block's output (B,T,C) -> logits (B,T,V) ["ln_f"]
+function LLaMA:head(x, opts)
+  local P = opts and opts.probe
   x = self.norm:forward(x)
-  if P then P("ln_f", cfg.n_layer, x) end
+  if P then P("ln_f", self.cfg.n_layer, x) end
   return x:linear(self.lm_head and self.lm_head.weight or self.embed_tokens.weight)
+end
+
+function LLaMA:forward(batch, opts)
+  opts = opts or {}
+  local x = self:embed(batch, opts)
+  for l, blk in ipairs(self.blocks) do x = blk:forward(x, self, l - 1, opts.probe) end
+  return self:head(x, opts)
 end
 
 function LLaMA:loss(batch, opts) return self:decoder_loss(batch, opts) end
