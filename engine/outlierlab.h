@@ -219,7 +219,7 @@ ol_tensor *ol_head_scale(ol_tensor *y, ol_tensor *g);
 
 /* ================================================================= analysis */
 
-/* Outlier statistics (REFERENCE.md §2; docs/METRICS.md). A streaming accumulator ol_stats
+/* Outlier statistics (docs/METRICS.md). A streaming accumulator ol_stats
  * reads activation tensors x (B, T, C) batch after batch without keeping them, and holds its
  * whole state in ONE flat double array, in three sections:
  *   [0, nsum)            counts and sums     — merge across accumulators/ranks by +

@@ -16,7 +16,7 @@ local ol = require "outlierlab"
 
 local VARIANTS = {
   { name = "softmax", spec = "softmax" },
-  -- QT's OPT setting: α = 12, γ = −α/T (REFERENCE §1), so the clipping scales with T
+  -- QT's OPT setting: α = 12, γ = −α/T (docs/ATTENTION.md), so the clipping scales with T
   { name = "clipped_softmax", spec = { kind = "clipped_softmax", alpha = 12 } },
   { name = "gated", spec = { kind = "gated", gate = "linear", pi_init = 0.25 } },
 }

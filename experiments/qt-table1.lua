@@ -9,7 +9,7 @@
 -- vanilla. The vanilla and the γ = −0.025 models are shared with qt-table2 (same specs).
 local ptq = require "outlierlab.ptq"
 
--- rows (γ at T = 128, ζ) and the paper's numbers where REFERENCE §5 gives them
+-- rows (γ at T = 128, ζ) and the paper's numbers where QT Table 1 gives them (docs/EXPERIMENTS.md)
 -- (FP ppl / max inf norm / avg kurtosis / W8A8 ppl)
 local ROWS = {
   { gamma = 0, zeta = 1, paper = { 4.49, 735, 3076, 1294 } },           -- vanilla (Table 2)
@@ -125,7 +125,7 @@ local function summary(run)
     reproduced = string.format("vanilla kurtosis %.3g, max inf norm %.3g; highest kurtosis with γ < 0: %.3g, lowest with γ = 0: %.3g",
       van.kurt, van.inf, worst_neg, best_zero),
     holds = holds,
-    notes = table.concat({ "Mean ± std over " .. cfg.n_seeds .. " seed(s). Paper numbers are given where REFERENCE.md §5 lists them (— elsewhere).", "",
+    notes = table.concat({ "Mean ± std over " .. cfg.n_seeds .. " seed(s). Paper numbers are given where QT Table 1 reports them (— elsewhere).", "",
       table.concat(lines, "\n"), "",
       "Criterion: every γ < 0 row has a lower average kurtosis than every γ = 0 row.",
       strong and "" or string.format("The vanilla model has no outliers at this scale (avg kurtosis %.3g, paper 3076; Gaussian = 3), so the ablation cannot show which stretch factor removes them (verdict inconclusive).", van.kurt) }, "\n"),

@@ -6,7 +6,7 @@
 -- softmax (γ scaled to the sequence length: BERT γ = −0.025 at T = 128, OPT γ = −12/T, ViT
 -- γ = −1e−4 at 197 tokens; ζ = 1) and gated attention (a linear gate per head, π_init = 0.5).
 -- For each model report the FP metric (perplexity; top-1 accuracy for ViT), the max inf norm
--- and the average kurtosis over QT's hooked tensors (REFERENCE §2), and the metric after
+-- and the average kurtosis over QT's hooked tensors (docs/METRICS.md), and the metric after
 -- static W8A8 post-training quantisation (outlierlab.ptq: symmetric per-tensor weights with
 -- min-max ranges — MSE for OPT —, asymmetric per-tensor activations from 16 calibration
 -- batches with running min-max — the 99.999th percentile for OPT —, attention scores and

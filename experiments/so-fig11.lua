@@ -7,7 +7,7 @@
 -- (a learnable key/value position every query sees), (e) the context-aware scaling factor,
 -- and sigmoid attention (bias −log T). For each model, over held-out sequences, take the
 -- three largest |h| of every layer output h_l and its median, averaged over sequences
--- (REFERENCE §2 "top-k per layer"). SO finds (d), (e) and sigmoid attention free of the
+-- (docs/METRICS.md, "Top-k and median per layer"). SO finds (d), (e) and sigmoid attention free of the
 -- massive activations, while (b) and (c) keep them. The models are shared with so-fig12 and
 -- (softmax, ca_scale) so-table3.
 local ptq = require "outlierlab.ptq"

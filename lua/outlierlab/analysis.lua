@@ -1,4 +1,4 @@
--- analysis — every outlier metric of REFERENCE.md §2, on top of the C kernels of
+-- analysis — every outlier metric of docs/METRICS.md, on top of the C kernels of
 -- engine/analysis.c. Definitions, choices and the figures that use each metric:
 -- docs/METRICS.md. All indices in results are 0-based (positions, channels, heads, token
 -- ids, layers), as in the engine and the NetCDF files.

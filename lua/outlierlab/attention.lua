@@ -15,7 +15,7 @@
 --       "sink_probs" (B, NH, T) (the weight of the learned sink / context-aware bias value).
 --   A:parameters() -> list of the variant's parameters.
 --
--- Built-in kinds (formulas: REFERENCE.md §1, engine/attention.c, docs/ATTENTION.md):
+-- Built-in kinds (formulas: docs/ATTENTION.md, engine/attention.c):
 --   softmax, clipped_softmax, softmax1, sigmoid, fixed_bias, ca_bias, attn_bias  — one fused
 --   C op (ol_attention) each; gated and ca_scale — fused softmax attention times a per-token,
 --   per-head factor built from engine ops (ol_head_scale applies it).

@@ -644,7 +644,7 @@ end
 -- Figures that analyse the same trained model take its settings from here, so that they
 -- hash to the same cached model and cannot drift apart.
 
--- QT's BERT pre-training recipe (REFERENCE §4: AdamW β (0.9, 0.999), ε 1e-6, wd 0.01, linear
+-- QT's BERT pre-training recipe (docs/EXPERIMENTS.md, paper-scale settings: AdamW β (0.9, 0.999), ε 1e-6, wd 0.01, linear
 -- decay to 0, clip 1) on the generated corpus with MLM batches (qt-fig1, qt-fig2)
 function M.bert_mlm_spec(cfg)
   return {

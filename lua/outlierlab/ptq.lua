@@ -9,9 +9,9 @@
 --   -- q = { value = metric, loss =, sites = quantised activation sites, weights = n tensors }
 --   local r  = ptq.weight_only(ctx, m, { fn = function(params) compress.absmax(params, ...) end, ... })
 --   local s  = ptq.outlier_stats(ctx, m, { loader =, n =, points = {"ffn_out", "ln2"} })
---   -- s = { max_inf_norm, avg_kurtosis, n } over the hooked tensors (QT tables, REFERENCE §2)
+--   -- s = { max_inf_norm, avg_kurtosis, n } over the hooked tensors (QT tables, docs/METRICS.md)
 --
--- QT's W8A8 setup (QT §5, App. C; REFERENCE §3):
+-- QT's W8A8 setup (QT §5, App. C; docs/COMPRESSION.md):
 --   weights: symmetric uniform per tensor, min-max (BERT, ViT) or MSE (OPT) range, every weight
 --     matrix (>= 2 dims) except the final head and the gates: ptq.weights(ctx);
 --   activations: asymmetric uniform per tensor, static ranges from n_calib calibration batches
@@ -385,7 +385,7 @@ function M.load(spec, handle)
   }
 end
 
--- QT's hooked tensors per family (REFERENCE §2; probe names of lua/outlierlab/models):
+-- QT's hooked tensors per family (docs/METRICS.md "Max inf norm"; probe names of lua/outlierlab/models):
 -- BERT: FFN output (before the residual) and the LayerNorm outputs of each layer; OPT (and
 -- the pre-LN ViT): layer output, fc2 output, attention out-projection output, the attention
 -- LayerNorm and the final LayerNorm.
@@ -431,7 +431,7 @@ local QT_PROFILES = {
               vit_preset = "vit-tiny", vit_image = 32, vit_patch = 4, vit_classes = 4, vit_images = 4096,
               vit_batch = 16, vit_steps = 300, vit_lr = 1e-3, vit_warmup = 30,
               n_eval = 8, n_calib = 16, n_stats = 8 },
-  -- REFERENCE §4 (BERT-base 1M steps, OPT-125m 125k steps, ViT-S/16 300 epochs of ImageNet:
+  -- docs/EXPERIMENTS.md, paper-scale settings (BERT-base 1M steps, OPT-125m 125k steps, ViT-S/16 300 epochs of ImageNet:
   -- here 300 epochs of a 102,400-image synthetic set at 224², batch 512 = 60k steps)
   paper = { vocab_size = 30522, n_tokens = 100000000, data_seed = 1, dropout = 0.1, n_seeds = 3,
             bert_preset = "bert-base", bert_T = 128, bert_batch = 256, bert_steps = 1000000, bert_lr = 1e-4, bert_warmup = 10000,
@@ -459,7 +459,7 @@ function M.qt_attention(cfg, family, variant)
   return { kind = "clipped_softmax", gamma = M.qt_gamma(-1e-4, 197, T) }
 end
 
--- QT's training recipes (REFERENCE §4) with the profile's steps / lr / warmup
+-- QT's training recipes (docs/EXPERIMENTS.md, paper-scale settings) with the profile's steps / lr / warmup
 function M.qt_spec(cfg, family, attn, seed)
   if family == "bert" then
     return M.text_spec({ data_seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size,
@@ -480,7 +480,7 @@ function M.qt_spec(cfg, family, attn, seed)
   error("ptq.qt_spec: unknown family " .. tostring(family), 2)
 end
 
--- SO's GPT-2 runs (REFERENCE §4: nanoGPT recipe, no biases, dropout 0, tied embeddings) and
+-- SO's GPT-2 runs (SO App. B.3; docs/EXPERIMENTS.md: nanoGPT recipe, no biases, dropout 0, tied embeddings) and
 -- its attention variants (a)–(e) plus sigmoid attention (SO Table 2, App. D.1)
 local SO_PROFILES = {
   quick = { preset = "gpt2-quick", vocab_size = 256, n_tokens = 20000, data_seed = 1, seq_len = 16, batch = 4,

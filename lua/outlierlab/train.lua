@@ -1,6 +1,6 @@
 -- train — the training loop: AdamW steps with gradient accumulation, clipping and a warmup +
 -- decay schedule, periodic evaluation, atomic checkpoints, bit-identical resume, and a stop
--- on divergence. The papers' recipes (REFERENCE.md §4) are configurations of this one loop.
+-- on divergence. The papers' recipes (docs/EXPERIMENTS.md, "Paper-scale settings") are configurations of this one loop.
 --
 --   local train = require "outlierlab.train"
 --   local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va,

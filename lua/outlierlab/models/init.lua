@@ -46,7 +46,7 @@ M.defaults = defaults
 
 -- name -> family and the keys that differ from the family defaults
 local presets = {
-  -- the papers' shapes (REFERENCE.md §4)
+  -- the papers' shapes (docs/EXPERIMENTS.md, "Paper-scale settings")
   ["gpt2-124m"] = { family = "gpt2" },
   ["opt-125m"] = { family = "opt" },
   ["bert-base"] = { family = "bert", block_size = 512 },
