@@ -59,6 +59,13 @@ const char *ol_version(void);
 void ol_set_num_threads(int n);
 int  ol_get_num_threads(void);
 
+/* OpenBLAS: the kernels it runs (e.g. "SkylakeX") and its build; ol_blas_core_hint() names
+ * better kernels for this CPU when OpenBLAS's own detection fell back to old ones (engine/blas.c),
+ * else NULL: a program sets OPENBLAS_CORETYPE to it and re-executes itself before using BLAS. */
+const char *ol_blas_core(void);
+const char *ol_blas_config(void);
+const char *ol_blas_core_hint(void);
+
 /* A context owns four flat buffers of param_capacity floats each (parameters, gradients,
  * AdamW m and v), a persistent arena and a step arena of step_capacity bytes. The buffers
  * are address-space reservations: pages are touched only when used. 0 picks defaults

@@ -1,8 +1,9 @@
 /*
  * host/main.c — bin/outlierlab: embeds LuaJIT, initialises MPI when a launcher started it
  * (a single process runs without mpirun, as one rank), points package.path at <root>/lua and hands the command line to the
- * Lua side (outlierlab.cli). A Lua error prints a traceback and exits non-zero; under
- * several ranks the failing rank prints its message and aborts the job.
+ * Lua side (outlierlab.cli). A Lua error prints one line (a user error) or its traceback (an
+ * internal error, or any under --debug) and exits non-zero; under several ranks the failing
+ * rank prints its message and aborts the job.
  */
 #define _GNU_SOURCE
 #include <lua.h>
@@ -15,11 +16,35 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "../outlierlab.h"
 
+/* The message handler of every protected call: outlierlab.cli's format_error (one line for a
+ * user error, the traceback for an internal one or under --debug) while the failing stack is
+ * still there; before the package is loaded, the value with a traceback. An error value that
+ * is not a string is printed through tostring, never as "(error object is not a string)". */
 static int traceback(lua_State *L) {
-    const char *msg = lua_tostring(L, 1);
-    if (!msg) msg = "(error object is not a string)";
-    luaL_traceback(L, L, msg, 1);
+    lua_getglobal(L, "package");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "loaded");
+        if (lua_istable(L, -1)) {
+            lua_getfield(L, -1, "outlierlab.cli");
+            if (lua_istable(L, -1)) {
+                lua_getfield(L, -1, "format_error");
+                if (lua_isfunction(L, -1)) {
+                    lua_pushvalue(L, 1);
+                    if (lua_pcall(L, 1, 1, 0) == 0 && lua_isstring(L, -1)) return 1;
+                }
+            }
+        }
+    }
+    lua_settop(L, 1);
+    if (!lua_isstring(L, 1)) {
+        lua_getglobal(L, "tostring");
+        lua_pushvalue(L, 1);
+        if (lua_pcall(L, 1, 1, 0) != 0 || !lua_isstring(L, -1)) { lua_settop(L, 1); lua_pushliteral(L, "(an error value without a text)"); }
+        lua_replace(L, 1);
+    }
+    luaL_traceback(L, L, lua_tostring(L, 1), 1);
     return 1;
 }
 
@@ -48,11 +73,15 @@ int main(int argc, char **argv) {
      * it: on a shared node (other jobs, several ranks, a test runner) that made training
      * steps 6x slower here. libgomp reads its wait policy when it loads, before main, so
      * when the user has not chosen one we set PASSIVE and start again (once). */
-    if (!getenv("OMP_WAIT_POLICY") && !getenv("OUTLIERLAB_REEXEC")) {
-        setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    /* OpenBLAS likewise picks its kernels when it loads: where it falls back to old ones on a
+     * CPU it does not know (engine/blas.c), we name the right ones and start again (once). */
+    const char *core = ol_blas_core_hint();
+    if (!getenv("OUTLIERLAB_REEXEC") && (!getenv("OMP_WAIT_POLICY") || core)) {
+        if (!getenv("OMP_WAIT_POLICY")) setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+        if (core) setenv("OPENBLAS_CORETYPE", core, 1);
         setenv("OUTLIERLAB_REEXEC", "1", 1);
         execv("/proc/self/exe", argv);
-        /* exec failed: carry on with the default policy */
+        /* exec failed: carry on with the default policy and kernels */
     }
     int provided = 0, use_mpi = launched_by_mpi();
     int rank = 0, size = 1;
