@@ -31,7 +31,7 @@ LUATESTS   := $(sort $(wildcard tests/lua/*.lua))
 # Debian 12 packages the project needs (build, run, plot, test).
 DEB_PKGS := build-essential pkg-config libluajit-5.1-dev luajit libopenblas-dev libopenblas0-openmp libopenmpi-dev \
             openmpi-bin libnetcdf-dev netcdf-bin gnuplot-nox fonts-dejavu-core libcjson-dev \
-            lua-cjson perl python3-xarray python3-netcdf4
+            lua-cjson perl python3-xarray python3-netcdf4 libpcre2-8-0 libutf8proc2 bible-kjv
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
