@@ -334,21 +334,24 @@ function Tokenizer:bert_words(text, fn)
   flush()
 end
 
--- text -> list of token ids (no special tokens added)
-function Tokenizer:encode(text)
+-- text -> list of token ids (no special tokens added). opts.continuation = true: the text
+-- continues an earlier call's (no space or "▁" is prepended to its start)
+function Tokenizer:encode(text, opts)
   if type(text) ~= "string" then error("tokenizer:encode: text must be a string", 2) end
   local out = {}
+  local cont = opts and opts.continuation
   local first = true
   split_added(self, text, function(piece, id)
     if id then out[#out + 1] = id first = false return end
+    local at_start = first and cont   -- the segment continues the previous call's text
     if self.kind == "wordpiece" then
       self:bert_words(piece, function(w) self:word_ids(w, out) end)
     elseif self.kind == "bpe-bytes" then
-      if self.add_prefix_space and piece:sub(1, 1) ~= " " then piece = " " .. piece end
+      if self.add_prefix_space and first and not cont and piece:sub(1, 1) ~= " " then piece = " " .. piece end
       self.re:each(piece, function(a, b) self:word_ids(piece:sub(a + 1, b), out) end)
     else   -- SentencePiece-style: spaces are "▁", one "▁" in front, words split before each "▁"
       local s = piece:gsub(" ", "▁")
-      if s ~= "" and (self.prepend == "always" or (self.prepend == "first" and first)) then s = "▁" .. s end
+      if s ~= "" and not at_start and (self.prepend == "always" or (self.prepend == "first" and first)) then s = "▁" .. s end
       for _, w in ipairs(self:sp_words(s)) do self:word_ids(w, out) end
     end
     first = false
@@ -497,9 +500,8 @@ end
 
 -- special token ids from the files around the tokenizer and the model's config.json
 local function find_specials(t, dir)
-  local cfg = read_json(dir .. "/config.json") or {}
-  local tc = read_json(dir .. "/tokenizer_config.json") or {}
-  local sm = read_json(dir .. "/special_tokens_map.json") or {}
+  local function file(name) return dir and read_json(dir .. "/" .. name) or {} end
+  local cfg, tc, sm = file("config.json"), file("tokenizer_config.json"), file("special_tokens_map.json")
   local function tok(v) if type(v) == "table" then return v.content end return v end
   local function id_of(name) return name and t.vocab[name] end
   local sp = t.special
@@ -588,7 +590,7 @@ function M.from_json(path, dir)
   for _, a in ipairs(j.added_tokens or {}) do added[#added + 1] = { id = a.id, content = a.content, special = a.special } end
   t:add_tokens(added)
   t.file = path
-  if dir then find_specials(t, dir) end
+  find_specials(t, dir)
   return t
 end
 
@@ -607,7 +609,7 @@ function M.from_vocab_merges(vocab_path, merges_path, dir)
   local added = {}
   if vocab["<|endoftext|>"] then added[1] = { id = vocab["<|endoftext|>"], content = "<|endoftext|>", special = true } end
   t:add_tokens(added)
-  if dir then find_specials(t, dir) end
+  find_specials(t, dir)
   return t
 end
 
@@ -627,7 +629,7 @@ function M.from_vocab_txt(path, dir)
     if vocab[s] then added[#added + 1] = { id = vocab[s], content = s, special = true } end
   end
   t:add_tokens(added)
-  if dir then find_specials(t, dir) end
+  find_specials(t, dir)
   return t
 end
 
