@@ -21,7 +21,7 @@ end
 -- 2. 6σ outliers at the FFN output of the last two layers, streamed over held-out batches
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data)
+  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
   local ctx, m = exp_runner.load_model(spec, run.out.train)
   local L = m.cfg.n_layer
   local layers = { L - 2, L - 1 }

@@ -18,7 +18,7 @@ local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data)
+  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
   local ctx, m = exp_runner.load_model(spec, run.out.train)
   local L, C, NH = m.cfg.n_layer, m.cfg.d_model, m.cfg.n_head
   local HD = C / NH

@@ -237,7 +237,11 @@ end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local ctx, m = ptq.load(spec, run.out.train)
+  local ctx, m
+  if run.pretrained then   -- --model=DIR: a pretrained ViT on synthetic images of its own size
+    ctx, m = run.pretrained:load()
+    spec.data.size, spec.batch.patch = m.cfg.image_size, m.cfg.patch_size
+  else ctx, m = ptq.load(spec, run.out.train) end
   local a = measure(cfg, spec, ctx, m, nil)
   run:log("layer %d: %d 6σ outlier elements in patches (%d at [CLS]); LayerStats counts %d in all tokens",
           a.layer, a.total, a.el.cls, a.layers[a.layer + 1].out_h)

@@ -21,7 +21,7 @@ local CATS = analysis.categories   -- initial, delimiter, weak, other
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data)
+  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
   local ctx, m = exp_runner.load_model(spec, run.out.train)
   local rule = analysis.rule{ kind = "tau_mean", tau = cfg.tau, scope = "sequence" }
   local stats = analysis.LayerStats{ T = cfg.seq_len, C = m.cfg.d_model, V = cfg.vocab_size, topk = 3,

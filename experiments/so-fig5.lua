@@ -33,7 +33,7 @@ local function analyze(run)
   local _, m = exp_runner.load_model(spec, run.out.train)
   local out = { layers = {}, modules = MODULES, col = {}, row = {}, ext_col = {}, n_out = {}, down_cols = {},
                 down_outlier_cols = {}, d_ff = m.cfg.d_ff, tau_w = cfg.tau_w }
-  for l, blk in ipairs(m.blocks) do
+  for l, blk in exp_runner.blocks(m) do   -- a streamed model loads each layer in turn
     out.layers[l] = l - 1
     out.col[l], out.row[l], out.ext_col[l], out.n_out[l] = {}, {}, {}, {}
     for k, name in ipairs(MODULES) do

@@ -21,7 +21,7 @@ local CATS = analysis.categories
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data)
+  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
   local ctx, m = exp_runner.load_model(spec, run.out.train)
   local la = analysis.LayerAttn{ T = cfg.seq_len, NH = m.cfg.n_head, rule = "tau_mean", tau = cfg.tau,
                                  frac = 0.1, category = corpus.category }

@@ -56,13 +56,13 @@ local function nan_if_nil(v) if v == nil then return 0 / 0 end return v end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data)
+  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
   local ctx, m = exp_runner.load_model(spec, run.out.train)
   local L, C, F, NH, T = m.cfg.n_layer, m.cfg.d_model, m.cfg.d_ff, m.cfg.n_head, cfg.seq_len
 
   -- weights: outlier columns and rows of every W_down
   local wcols, wrows, col_ratio, row_ratio = {}, {}, {}, {}
-  for l, blk in ipairs(m.blocks) do
+  for l, blk in exp_runner.blocks(m) do   -- a streamed model loads each layer in turn
     local r = analysis.weight_stats(blk.mlp.down.weight, { tau = cfg.tau_w })
     wcols[l], wrows[l], col_ratio[l], row_ratio[l] = r.outlier_cols, r.outlier_rows, r.col_ratio, r.row_ratio
   end

@@ -298,6 +298,13 @@ function Run:sweep(items, fn)
   return out
 end
 
+-- an imported model (--model=DIR, outlierlab.pretrained) stands in for every trained one
+local train_or_cache = Run.model
+function Run:model(spec, trainer)
+  if self.pretrained then return self.pretrained:handle() end
+  return train_or_cache(self, spec, trainer)
+end
+
 function Run:meta()
   return { title = self.exp.title, id = self.id, profile = self.profile, seed = self.seed,
            config = { experiment = self.id, profile = self.profile, settings = self.cfg },
@@ -488,6 +495,7 @@ function M.run_file(exp, file)
   dist.watch_signal(dist.SIGUSR1)
   local root = ol.root
   local opts = config.get({ profile = "default", sweep_index = -1, retrain = false, reanalyze = false,
+                            model = "", text = "", stream = "auto",   -- a pretrained model (outlierlab.pretrained)
                             out = os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results"),
                             cache = os.getenv("OUTLIERLAB_CACHE") or (root .. "/cache") }, { strict = false })
   local prof = exp.profiles[opts.profile]
@@ -498,11 +506,14 @@ function M.run_file(exp, file)
     error(string.format("experiment %s: unknown profile '%s'; valid: %s", file, opts.profile, table.concat(names, ", ")), 0)
   end
   local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
-                                            retrain = true, reanalyze = true } })
+                                            retrain = true, reanalyze = true, model = true, text = true, stream = true } })
+  if opts.text ~= "" and opts.model == "" then error("experiment " .. file .. ": --text=FILE needs --model=DIR (the model that reads it)", 0) end
+  local pretrained = opts.model ~= "" and require("outlierlab.pretrained").attach(exp, opts, cfg) or nil
 
   local run = setmetatable({
     id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
-    dir = M.results_dir(opts.out, exp.id, { profile = opts.profile }), results_root = opts.out, cache_root = opts.cache,
+    dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name }),
+    results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
     sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze,
     out = {}, files = {},
   }, Run)
@@ -520,7 +531,8 @@ function M.run_file(exp, file)
       -- model (new code) gives a new analysis
       local h = M.hash(results.canonical_json({ cfg = cfg, profile = run.profile, engine = ol.version(),
                                                 code = M.code_hash(), file = ftext, stage = st.name,
-                                                models = model_list(run) }))
+                                                models = model_list(run),
+                                                pretrained = pretrained and pretrained.fingerprint }))
       cpath = run.cache_root .. "/stages/" .. exp.id .. "/" .. st.name .. "-" .. h .. ".lua"
       local v = not run.reanalyze and load_data(cpath) or nil
       if v ~= nil then run.out[st.name] = v; cached = true end
@@ -539,6 +551,7 @@ function M.run_file(exp, file)
     timings[#timings + 1] = { name = st.name, seconds = progress.now() - t0, cached = cached }
   end
   local s = exp.summary and exp.summary(run) or {}
+  if pretrained then s = pretrained:summary(run, s) end
   local models = model_list(run)   -- a collective under MPI: every rank calls it
   if progress.is_rank0() then
     copy_histories(run)
@@ -559,7 +572,11 @@ end
 -- data.corpus{seed, n_tokens, vocab_size}, memoised per settings (the generated corpus of
 -- outlierlab.data: tokens, vocab, special ids, category(id))
 local corpora = {}
-function M.corpus(d)
+function M.corpus(d, run)
+  if run and run.pretrained then   -- the text file in the model's tokens (outlierlab.pretrained)
+    local c = run.cfg
+    return run.pretrained:corpus(c.eval_batches and c.batch and c.seq_len and c.eval_batches * c.batch * c.seq_len + 16)
+  end
   local key = results.canonical_json(d)
   if not corpora[key] then
     local data = require "outlierlab.data"
@@ -740,6 +757,7 @@ end
 
 -- a fresh context with the trained model loaded from the cache (eval mode)
 function M.load_model(spec, handle)
+  if handle.pretrained then return handle.pretrained:load(function(...) io.write("[stream] ", string.format(...), "\n") io.flush() end) end
   local models = require "outlierlab.models"
   local checkpoint = require "outlierlab.checkpoint"
   local ctx = ol.Context{ seed = spec.seed }
@@ -751,6 +769,7 @@ end
 
 -- run fn(batch) over n held-out batches with the probe P attached (no gradients)
 function M.probe_batches(ctx, m, P, corpus, spec, n)
+  if corpus.kind == "text" then return require("outlierlab.pretrained").probe_batches(ctx, m, P, corpus, spec, n) end
   local va = M.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind,
                                  seed = spec.seed + 1, split = "val" })
   -- Under MPI with mergeable accumulators the ranks take turns (batch i on rank i mod size)
@@ -771,6 +790,13 @@ function M.probe_batches(ctx, m, P, corpus, spec, n)
   end)
   ctx:reset()
   if spread then P:merge_ranks() end
+end
+
+-- for l, blk in M.blocks(m): every block of a model with its weights (l 1-based); a streamed
+-- model (outlierlab.stream) loads each layer in turn
+function M.blocks(m)
+  if m.streamed then return m:blocks() end
+  return ipairs(m.blocks or m.layers)
 end
 
 -- a readable label for a token id
