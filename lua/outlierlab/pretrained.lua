@@ -151,7 +151,9 @@ end
 -- their layers once for all batches
 function M.probe_batches(ctx, m, P, corpus, spec, n)
   local text = require "outlierlab.data.text"
-  local ld = text.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, n = n })
+  -- an encoder reads [CLS] … [SEP]; a decoder [BOS] + text, whatever the trained recipe was
+  local kind = m.cfg.family == "bert" and "mlm" or "lm"
+  local ld = text.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = kind, n = n })
   if m.streamed then return m:probe(P, ld, n) end
   ctx:no_grad(function()
     for i = 0, n - 1 do
