@@ -112,7 +112,12 @@ int64_t ol__numel(int32_t ndim, const int64_t *shape);
 #define OL_PAR_MIN 32768
 
 /* rows = numel / last dim */
-static inline int64_t ol__rows(const ol_tensor *t) { return t->numel / t->shape[t->ndim - 1]; }
+/* rows = the product of the leading dims (not numel / last: a last dim of 0 must not divide) */
+static inline int64_t ol__rows(const ol_tensor *t) {
+    int64_t r = 1;
+    for (int i = 0; i < t->ndim - 1; i++) r *= t->shape[i];
+    return r;
+}
 static inline int64_t ol__last(const ol_tensor *t) { return t->shape[t->ndim - 1]; }
 
 #endif

@@ -12,7 +12,9 @@
  *                       [begin, end) relative to 8+N; together they cover the area exactly.
  * The reader checks all of it (header length vs file size, JSON, dtype, shape·itemsize =
  * end-begin, offsets inside the area, no overlap and no gap) and names the file and the
- * problem in every error. The writer is atomic: "<path>.tmp.<pid>", fsync, rename.
+ * problem in every error. It is stricter than cJSON where the format is: after the object
+ * only spaces; strings valid UTF-8 with no control character or NUL; no key twice in an
+ * object; numbers non-negative integers written as digits (4.0 is not an offset). The writer is atomic: "<path>.tmp.<pid>", fsync, rename.
  * This machine is little-endian (x86-64), so data is written and read as is.
  */
 #define _GNU_SOURCE
@@ -242,6 +244,136 @@ static int json_uint(const cJSON *v, int64_t *out) {
 
 #define ST_BAD(...) do { ol__set_error(__VA_ARGS__); goto fail; } while (0)
 
+/* The string that starts at p[at] (its opening quote), printable, for messages: at most 40
+ * bytes, anything outside printable ASCII as \xNN. */
+static const char *st_excerpt(const unsigned char *p, int64_t n, int64_t at, char *buf) {
+    int k = 0;
+    for (int64_t i = at + 1; i < n && p[i] != '"' && i < at + 41; i++) {
+        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\') buf[k++] = (char)p[i];
+        else k += sprintf(buf + k, "\\x%02X", p[i]);
+    }
+    buf[k] = 0;
+    return buf;
+}
+
+/* Length of the valid UTF-8 sequence at p[0..n) (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), 0 if it is not valid. */
+static int st_utf8_len(const unsigned char *p, int64_t n) {
+    unsigned c = p[0];
+    int k;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) k = 1;
+    else if (c >= 0xE0 && c <= 0xEF) { k = 2; if (c == 0xE0) lo = 0xA0; else if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { k = 3; if (c == 0xF0) lo = 0x90; else if (c == 0xF4) hi = 0x8F; }
+    else return 0;
+    if (n <= k) return 0;
+    for (int j = 1; j <= k; j++) {
+        if (p[j] < (j == 1 ? lo : 0x80) || p[j] > (j == 1 ? hi : 0xBF)) return 0;
+    }
+    return k + 1;
+}
+
+static int st_hex4(const unsigned char *p, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = p[i], d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return 0;
+        v = v * 16 + d;
+    }
+    *out = v;
+    return 1;
+}
+
+/* What cJSON accepts and the format does not, checked on the header's text p[0..n) (the
+ * JSON value cJSON parsed): every string valid UTF-8 without control characters or a NUL
+ * (raw or \u0000) and with paired surrogate escapes; every number a non-negative integer
+ * written as digits (shape and data_offsets are the only numbers of the format). Returns 0,
+ * or -1 with the error set. */
+static int st_check_text(const char *path, const unsigned char *p, int64_t n) {
+    char ex[200];
+    for (int64_t i = 0; i < n; ) {
+        unsigned c = p[i];
+        if (c == '"') {
+            int64_t s = i++;
+            for (;;) {
+                if (i >= n) return 0;              /* unterminated: cJSON has said so */
+                c = p[i];
+                if (c == '"') { i++; break; }
+                if (c < 0x20)
+                    OL_FAIL_INT("safetensors: %s: control character 0x%02X at header byte %lld inside the string \"%s\" "
+                                "(names and metadata must be plain UTF-8 text without raw control characters or NUL)",
+                                path, c, (long long)i, st_excerpt(p, n, s, ex));
+                if (c == '\\') {
+                    if (i + 1 < n && p[i + 1] == 'u') {
+                        unsigned u, u2;
+                        if (i + 6 > n || !st_hex4(p + i + 2, &u)) return 0;   /* cJSON's error */
+                        if (u == 0)
+                            OL_FAIL_INT("safetensors: %s: \\u0000 (NUL) at header byte %lld inside the string \"%s\" (a name with a NUL would be cut short)",
+                                        path, (long long)i, st_excerpt(p, n, s, ex));
+                        if (u >= 0xDC00 && u <= 0xDFFF)
+                            OL_FAIL_INT("safetensors: %s: lone low surrogate \\u%04X at header byte %lld inside the string \"%s\" (not UTF-16, so not valid UTF-8)",
+                                        path, u, (long long)i, st_excerpt(p, n, s, ex));
+                        if (u >= 0xD800 && u <= 0xDBFF) {
+                            if (!(i + 12 <= n && p[i + 6] == '\\' && p[i + 7] == 'u' && st_hex4(p + i + 8, &u2) &&
+                                  u2 >= 0xDC00 && u2 <= 0xDFFF))
+                                OL_FAIL_INT("safetensors: %s: unpaired high surrogate \\u%04X at header byte %lld inside the string \"%s\"",
+                                            path, u, (long long)i, st_excerpt(p, n, s, ex));
+                            i += 12;
+                        } else i += 6;
+                    } else i += 2;
+                    continue;
+                }
+                int k = st_utf8_len(p + i, n - i);
+                if (k == 0)
+                    OL_FAIL_INT("safetensors: %s: invalid UTF-8 (byte 0x%02X) at header byte %lld inside the string \"%s\" (names and metadata must be UTF-8)",
+                                path, c, (long long)i, st_excerpt(p, n, s, ex));
+                i += k;
+            }
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            int64_t s = i;
+            while (i < n && (p[i] == '-' || p[i] == '+' || p[i] == '.' || p[i] == 'e' || p[i] == 'E' ||
+                             (p[i] >= '0' && p[i] <= '9'))) i++;
+            int digits = 1;
+            for (int64_t j = s; j < i; j++) digits &= p[j] >= '0' && p[j] <= '9';
+            if (!digits || (p[s] == '0' && i - s > 1))
+                OL_FAIL_INT("safetensors: %s: the number %.*s at header byte %lld is not a non-negative integer written as digits "
+                            "(shape and data_offsets hold integers only)", path, (int)(i - s > 40 ? 40 : i - s), (const char *)p + s, (long long)s);
+        } else i++;
+    }
+    return 0;
+}
+
+static int st_cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The first key that appears twice in an object of the tree under v (keys compared after
+ * sorting), or NULL. JSON parsers disagree on duplicates (first or last wins), so the
+ * format has none. */
+static const char *st_dup_key(const cJSON *v, const char **where) {
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
+    int n = 0;
+    const cJSON *c;
+    for (c = v->child; c; c = c->next) {
+        const char *d = st_dup_key(c, where);
+        if (d) return d;
+        n++;
+    }
+    if (!cJSON_IsObject(v) || n < 2) return NULL;
+    const char **keys = malloc((size_t)n * sizeof *keys);
+    if (!keys) return NULL;
+    int k = 0;
+    for (c = v->child; c; c = c->next) keys[k++] = c->string ? c->string : "";
+    qsort(keys, (size_t)n, sizeof *keys, st_cmp_str);
+    const char *dup = NULL;
+    for (int i = 1; i < n && !dup; i++) if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+    free(keys);
+    if (dup) *where = v->string;
+    return dup;
+}
+
 ol_st_file *ol_st_open(const char *path) {
     if (!path) OL_FAIL("safetensors: NULL path");
     ol_st_file *f = calloc(1, sizeof *f);
@@ -270,13 +402,26 @@ ol_st_file *ol_st_open(const char *path) {
     f->data_start = 8 + (int64_t)hl;
     const int64_t data_size = f->size - f->data_start;
 
-    h = cJSON_ParseWithLength((const char *)f->map + 8, (size_t)hl);
+    const char *hdr = (const char *)f->map + 8, *end = NULL;
+    h = cJSON_ParseWithLengthOpts(hdr, (size_t)hl, &end, 0);
     if (!h) {
         const char *ep = cJSON_GetErrorPtr();
-        long at = ep ? (long)(ep - (const char *)f->map - 8) : -1;
+        long at = ep ? (long)(ep - hdr) : -1;
         ST_BAD("safetensors: %s: bad JSON header (parse error near byte %ld of %llu)", path, at, (unsigned long long)hl);
     }
     if (!cJSON_IsObject(h)) ST_BAD("safetensors: %s: bad JSON header: not an object", path);
+    /* after the object: spaces only, up to the header length */
+    for (int64_t i = end - hdr; i < (int64_t)hl; i++)
+        if (hdr[i] != ' ')
+            ST_BAD("safetensors: %s: byte 0x%02X at header byte %lld after the JSON object (which ends at byte %lld of %llu): "
+                   "the header may be padded with spaces only (trailing garbage or NUL padding?)",
+                   path, (unsigned char)hdr[i], (long long)i, (long long)(end - hdr), (unsigned long long)hl);
+    if (st_check_text(path, (const unsigned char *)hdr, end - hdr) != 0) goto fail;
+    {
+        const char *where = NULL, *dup = st_dup_key(h, &where);
+        if (dup) ST_BAD("safetensors: %s: key '%s' appears twice in %s%s%s (the format has no duplicate keys)", path, dup,
+                        where ? "the object '" : "the header", where ? where : "", where ? "'" : "");
+    }
 
     int32_t cnt = cJSON_GetArraySize(h);
     f->t = calloc((size_t)(cnt > 0 ? cnt : 1), sizeof *f->t);
@@ -306,7 +451,13 @@ ol_st_file *ol_st_open(const char *path) {
         st_tensor *t = &f->t[f->n];
         if (!(t->name = strdup(name))) ST_BAD("safetensors: %s: out of memory", path);
         f->n++;
+        if (!*name) ST_BAD("safetensors: %s: a tensor has an empty name", path);
         if (!cJSON_IsObject(it)) ST_BAD("safetensors: %s: tensor '%s': entry is not an object", path, name);
+        const cJSON *key;
+        cJSON_ArrayForEach(key, it)
+            if (strcmp(key->string, "dtype") && strcmp(key->string, "shape") && strcmp(key->string, "data_offsets"))
+                ST_BAD("safetensors: %s: tensor '%s': unknown key '%s' (an entry has dtype, shape and data_offsets only)",
+                       path, name, key->string);
         const cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
         const cJSON *sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
         const cJSON *of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");

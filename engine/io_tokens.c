@@ -4,7 +4,8 @@
  *   llm.c    (dev/data/<name>.bin): header of 256 int32 {20240520, version, count, 0, ...}
  *            (1024 bytes), then count tokens: uint16 for version 1, uint32 for version 2.
  * Opening checks the header (magic, version, count) and that the file size is exactly what
- * the header promises, as llm.c's dataloader does; every error names the file.
+ * the header promises, as llm.c's dataloader does; every error names the file. Automatic
+ * detection refuses a file that starts like a header but fails the checks (see below).
  * The writer (used by tests and by the byte-level tokenizer) writes atomically.
  */
 #define _GNU_SOURCE
@@ -17,6 +18,8 @@
 #include <unistd.h>
 
 #define LLMC_MAGIC 20240520
+#define LLMC_MODEL_MAGIC 20240326       /* llm.c's other files: a GPT-2 checkpoint, */
+#define LLMC_TOKENIZER_MAGIC 20240328   /* and its tokenizer */
 #define LLMC_HEADER_BYTES 1024
 
 struct ol_token_file {
@@ -56,7 +59,30 @@ ol_token_file *ol_tokens_open(const char *path, int32_t format) {
 
     int32_t magic = 0;
     if (f->size >= 4) memcpy(&magic, f->map, 4);
-    if (format == OL_TOK_AUTO) format = magic == LLMC_MAGIC ? OL_TOK_LLMC : OL_TOK_RAW16;
+    if (format == OL_TOK_AUTO) {
+        /* A file that starts like an llm.c header but fails its checks is an error, never
+         * raw tokens (its header words would become data): a byte-swapped magic, or a
+         * header-shaped start (version 1 or 2, the 253 reserved words zero) under another
+         * magic. Raw token data starting with 506 zero tokens is the only false alarm. */
+        if (magic == LLMC_MODEL_MAGIC || magic == LLMC_TOKENIZER_MAGIC)
+            TOK_BAD("tokens: %s: this is an %s (magic %d), not a token file (magic %d)", path,
+                    magic == LLMC_MODEL_MAGIC ? "llm.c model checkpoint" : "llm.c tokenizer file", magic, LLMC_MAGIC);
+        if (magic != LLMC_MAGIC && (int32_t)__builtin_bswap32((uint32_t)magic) == LLMC_MAGIC)
+            TOK_BAD("tokens: %s: byte-swapped llm.c magic (big-endian header %d); llm.c token files are little-endian",
+                    path, LLMC_MAGIC);
+        if (magic != LLMC_MAGIC && f->size >= LLMC_HEADER_BYTES) {
+            int32_t hdr[LLMC_HEADER_BYTES / 4];
+            memcpy(hdr, f->map, sizeof hdr);
+            int zeros = 1;
+            for (int i = 3; i < LLMC_HEADER_BYTES / 4 && zeros; i++) zeros = hdr[i] == 0;
+            uint32_t v = (uint32_t)hdr[1], vs = __builtin_bswap32(v);
+            if (zeros && (v == 1 || v == 2 || vs == 1 || vs == 2))
+                TOK_BAD("tokens: %s: starts like an llm.c header (version %d, reserved words zero) but its magic is %d, "
+                        "not %d: a damaged or foreign header (open it with format raw16 to read the bytes as tokens)",
+                        path, v == 1 || v == 2 ? (int)v : (int)vs, magic, LLMC_MAGIC);
+        }
+        format = magic == LLMC_MAGIC ? OL_TOK_LLMC : OL_TOK_RAW16;
+    }
     f->format = format;
     if (format == OL_TOK_LLMC) {
         if (f->size < LLMC_HEADER_BYTES)

@@ -10,6 +10,9 @@
 /* C[M,N] (+)= op(A)·op(B); A is (M,K) or (K,M) if ta; B is (K,N) or (N,K) if tb; row-major. */
 static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
                  float beta, float *C) {
+    /* empty products: BLAS would refuse the leading dimensions (lda >= 1) */
+    if (M == 0 || N == 0) return;
+    if (K == 0) { if (beta == 0.0f) memset(C, 0, (size_t)(M * N) * 4); return; }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, 1.0f, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N,
                 beta, C, (int)N);
@@ -55,7 +58,7 @@ ol_tensor *ol_matmul(ol_tensor *a, ol_tensor *b, int32_t ta, int32_t tb) {
                 OL_FAIL("matmul: ta=1 needs a 2-D a, got a '%s' %s with b '%s' %s", a->name, OL_SHAPE(a), b->name, OL_SHAPE(b));
             d.K = a->shape[0]; d.M = a->shape[1];
         } else {
-            d.K = ol__last(a); d.M = a->numel / d.K;
+            d.K = ol__last(a); d.M = ol__rows(a);
         }
         if (d.K != bk)
             OL_FAIL("matmul: inner dims differ: a '%s' %s%s vs b '%s' %s%s", a->name, OL_SHAPE(a), ta ? "ᵀ" : "",
@@ -109,7 +112,7 @@ ol_tensor *ol_matmul(ol_tensor *a, ol_tensor *b, int32_t ta, int32_t tb) {
 static void linear_backward(ol_node *n) {
     ol_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     const float *dy = n->out->grad;
-    int64_t N = w->shape[0], K = w->shape[1], M = x->numel / K;
+    int64_t N = w->shape[0], K = w->shape[1], M = ol__rows(x);
     if (x->requires_grad) gemm(0, 0, M, K, N, dy, w->data, 1.0f, x->grad);   /* dx += dy·w   */
     if (w->requires_grad) gemm(1, 0, N, K, M, dy, x->data, 1.0f, w->grad);   /* dw += dyᵀ·x  */
     if (bias && bias->requires_grad) {
@@ -137,7 +140,7 @@ ol_tensor *ol_linear(ol_tensor *x, ol_tensor *w, ol_tensor *bias) {
     if (bias && (bias->ndim != 1 || bias->shape[0] != N))
         OL_FAIL("linear: bias '%s' %s must be (%lld) for weight '%s' %s", bias->name, OL_SHAPE(bias),
                 (long long)N, w->name, OL_SHAPE(w));
-    int64_t M = x->numel / K;
+    int64_t M = ol__rows(x);
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
         OL_FAIL("linear: input '%s' %s: a dim exceeds the BLAS int range", x->name, OL_SHAPE(x));
     int64_t shape[4];

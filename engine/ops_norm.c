@@ -65,6 +65,7 @@ static int check_affine(const char *op, ol_tensor *x, ol_tensor *p) {
 ol_tensor *ol_layernorm(ol_tensor *x, ol_tensor *w, ol_tensor *b, float eps) {
     if (ol__check_f32("layernorm", x) || check_affine("layernorm", x, w) || check_affine("layernorm", x, b)) return NULL;
     int64_t C = ol__last(x), R = ol__rows(x);
+    if (C == 0) OL_FAIL("layernorm: '%s' %s has an empty last dim: nothing to normalise", x->name, OL_SHAPE(x));
     ol_tensor *y = ol__new(x->ctx, OL_F32, x->ndim, x->shape, "layernorm");
     float *mean = ol__step_alloc(x->ctx, R * 4, "layernorm"), *rstd = ol__step_alloc(x->ctx, R * 4, "layernorm");
     if (!y || !mean || !rstd) return NULL;
@@ -123,6 +124,7 @@ static void rmsnorm_backward(ol_node *nd) {
 ol_tensor *ol_rmsnorm(ol_tensor *x, ol_tensor *w, float eps) {
     if (ol__check_f32("rmsnorm", x) || check_affine("rmsnorm", x, w)) return NULL;
     int64_t C = ol__last(x), R = ol__rows(x);
+    if (C == 0) OL_FAIL("rmsnorm: '%s' %s has an empty last dim: nothing to normalise", x->name, OL_SHAPE(x));
     ol_tensor *y = ol__new(x->ctx, OL_F32, x->ndim, x->shape, "rmsnorm");
     float *rstd = ol__step_alloc(x->ctx, R * 4, "rmsnorm");
     if (!y || !rstd) return NULL;

@@ -24,12 +24,13 @@ static void sum_backward(ol_node *nd) {
 static ol_tensor *reduce_last(const char *op, ol_tensor *a, int mean) {
     if (ol__check_f32(op, a)) return NULL;
     int64_t C = ol__last(a), R = ol__rows(a);
+    if (mean && C == 0) OL_FAIL("mean: '%s' %s: the mean over an empty last dim is undefined", a->name, OL_SHAPE(a));
     int64_t shape[4] = { 1 };
     int32_t nd = a->ndim == 1 ? 1 : a->ndim - 1;
     for (int i = 0; i < a->ndim - 1; i++) shape[i] = a->shape[i];
     ol_tensor *y = ol__new(a->ctx, OL_F32, nd, shape, op);
     if (!y) return NULL;
-    float scale = mean ? (C > 0 ? 1.0f / (float)C : 0.0f) : 1.0f;
+    float scale = mean ? 1.0f / (float)C : 1.0f;
     #pragma omp parallel for schedule(static) if (a->numel > OL_PAR_MIN)
     for (int64_t r = 0; r < R; r++) {
         const float *x = a->data + r * C;
@@ -128,6 +129,9 @@ ol_tensor *ol_cross_entropy(ol_tensor *x, ol_tensor *t, int32_t ignore_index) {
     if (ol__check_f32("cross_entropy", x) || ol__check_live("cross_entropy", t)) return NULL;
     if (t->dtype != OL_I32) OL_FAIL("cross_entropy: targets '%s' %s must be int32", t->name, OL_SHAPE(t));
     int64_t V = ol__last(x), R = ol__rows(x);
+    if (R == 0 || V == 0)
+        OL_FAIL("cross_entropy: logits '%s' %s are empty (%s): no loss to compute", x->name, OL_SHAPE(x),
+                R == 0 ? "no rows: an empty batch" : "no classes");
     if (t->numel != R)
         OL_FAIL("cross_entropy: logits '%s' %s have %lld rows but targets '%s' %s have %lld elements",
                 x->name, OL_SHAPE(x), (long long)R, t->name, OL_SHAPE(t), (long long)t->numel);

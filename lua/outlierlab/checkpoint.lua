@@ -11,7 +11,8 @@
 -- "optim.m.<name>" and "optim.v.<name>", and "__metadata__" (string -> string): "format" =
 -- "outlierlab-checkpoint/1", "step" (decimal), "config", "optim", "data", "extra" (canonical
 -- JSON, see outlierlab.json). The file is written as "<path>.tmp.<pid>", fsynced and renamed:
--- a writer killed midway leaves the previous checkpoint intact.
+-- a writer killed midway leaves the previous checkpoint intact, and its temporary is removed
+-- by the next save or load next to it once that process is gone.
 local ol = require "outlierlab"
 local json = require "outlierlab.json"
 local ffi = ol.ffi
@@ -40,6 +41,11 @@ local function params_of(raw)
 end
 
 local meta_keys = { config = true, optim = true, data = true, extra = true }
+
+-- the temporaries "<file>.tmp.<pid>" that killed writers left next to path (outlierlab.fs)
+local function remove_stale_temporaries(path)
+  require("outlierlab.fs").remove_stale_temporaries(path:match("^(.*)/[^/]*$") or ".")
+end
 
 -- save(path, ctx, meta, opts): meta = {config=, step=, optim=, data=, extra=} (all optional;
 -- step an integer). opts.optim = false leaves the AdamW moments out (weights only).
@@ -78,6 +84,7 @@ function M.save(path, ctx, meta, opts)
       set(k, text)
     end
   end
+  remove_stale_temporaries(path)
   if C.ol_st_writer_save(w, path) ~= 0 then ol.engine_error(1) end
   return path
 end
@@ -176,6 +183,7 @@ end
 function M.load(path, ctx, opts)
   if type(path) ~= "string" then error("checkpoint.load: path must be a string", 2) end
   local raw = raw_ctx(ctx)
+  remove_stale_temporaries(path)   -- a run that resumes starts here
   local f = open(path)
   local ok, res = pcall(do_load, f, path, raw, opts or {})
   close(f)

@@ -38,6 +38,9 @@ local function parse_as(key, raw, default)
   if ty == "number" then
     local n = tonumber(raw)
     if not n then error(string.format("config: --%s=%s: expected a number", key, raw), 0) end
+    if n ~= n or n == math.huge or n == -math.huge then
+      error(string.format("config: --%s=%s: expected a finite number", key, raw), 0)
+    end
     return n
   elseif ty == "boolean" then
     if raw == "true" or raw == "1" then return true end

@@ -76,7 +76,8 @@ local function read_file(path)
 end
 M.read_file = read_file
 
-local function mkdir(path) os.execute("mkdir -p '" .. path:gsub("'", "'\\''") .. "'") end
+-- mkdir -p; a directory that cannot be created is an error naming it and the reason
+local function mkdir(path) require("outlierlab.fs").mkdir_p(path) end
 M.mkdir = mkdir
 
 local function load_data(path)
@@ -224,34 +225,25 @@ function Run:model(spec, trainer)
 end
 
 -- The cache lock of one model (run by one process): "cached" when the model is done,
--- "train" when this process now holds the lock. One trainer per model: a lock directory
--- holding the owner's pid (a dead owner's lock is taken over); a second run of the same spec
--- waits and then reuses the finished model.
+-- "train" when this process now holds the lock. One trainer per model: an flock'd file
+-- <dir>/.lock (outlierlab.fs: the kernel drops it when its process dies, kill -9 included;
+-- an older version's lock directory is taken over when stale); a second run of the same spec
+-- waits and then reuses the finished model. A lock that cannot be created is an error naming
+-- the path. The holder removes the temporaries a killed writer left in the model directory.
 function Run:_claim(dir, hash)
+  local fs = require "outlierlab.fs"
   if load_data(dir .. "/done.lua") then return "cached" end
-  mkdir(dir)
-  local lock = dir .. "/.lock"
-  local waited = false
-  while true do
-    local r = os.execute("mkdir '" .. lock .. "' 2>/dev/null")
-    if r == 0 or r == true then break end
-    local pid = tonumber(read_file(lock .. "/pid") or "")
-    if pid and not io.open("/proc/" .. pid .. "/stat", "r") then
-      os.execute("rm -rf '" .. lock .. "'")
-    else
-      if not waited then self:log("model %s: another process (pid %s) is training it; waiting", hash, tostring(pid)) end
-      waited = true
-      os.execute("sleep 2")
-      if load_data(dir .. "/done.lua") then return "cached" end
-    end
-  end
-  local mypid = read_file("/proc/self/stat")
-  mypid = mypid and mypid:match("^(%d+)")
-  plot.write_atomic(lock .. "/pid", (mypid or "") .. "\n")
-  if load_data(dir .. "/done.lua") then
-    os.execute("rm -rf '" .. lock .. "'")
-    return "cached"
-  end
+  fs.mkdir_p(dir, "model cache (--cache=" .. tostring(self.cache_root) .. ")")
+  self._locks = self._locks or {}
+  if self._locks[dir] then self._locks[dir]:release() end
+  local lk = fs.lock(dir .. "/.lock", {
+    on_wait = function(owner) self:log("model %s: locked by %s; waiting", hash, owner) end,
+    until_fn = function() return load_data(dir .. "/done.lua") ~= nil end,
+  })
+  if not lk then return "cached" end
+  self._locks[dir] = lk
+  if load_data(dir .. "/done.lua") then lk:release() return "cached" end
+  fs.remove_stale_temporaries(dir, { all = true })
   return "train"
 end
 
@@ -507,6 +499,7 @@ function M.run_file(exp, file)
   end
   local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
                                             retrain = true, reanalyze = true, model = true, text = true, stream = true } })
+  M.check_profile(cfg)   -- sizes and learning rates of the settings, before any stage (outlierlab.bounds)
   if opts.text ~= "" and opts.model == "" then error("experiment " .. file .. ": --text=FILE needs --model=DIR (the model that reads it)", 0) end
   local pretrained = opts.model ~= "" and require("outlierlab.pretrained").attach(exp, opts, cfg) or nil
 
@@ -593,7 +586,15 @@ end
 -- split "train" draws starts from the first 90 % of the stream, "val" from the last 10 %.
 local Batcher = {}
 Batcher.__index = Batcher
+-- Size and recipe bounds, central for every batcher and trainer (outlierlab.bounds):
+-- check_sizes{B =, T =, kind =} (lm: T >= 1, mlm: T >= 3, B >= 1), check_run(spec) also the
+-- data size and the training recipe (steps >= 1, lr > 0, warmup <= steps, ...), check_memory(spec)
+-- the estimated memory of training against what the machine has.
+local bounds = require "outlierlab.bounds"
+M.check_sizes, M.check_run, M.check_memory = bounds.check_batch, bounds.check_run, bounds.check_memory
+M.check_profile = bounds.check_profile
 function M.batcher(corpus, o)
+  M.check_sizes(o)   -- B >= 1 and the least T of the kind, before any row is written
   local self = setmetatable({ corpus = corpus, B = o.B, T = o.T, kind = o.kind or "lm", seed = o.seed or 1,
                               split = o.split or "train", step = 0, first = 0, rows = o.B }, Batcher)
   -- data parallel: this rank builds rows [first, first + rows) of every global batch of B rows
@@ -731,7 +732,9 @@ M.model_cfg = model_cfg
 -- ...outlierlab.train keys}, seed = }. Returns run:model's handle (dir, ckpt, info with the
 -- training losses).
 function M.train_model(run, spec)
+  M.check_run(spec)   -- sizes and recipe, before the cache lock (outlierlab.bounds)
   return run:model(spec, function(dir, ckpt)
+    M.check_memory(spec)   -- training this model must fit in memory
     local models = require "outlierlab.models"
     local train = require "outlierlab.train"
     local corpus = M.corpus(spec.data)

@@ -40,9 +40,15 @@ M.fmt_value = fmt_value
 -- the temporary name is unique per process and MPI rank, so that processes writing the same
 -- file at once (ranks of a group, concurrent runs) never rename each other's half-written file
 local self_pid = ((io.open("/proc/self/stat") or { read = function() return "0" end }):read("*l") or "0"):match("^(%d+)") or "0"
+-- A writer killed midway leaves its temporary: the next write into the same directory removes
+-- those of processes that no longer run (outlierlab.fs.remove_stale_temporaries).
 local function write_atomic(path, text)
+  local fs = require "outlierlab.fs"
   local dir = path:match("^(.*)/[^/]*$")
-  if dir then os.execute("mkdir -p '" .. dir .. "'") end
+  if dir and dir ~= "" then
+    fs.mkdir_p(dir)
+    fs.remove_stale_temporaries(dir)
+  end
   local okd, dist = pcall(require, "outlierlab.dist")
   local tmp = path .. ".tmp." .. self_pid .. "." .. (okd and dist.world_rank() or 0)
   local f, err = io.open(tmp, "wb")

@@ -86,6 +86,31 @@ function M.config(cfg)
       error(string.format("train: cfg.%s must be an integer >= 0, got %s", k, tostring(out[k])), 3)
     end
   end
+  -- values that would train silently wrong: every number finite, a positive learning rate,
+  -- a warmup inside the run, moments' betas in [0, 1)
+  for _, k in ipairs { "steps", "lr", "eps", "weight_decay", "clip", "warmup", "min_lr" } do
+    if type(out[k]) == "number" and not is_finite(out[k]) then
+      error(string.format("train: cfg.%s must be a finite number, got %s", k, tostring(out[k])), 3)
+    end
+  end
+  if not (out.lr > 0) then error("train: cfg.lr (the learning rate) must be > 0, got " .. tostring(out.lr), 3) end
+  if out.warmup > out.steps then
+    error(string.format("train: cfg.warmup = %d is more than cfg.steps = %d (the run would end inside its warmup)", out.warmup, out.steps), 3)
+  end
+  if out.min_lr ~= false and (out.min_lr < 0 or out.min_lr > out.lr) then
+    error(string.format("train: cfg.min_lr must be in [0, lr = %g], got %g", out.lr, out.min_lr), 3)
+  end
+  if out.eps <= 0 then error("train: cfg.eps must be > 0, got " .. tostring(out.eps), 3) end
+  if out.weight_decay < 0 then error("train: cfg.weight_decay must be >= 0, got " .. tostring(out.weight_decay), 3) end
+  if type(out.betas) ~= "table" or #out.betas ~= 2 then error("train: cfg.betas must be two numbers {beta1, beta2}", 3) end
+  for i, b in ipairs(out.betas) do
+    if type(b) ~= "number" or not (b >= 0 and b < 1) then
+      error(string.format("train: cfg.betas[%d] must be in [0, 1), got %s", i, tostring(b)), 3)
+    end
+  end
+  if out.schedule ~= "cosine" and out.schedule ~= "linear" and out.schedule ~= "constant" then
+    error("train: cfg.schedule must be cosine, linear or constant, got " .. tostring(out.schedule), 3)
+  end
   if out.min_lr == false then out.min_lr = out.lr / 10 end
   return out
 end
@@ -321,6 +346,15 @@ function M.run(a)
     if a.val_loader.set_state and val_state0 ~= nil then a.val_loader:set_state(val_state0) end
     local r = M.evaluate(ctx, model, a.val_loader, math.max(1, cfg.eval_batches))
     r.step = step
+    if not (r.ntokens > 0) then
+      prog:finish()
+      error(string.format("train: step %d: the %d validation batches hold no prediction targets (empty batches): " ..
+                          "the validation split or the batch is too small", step, r.batches), 0)
+    end
+    if not is_finite(r.loss) then diverged(step, "the validation loss is " .. tostring(r.loss)) end
+    if r.ppl and not is_finite(r.ppl) then
+      diverged(step, string.format("the validation loss is %.4g (its perplexity overflows)", r.loss))
+    end
     res.val[#res.val + 1] = r
     prog:note(eval_text(step, r))
     local rec = { kind = "eval" }
@@ -360,14 +394,21 @@ function M.run(a)
     for micro = 1, accum do
       ctx:reset()
       local batch = loader:next(ctx)
-      local loss = model:loss(batch, { train = true, step = (step - 1) * accum + micro })
+      local loss, info = model:loss(batch, { train = true, step = (step - 1) * accum + micro })
+      local n, u = batch_items(batch)
+      local no_items = n == 0 and (batch.ids ~= nil or batch.images ~= nil)
+      if no_items or (type(info) == "table" and info.ntokens == 0) then
+        prog:finish()
+        error(string.format("train: step %d: micro-batch %d of %d is empty (%s): the batch size or sequence length is too " ..
+                            "small for this data", step, micro, accum, no_items and "no " .. (u == "img/s" and "images" or "tokens")
+                            or "no prediction targets"), 0)
+      end
       local lv = loss:item()
       if not is_finite(lv) then
         diverged(step, string.format("the loss is %s (micro-batch %d of %d)", tostring(lv), micro, accum))
       end
       loss:backward()
       lsum = lsum + lv
-      local n, u = batch_items(batch)
       items, unit = items + n, u
     end
     ctx:reset()

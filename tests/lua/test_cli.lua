@@ -1,6 +1,7 @@
 -- The command-line contract of bin/outlierlab (issue 2): `run FILE --key=value` overrides the
 -- script's config; an unknown key is an error naming it and listing the valid keys; a value
--- of the wrong type is an error; a Lua error prints a traceback and exits non-zero; `version`
+-- of the wrong type is an error; an error prints one line (the traceback for Lua's own errors
+-- or with --debug) and exits non-zero; `version`
 -- works; a script runs without mpirun (MPI singleton). Also: the README's example is
 -- examples/mlp.lua verbatim, and it runs and learns.
 -- Each case runs the host as a subprocess on a small temporary script.
@@ -113,8 +114,19 @@ outer()
 rc, out, err = host("run " .. boom)
 t.ok(rc ~= nil and rc ~= 0, "a Lua error exits non-zero", "rc " .. tostring(rc))
 t.ok(err:find("boom: the inner function failed", 1, true), "a Lua error prints its message", err)
-t.ok(err:find("stack traceback", 1, true) and err:find("inner", 1, true) and err:find("outer", 1, true),
-     "a Lua error prints a traceback through the script's functions", err)
+t.ok(err:find("boom.lua:1: boom", 1, true) and not err:find("traceback", 1, true) and select(2, err:gsub("\n", "")) == 1,
+     "an error the script raises is one line with its file and line, no traceback", err)
+rc, out, err = host("run " .. boom .. " --debug")
+t.ok(rc ~= 0 and err:find("stack traceback", 1, true) and err:find("inner", 1, true) and err:find("outer", 1, true),
+     "--debug prints the traceback through the script's functions", err)
+local bug = script("bug.lua", "local t = {}\nlocal function f() return t.x.y end\nf()\n")
+rc, out, err = host("run " .. bug)
+t.ok(rc ~= 0 and err:find("attempt to index", 1, true) and err:find("stack traceback", 1, true) and err:find("bug.lua:2", 1, true),
+     "an internal error (Lua's own) keeps its traceback, naming the script's file and line", err)
+local tbl = script("tbl.lua", "error({ code = 7 })\n")
+rc, out, err = host("run " .. tbl)
+t.ok(rc ~= 0 and err:find("code", 1, true) and err:find("7", 1, true) and not err:find("not a string", 1, true),
+     "an error value that is not a string is printed, not '(error object is not a string)'", err)
 
 local shape = script("shape.lua", [[
 local ol = require "outlierlab"
