@@ -1,11 +1,17 @@
--- Write (and submit, when sbatch exists) a Slurm batch script for one experiment.
+-- Write (and submit, when sbatch exists) the Slurm batch script of one experiment.
 -- Used by `make sbatch-<id> NODES=… TASKS_PER_NODE=… TIME=…`; see README "Running on a cluster".
+-- Scripts and logs go to results/<id>/<profile>/; paths in them are relative to the
+-- repository root, which is the submit directory. With ARRAY=n (n ≤ the experiment's sweep)
+-- a second script, <id>-final.sbatch, runs the analysis and figures after the array succeeded
+-- (submitted with --dependency=afterok:<array job>).
 local config = require "outlierlab.config"
 local slurm = require "outlierlab.slurm"
+local E = require "outlierlab.experiment"
 local cfg = config.get{
   id = "", profile = "default", nodes = 1, tasks_per_node = 1, cpus_per_task = 1,
   time = "01:00:00", grace = 300, launcher = "srun", partition = "", account = "",
-  array = 0, extra = "", submit = true, out = "",
+  mem = "", mem_per_cpu = "", setup = os.getenv("OUTLIERLAB_SLURM_SETUP") or "",
+  array = 0, extra = "", submit = true, out = "", log_dir = "",
 }
 if cfg.id == "" then error("sbatch: --id=<experiment id> is required", 0) end
 local root = OUTLIERLAB_ROOT or "."
@@ -13,22 +19,71 @@ local file = "experiments/" .. cfg.id .. ".lua"
 local f = io.open(root .. "/" .. file, "r")
 if not f then error("sbatch: no experiment file " .. file, 0) end
 f:close()
-local text = slurm.script{ id = cfg.id, file = file, profile = cfg.profile, nodes = cfg.nodes,
+if cfg.setup ~= "" and not cfg.setup:find("\n", 1, true) and cfg.setup:match("%.sh$") and not io.open(cfg.setup, "r") then
+  error("sbatch: SETUP=" .. cfg.setup .. " looks like a file but there is none (give a file that exists, or shell commands)", 0)
+end
+local extra = {}
+for a in cfg.extra:gmatch("%S+") do extra[#extra + 1] = a end
+if cfg.array > 0 then
+  slurm.check_array(cfg.id, cfg.profile, cfg.array, E.sweep_size(dofile(root .. "/" .. file), file, cfg.profile, extra))
+end
+
+local log_dir = cfg.log_dir ~= "" and cfg.log_dir or E.results_dir("results", cfg.id, { profile = cfg.profile })
+local function write(path, text)
+  os.execute("mkdir -p '" .. path:match("^(.*)/") .. "'")
+  local tmp = path .. ".tmp"
+  local w = assert(io.open(tmp, "w"))
+  w:write(text)
+  w:close()
+  assert(os.rename(tmp, path))
+end
+local opts = { id = cfg.id, file = file, profile = cfg.profile, nodes = cfg.nodes,
   tasks_per_node = cfg.tasks_per_node, cpus_per_task = cfg.cpus_per_task, time = cfg.time,
-  grace = cfg.grace, launcher = cfg.launcher, root = root, partition = cfg.partition,
-  account = cfg.account, array = cfg.array, extra = cfg.extra }
-local path = cfg.out ~= "" and cfg.out or (root .. "/results/" .. cfg.id .. "/" .. cfg.id .. ".sbatch")
-os.execute("mkdir -p '" .. path:match("^(.*)/") .. "' '" .. root .. "/results/" .. cfg.id .. "'")
-local tmp = path .. ".tmp"
-local w = assert(io.open(tmp, "w"))
-w:write(text)
-w:close()
-assert(os.rename(tmp, path))
+  grace = cfg.grace, launcher = cfg.launcher, partition = cfg.partition, account = cfg.account,
+  mem = cfg.mem, mem_per_cpu = cfg.mem_per_cpu, setup = cfg.setup, array = cfg.array, extra = cfg.extra,
+  log_dir = log_dir }
+local path = cfg.out ~= "" and cfg.out or (root .. "/" .. log_dir .. "/" .. cfg.id .. ".sbatch")
+local rel = cfg.out ~= "" and cfg.out or (log_dir .. "/" .. cfg.id .. ".sbatch")
+opts.path = rel
+write(path, slurm.script(opts))
+local final, final_rel
+if cfg.array > 0 then
+  final = path:gsub("%.sbatch$", "") .. "-final.sbatch"
+  final_rel = rel:gsub("%.sbatch$", "") .. "-final.sbatch"
+  opts.final, opts.path = true, final_rel
+  write(final, slurm.script(opts))
+end
+
 local has_sbatch = os.execute("command -v sbatch >/dev/null 2>&1") == 0
+local function run(cmd)
+  local p = io.popen("cd '" .. root .. "' && " .. cmd .. " 2>&1")
+  local out = p:read("*a")
+  local ok = p:close()
+  return out, ok
+end
 if cfg.submit and has_sbatch then
-  print("sbatch: submitting " .. path)
-  local rc = os.execute("sbatch '" .. path .. "'")
-  if rc ~= 0 then error("sbatch: submission of " .. path .. " failed", 0) end
+  os.execute("mkdir -p '" .. (log_dir:sub(1, 1) == "/" and log_dir or (root .. "/" .. log_dir)) .. "'")   -- Slurm opens the job's log there
+  print("sbatch: submitting " .. rel)
+  local out = run("sbatch --parsable " .. rel)
+  local jid = out:match("^(%d+)")
+  if not jid then error("sbatch: submission of " .. rel .. " failed: " .. out, 0) end
+  print("sbatch: job " .. jid)
+  if final then
+    local out2 = run("sbatch --parsable --dependency=afterok:" .. jid .. " " .. final_rel)
+    local jid2 = out2:match("^(%d+)")
+    if not jid2 then error("sbatch: submission of " .. final_rel .. " failed: " .. out2, 0) end
+    print("sbatch: job " .. jid2 .. " (analysis and figures) runs after job array " .. jid .. " succeeded")
+  end
 else
-  print("sbatch: wrote " .. path .. (has_sbatch and "" or " (no sbatch on this machine: submit it on the cluster with `sbatch " .. path .. "`)"))
+  print("sbatch: wrote " .. path .. (final and (" and " .. final) or "") ..
+        (has_sbatch and "" or " (no sbatch on this machine)"))
+  if not has_sbatch or not cfg.submit then
+    print("sbatch: submit from the repository root with:")
+    print("  mkdir -p " .. log_dir)
+    if final then
+      for _, c in ipairs(slurm.submit_commands(rel, final_rel)) do print("  " .. c) end
+    else
+      print("  sbatch " .. rel)
+    end
+  end
 end

@@ -176,6 +176,7 @@ end
 
 -- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool }
 function Run:model(spec, trainer)
+  if self.count_sweep then error({ sweep_size = 0 }, 0) end   -- M.sweep_size: a model before any sweep
   if type(spec) ~= "table" then error("run:model: spec must be a table of the settings that determine the model", 2) end
   if type(trainer) ~= "function" then error("run:model: trainer must be a function(dir, ckpt)", 2) end
   local key = results.canonical_json({ spec = spec, engine = ol.version(), code = M.code_hash(),
@@ -257,6 +258,7 @@ end
 -- experiment's first sweep, then stops (exit 0); a final run without --sweep_index finds every
 -- member's model in the cache and goes on to the analysis and the figures.
 function Run:sweep(items, fn)
+  if self.count_sweep then error({ sweep_size = #items }, 0) end   -- M.sweep_size
   if self.sweep_index and self.sweep_index >= 0 then
     local i = self.sweep_index + 1
     if i > #items or i ~= math.floor(i) then
@@ -477,6 +479,42 @@ local function write_run_json(run, s, timings, seconds, models)
     date = results.timestamp(), mpi_ranks = results.mpi_ranks(), command = results.command_line(),
   }
   plot.write_atomic(run.dir .. "/run.json", results.canonical_json(rec) .. "\n")
+end
+
+-- The number of members of an experiment's first sweep in a profile, without training
+-- anything: the stages run until the first run:sweep (its size) or run:model outside a sweep
+-- (0: no sweep). args: a list of "--key=value" settings applied to the profile. Used to
+-- refuse a Slurm job array larger than the sweep (outlierlab.slurm, make sbatch-<id> ARRAY=).
+function M.sweep_size(exp, file, profile, args)
+  local stages = validate(exp, file)
+  local prof = exp.profiles[profile]
+  if type(prof) ~= "table" then error(string.format("experiment %s: unknown profile '%s'", file, tostring(profile)), 0) end
+  local saved = config.overrides
+  config.overrides = {}
+  for _, a in ipairs(args or {}) do
+    local k, v = a:match("^%-%-([%w_%.%-]+)=(.*)$")
+    if k then config.overrides[k] = v end
+  end
+  local ok, cfg = pcall(config.get, prof, { strict = false })
+  config.overrides = saved
+  if not ok then error(cfg, 0) end
+  local run = setmetatable({ id = exp.id, exp = exp, file = file, profile = profile, cfg = cfg, seed = cfg.seed or 0,
+                             count_sweep = true, out = {}, files = {} }, Run)
+  -- nothing is trained here: the size and memory checks of a training belong to the machine
+  -- that trains (a cluster node), not to the one that counts
+  local check_run = M.check_run
+  M.check_run = function() end
+  for _, st in ipairs(stages) do
+    local sok, v = pcall(st.fn, run)
+    if not sok then
+      M.check_run = check_run
+      if type(v) == "table" and v.sweep_size then return v.sweep_size end
+      error(v, 0)
+    end
+    run.out[st.name] = v
+  end
+  M.check_run = check_run
+  return 0
 end
 
 -- ---------------------------------------------------------------- entry point

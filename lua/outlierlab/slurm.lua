@@ -5,7 +5,8 @@
 -- `--signal=B:USR1@GRACE` makes Slurm signal the batch shell GRACE seconds before the end;
 -- the shell forwards SIGUSR1 to the ranks, the training loop checkpoints at the next step
 -- boundary and exits with status 75, and the script requeues the job, which resumes from
--- that checkpoint. A sweep becomes a job array: task i runs sweep member i.
+-- that checkpoint. A sweep becomes a job array: task i runs sweep member i; a second job,
+-- submitted with --dependency=afterok on the array, analyses and plots from the cached models.
 local M = {}
 
 M.REQUEUE_STATUS = 75   -- EX_TEMPFAIL: "checkpointed on signal, run me again"
@@ -16,9 +17,39 @@ local function check_time(t)
   end
 end
 
--- opts: id, file, profile, nodes, tasks_per_node, cpus_per_task, time, grace (s), launcher
--- ("srun" | "mpirun"), root, partition, account, array (number of sweep members, 0 = none),
--- extra (string of --key=value for the run)
+local function check_mem(what, v)
+  if not tostring(v):match("^%d+[KMGTkmgt]?$") then
+    error("slurm: " .. what .. " '" .. tostring(v) .. "' is not a Slurm memory size (a number of MB, or with K, M, G or T: 16G)", 3)
+  end
+end
+
+-- the lines of the site's environment set-up (SETUP=): a file is sourced, anything else is
+-- shell text (e.g. "module load openmpi/4.1"), run with `set -u` off as module systems need
+local function setup_lines(setup, add)
+  if not setup or setup == "" then return end
+  add("# site environment set-up (SETUP=)")
+  add("set +u")
+  local f = io.open(setup, "r")
+  if f and not setup:find("\n", 1, true) then
+    f:close()
+    add("source " .. (setup:match("^[%w%./_%-]+$") and setup or ("'" .. setup:gsub("'", "'\\''") .. "'")))
+  else
+    if f then f:close() end
+    for line in (setup .. "\n"):gmatch("([^\n]*)\n") do
+      if line:match("%S") then add(line) end
+    end
+  end
+  add("set -u")
+end
+
+-- The batch script. opts: id, file, profile, nodes, tasks_per_node, cpus_per_task, time,
+-- grace (s), launcher ("srun" | "mpirun"), partition, account, mem (--mem, e.g. "16G"),
+-- mem_per_cpu (--mem-per-cpu), setup (SETUP: shell text or a file to source), array (number of
+-- sweep members, 0 = none), extra (string of --key=value for the run), log_dir (where Slurm
+-- writes the job's output, relative to the submit directory), final (true: the analysis run
+-- after an array: no --sweep_index, no array), name (job name suffix).
+-- Paths are relative to the submit directory (the repository root, where make runs sbatch):
+-- the job starts there (Slurm's default working directory) and changes to $SLURM_SUBMIT_DIR.
 function M.script(o)
   assert(o.id and o.file, "slurm.script: id and file are required")
   local nodes, tpn = tonumber(o.nodes) or 1, tonumber(o.tasks_per_node) or 1
@@ -28,12 +59,19 @@ function M.script(o)
   local grace = tonumber(o.grace) or 300
   local launcher = o.launcher or "srun"
   if launcher ~= "srun" and launcher ~= "mpirun" then error("slurm: LAUNCHER must be srun or mpirun", 2) end
-  local root = o.root or "."
+  local mem, mpc = o.mem ~= "" and o.mem or nil, o.mem_per_cpu ~= "" and o.mem_per_cpu or nil
+  if mem and mpc then error("slurm: give MEM or MEM_PER_CPU, not both (Slurm refuses --mem with --mem-per-cpu)", 2) end
+  if mem then check_mem("MEM", mem) end
+  if mpc then check_mem("MEM_PER_CPU", mpc) end
+  local log_dir = o.log_dir or ("results/" .. o.id)
+  local array = o.final and 0 or (tonumber(o.array) or 0)
   local out = {}
   local function add(s) out[#out + 1] = s end
   add("#!/bin/bash")
-  add("# outlierlab batch job for experiment " .. o.id .. " (profile " .. (o.profile or "default") .. ")")
-  add("#SBATCH --job-name=ol-" .. o.id)
+  add("# outlierlab batch job for experiment " .. o.id .. " (profile " .. (o.profile or "default") .. ")" ..
+      (o.final and ": analysis and figures from the models its job array trained" or ""))
+  add("# submit from the repository root: sbatch " .. (o.path or "<this file>"))
+  add("#SBATCH --job-name=ol-" .. o.id .. (o.final and "-final" or ""))
   add("#SBATCH --nodes=" .. nodes)
   add("#SBATCH --ntasks-per-node=" .. tpn)
   add("#SBATCH --cpus-per-task=" .. (tonumber(o.cpus_per_task) or 1))
@@ -41,17 +79,19 @@ function M.script(o)
   add("#SBATCH --signal=B:USR1@" .. grace)
   add("#SBATCH --requeue")
   add("#SBATCH --open-mode=append")
+  if mem then add("#SBATCH --mem=" .. mem) end
+  if mpc then add("#SBATCH --mem-per-cpu=" .. mpc) end
   if o.partition and o.partition ~= "" then add("#SBATCH --partition=" .. o.partition) end
   if o.account and o.account ~= "" then add("#SBATCH --account=" .. o.account) end
-  local array = tonumber(o.array) or 0
   if array > 0 then
     add("#SBATCH --array=0-" .. (array - 1))
-    add("#SBATCH --output=" .. root .. "/results/" .. o.id .. "/slurm-%A_%a.out")
+    add("#SBATCH --output=" .. log_dir .. "/slurm-%A_%a.out")
   else
-    add("#SBATCH --output=" .. root .. "/results/" .. o.id .. "/slurm-%j.out")
+    add("#SBATCH --output=" .. log_dir .. "/slurm-%j.out")
   end
   add("set -uo pipefail")
-  add("cd " .. root)
+  add("cd \"${SLURM_SUBMIT_DIR:-.}\"")
+  setup_lines(o.setup, add)
   add("export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}")
   add("export OPENBLAS_NUM_THREADS=$OMP_NUM_THREADS")
   local args = "--profile=" .. (o.profile or "default")
@@ -74,6 +114,26 @@ function M.script(o)
   add("fi")
   add("exit $rc")
   return table.concat(out, "\n") .. "\n"
+end
+
+-- An array larger than the experiment's sweep is refused here, at generation time, not by
+-- idle array tasks on the cluster: n = the sweep's size (experiment.sweep_size), 0 = no sweep.
+function M.check_array(id, profile, array, n)
+  array = tonumber(array) or 0
+  if array <= 0 then return end
+  if n == 0 then
+    error(string.format("slurm: ARRAY=%d but experiment %s (profile %s) has no sweep: run it without ARRAY", array, id, profile), 0)
+  end
+  if array > n then
+    error(string.format("slurm: ARRAY=%d but the sweep of experiment %s (profile %s) has %d members: use ARRAY=%d (or less)",
+                        array, id, profile, n, n), 0)
+  end
+end
+
+-- the shell commands that submit the array and, after it succeeded, the final analysis job
+function M.submit_commands(array_path, final_path)
+  return { "jid=$(sbatch --parsable " .. array_path .. ")",
+           "sbatch --dependency=afterok:${jid%%;*} " .. final_path }
 end
 
 return M

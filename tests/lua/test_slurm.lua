@@ -24,6 +24,33 @@ t.ok(a:find("#SBATCH --array=0-4", 1, true), "a sweep of 5 becomes a job array")
 t.ok(a:find("--sweep_index=${SLURM_ARRAY_TASK_ID}", 1, true), "array task picks its sweep member")
 t.ok(a:find("mpirun -np $SLURM_NTASKS", 1, true), "mpirun launcher")
 
+-- paths are relative to the submit directory (the repository root)
+t.ok(s:find('cd "${SLURM_SUBMIT_DIR:-.}"', 1, true) and s:find("#SBATCH --output=results/so-fig11/slurm-%j.out", 1, true)
+     and not s:find("/proj/outlierlab", 1, true), "paths relative to the submit directory", s)
+
+-- memory and the site's set-up
+local m = slurm.script{ id = "x", file = "experiments/x.lua", mem = "16G", setup = "module load openmpi/4.1\nmodule load netcdf" }
+t.ok(m:find("#SBATCH --mem=16G", 1, true), "MEM becomes --mem")
+t.ok(m:find("set +u\nmodule load openmpi/4.1\nmodule load netcdf\nset -u\n", 1, true), "SETUP commands run before the launch, with set -u off", m)
+t.ok(m:find("module load netcdf", 1, true) < m:find("srun ", 1, true), "set-up comes before srun")
+local setup_file = os.tmpname()
+local sf = io.open(setup_file, "w") sf:write("export SITE=1\n") sf:close()
+local fs = slurm.script{ id = "x", file = "experiments/x.lua", mem_per_cpu = "4000", setup = setup_file }
+t.ok(fs:find("#SBATCH --mem-per-cpu=4000", 1, true) and fs:find("source " .. setup_file, 1, true), "MEM_PER_CPU; a SETUP file is sourced", fs)
+os.remove(setup_file)
+t.throws(function() slurm.script{ id = "x", file = "f", mem = "16G", mem_per_cpu = "2G" } end, "not both", "MEM with MEM_PER_CPU refused")
+t.throws(function() slurm.script{ id = "x", file = "f", mem = "lots" } end, "MEM 'lots'", "bad MEM refused")
+
+-- the analysis job after an array: no array, no sweep index
+local fin = slurm.script{ id = "x", file = "experiments/x.lua", array = 5, final = true, extra = "--steps=9" }
+t.ok(not fin:find("--array", 1, true) and not fin:find("sweep_index", 1, true) and fin:find("--steps=9", 1, true)
+     and fin:find("--job-name=ol-x-final", 1, true), "the final job runs the whole experiment once", fin)
+local cmds = table.concat(slurm.submit_commands("a.sbatch", "b.sbatch"), "\n")
+t.ok(cmds:find("--dependency=afterok:${jid", 1, true), "the final job depends on the array (afterok)", cmds)
+t.throws(function() slurm.check_array("so-fig12", "quick", 7, 6) end, "has 6 members: use ARRAY=6", "an array larger than the sweep is refused")
+t.throws(function() slurm.check_array("qt-fig1", "quick", 2, 0) end, "has no sweep", "an array on an experiment without a sweep is refused")
+t.lives(function() slurm.check_array("so-fig12", "quick", 6, 6) end, "an array of the sweep's size is accepted")
+
 local path = os.tmpname()
 local f = io.open(path, "w") f:write(s) f:close()
 t.ok(os.execute("bash -n " .. path) == 0, "the script is valid bash")
@@ -36,4 +63,21 @@ t.throws(function() slurm.script{ id = "x", file = "f", nodes = 0 } end, "NODES"
 -- the make-level entry point writes the file and names it
 local out = io.popen("cd " .. OUTLIERLAB_ROOT .. " && bin/outlierlab run scripts/sbatch.lua --id=does-not-exist 2>&1"):read("*a")
 t.ok(out:find("no experiment file experiments/does-not-exist.lua", 1, true), "unknown experiment id is named", out)
+-- make sbatch-<id>: the sweep's size is found without training (so-fig12: 6 attention variants)
+local tmp = os.tmpname()
+os.remove(tmp)
+local function mk(args)
+  return t.sh("cd " .. OUTLIERLAB_ROOT .. " && make -s sbatch-so-fig12 PROFILE=quick SBATCH_OUT=" .. tmp .. "/s.sbatch " .. args)
+end
+local o7, ok7 = mk("ARRAY=7")
+t.ok(not ok7 and o7:find("ARRAY=7 but the sweep of experiment so-fig12 (profile quick) has 6 members", 1, true),
+     "make sbatch-so-fig12 ARRAY=7 is refused at generation time", o7)
+local o6, ok6 = mk("ARRAY=6 MEM=2G SETUP='module load openmpi' EXTRA='--steps=5 --retrain' SUBMIT=false")
+local a6, f6 = t.slurp(tmp .. "/s.sbatch") or "", t.slurp(tmp .. "/s-final.sbatch") or ""
+t.ok(ok6 and a6:find("#SBATCH --array=0-5", 1, true) and a6:find("#SBATCH --mem=2G", 1, true) and
+     a6:find("module load openmpi", 1, true) and a6:find("--sweep_index=${SLURM_ARRAY_TASK_ID} --steps=5 --retrain", 1, true),
+     "make passes ARRAY, MEM, SETUP and EXTRA into the script", o6 .. a6)
+t.ok(f6:find("--profile=quick --steps=5 --retrain", 1, true) and o6:find("--dependency=afterok", 1, true),
+     "and writes the dependent analysis job with its submission commands", o6 .. f6)
+os.execute("rm -rf '" .. tmp .. "'")
 return t.done()

@@ -11,6 +11,11 @@ start)
   mkdir -p "$dir"/{state,spool,log}
   host=$(hostname -s)
   port=$((20000 + RANDOM % 20000))
+  # the machine's CPUs, whatever OMP_NUM_THREADS says (GNU nproc honours it: with
+  # OMP_NUM_THREADS=1 a 2-task job would wait forever for a second CPU)
+  cpus=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc --all)
+  # memory Slurm may hand out (--mem is checked against it): 90 % of MemTotal, in MB
+  mem_mb=$(awk '/^MemTotal:/ { printf "%d", $2 * 0.9 / 1024 }' /proc/meminfo)
   cat > "$conf" <<CONF
 ClusterName=outlierlab-test
 SlurmctldHost=$host
@@ -31,7 +36,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
-NodeName=$host CPUs=$(nproc) State=UNKNOWN
+NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
   if ! pgrep -x munged >/dev/null; then
@@ -49,6 +54,14 @@ CONF
   echo "cluster.sh: the node did not become idle; see $dir/log" >&2
   exit 1 ;;
 stop)
+  # cancel what is still queued or running first: slurmd leaves running steps behind
+  if [ -f "$conf" ]; then
+    SLURM_CONF=$conf timeout 15 scancel --user="$(id -un)" 2>/dev/null || true
+    for _ in $(seq 1 20); do
+      [ -z "$(SLURM_CONF=$conf timeout 5 squeue -h -o %i 2>/dev/null)" ] && break
+      sleep 0.5
+    done
+  fi
   for p in ctld d; do
     [ -f "$dir/$p.pid" ] || continue
     pid=$(cat "$dir/$p.pid")
