@@ -102,5 +102,12 @@ t.ok(not ok and out:find("seq_len 4096 exceeds the model's 32 positions", 1, tru
 out, ok = t.sh((cmd:gsub("%-%-model=%S+ ", "")))
 t.ok(not ok and out:find("--text=FILE needs --model=DIR", 1, true), "--text without --model is refused")
 
+-- the papers' models are recognised by family and shape (the summary's paper statement)
+local pre = require "outlierlab.pretrained"
+t.is(pre.paper_model(models.preset("gpt2-124m", { vocab_size = 50257, bias = true })), "GPT-2 (124M)", "GPT-2 124M is the paper's GPT-2")
+t.is(pre.paper_model(models.preset("tinyllama-120m", { n_layer = 32, d_model = 4096, n_head = 32, n_kv_head = 32, d_ff = 11008 })),
+     "LLaMA-2-7B", "a 32-layer d4096 MHA LLaMA is the paper's LLaMA-2-7B")
+t.is(pre.paper_model(models.preset("llama-quick")), nil, "a small LLaMA is none of the paper's models")
+
 os.execute("rm -rf " .. root)
 return t.done()
