@@ -186,6 +186,7 @@ function Run:model(spec, trainer)
   local ckpt = dir .. "/model.safetensors"
   self.model_hashes = self.model_hashes or {}
   self.model_hashes[hash] = dir
+  M.active_cache_root = self.cache_root   -- where the trainer's corpus file goes (M.corpus)
   -- --retrain: this run trains the model anew (once per process), whatever the cache holds
   if self.retrain and not (self.retrained or {})[hash] and dist.rank() == 0 then
     os.execute("find " .. quote(dir) .. " -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf {} + 2>/dev/null")
@@ -601,7 +602,10 @@ end
 -- batches, train a model through the cache, load it back, run probes over held-out batches.
 
 -- data.corpus{seed, n_tokens, vocab_size}, memoised per settings (the generated corpus of
--- outlierlab.data: tokens, vocab, special ids, category(id))
+-- outlierlab.data: tokens, vocab, special ids, category(id)). From CORPUS_FILE_TOKENS tokens on
+-- (the paper profiles) the corpus is written once to cache/corpora/ and memory-mapped
+-- (outlierlab.data.corpus_file): the ranks share one copy instead of generating one each.
+M.CORPUS_FILE_TOKENS = 2 ^ 25
 local corpora = {}
 function M.corpus(d, run)
   if run and run.pretrained then   -- the text file in the model's tokens (outlierlab.pretrained)
@@ -610,8 +614,16 @@ function M.corpus(d, run)
   end
   local key = results.canonical_json(d)
   if not corpora[key] then
-    local data = require "outlierlab.data"
-    corpora[key] = data.corpus{ seed = d.seed, n_tokens = d.n_tokens, vocab_size = d.vocab_size }
+    if (d.n_tokens or 0) >= M.CORPUS_FILE_TOKENS then
+      -- paper scale: generated once into a token file under the cache, mapped by every rank
+      local root = run and run.cache_root or M.active_cache_root or os.getenv("OUTLIERLAB_CACHE") or (ol.root .. "/cache")
+      corpora[key] = require("outlierlab.data.corpus_file").corpus(d, root, function(fmt, ...)
+        if progress.is_rank0() then io.stdout:write(string.format(fmt, ...), "\n") io.stdout:flush() end
+      end)
+    else
+      local data = require "outlierlab.data"
+      corpora[key] = data.corpus{ seed = d.seed, n_tokens = d.n_tokens, vocab_size = d.vocab_size }
+    end
   end
   return corpora[key]
 end

@@ -142,7 +142,7 @@ end
 -- Generates documents into a growing int32 buffer. Returns the corpus table.
 function M.generate(opts)
   opts = opts or {}
-  local known = { seed = true, n_docs = true, n_tokens = true, vocab_size = true, topic_bias = true }
+  local known = { seed = true, n_docs = true, n_tokens = true, vocab_size = true, topic_bias = true, first_doc = true }
   for k in pairs(opts) do
     if not known[k] then error("data.corpus: unknown option '" .. tostring(k) .. "'", 3) end
   end
@@ -280,21 +280,24 @@ function M.generate(opts)
     ns = ns + 1
   end
 
-  local d = 0
+  -- first_doc: start at document first_doc of the stream (documents are independent, so
+  -- concatenated slices of documents give the same stream: outlierlab.data.corpus_file)
+  local first_doc = opts.first_doc or 0
+  local d = first_doc
   while true do
-    if n_docs and d >= n_docs then break end
+    if n_docs and d >= first_doc + n_docs then break end
     if n_tokens and n >= n_tokens then break end
     rseed = math.floor(C.ol_rand_uniform(seed, d) * 2 ^ 53)
     rk = 0
     topic = math.floor(u() * M.N_TOPICS)
     n_ents = 2 + math.floor(u() * 2)
     for i = 1, n_ents do ents[i] = name0 + zipf_draw(S.name, u()) end
-    if d == dcap then
+    if d - first_doc == dcap then
       local nd = ffi.new("int32_t[?]", dcap * 2)
       ffi.copy(nd, d_start, dcap * 4)
       d_start, dcap = nd, dcap * 2
     end
-    d_start[d] = n
+    d_start[d - first_doc] = n
     local ns0 = ns
     emit(BOS)
     local n_par = 1 + math.floor(u() * 4)
@@ -303,9 +306,10 @@ function M.generate(opts)
       local n_sent = 2 + math.floor(u() * 5)
       for _ = 1, n_sent do sentence() end
     end
-    for i = ns0, ns - 1 do s_doc[i] = d end
+    for i = ns0, ns - 1 do s_doc[i] = d - first_doc end
     d = d + 1
   end
+  d = d - first_doc
   if n_tokens then
     n = n_tokens
     while ns > 0 and s_start[ns - 1] + s_len[ns - 1] > n do ns = ns - 1 end   -- drop cut sentences
