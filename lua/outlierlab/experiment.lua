@@ -434,14 +434,11 @@ end
 
 -- each model's training history (outlierlab.history), written next to the cached model when
 -- missing and copied to <run dir>/history/<hash>.{nc,png} (rank 0)
-local function copy_histories(run)
+local function copy_histories(run, hashes)
   local history = require "outlierlab.history"
-  local hashes = {}
-  for h in pairs(run.model_hashes or {}) do hashes[#hashes + 1] = h end
-  table.sort(hashes)
   run.histories = {}
-  for _, h in ipairs(hashes) do
-    local dir = run.model_hashes[h]
+  for _, h in ipairs(hashes) do   -- every rank's models (model_list): sweep groups trained some of them
+    local dir = run.cache_root .. "/models/" .. h
     if not read_file(dir .. "/history.nc") then
       local ok, err = pcall(history.write, dir, nil, { id = run.id, profile = run.profile, seed = run.seed,
                                                        config = { model_hash = h } })
@@ -586,7 +583,7 @@ function M.run_file(exp, file)
   if pretrained then s = pretrained:summary(run, s) end
   local models = model_list(run)   -- a collective under MPI: every rank calls it
   if progress.is_rank0() then
-    copy_histories(run)
+    copy_histories(run, models)
     write_summary(run, s, timings)
     write_run_json(run, s, timings, progress.now() - t_all, models)
   end
