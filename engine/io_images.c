@@ -34,6 +34,17 @@ static int inside(int32_t cls, float x, float y) {
 
 int ol_image_synth(float *out, uint8_t *objmask, int32_t H, int32_t W, int32_t cls,
                    uint64_t seed, uint64_t index) {
+    return ol_image_synth_style(out, objmask, H, W, cls, seed, index, 0);
+}
+
+/* style 0: the textured background above, the object near the centre (radius 22-32 % of the
+ * side). style 1 ("flat", the model organism's images): one uniform background colour, no
+ * texture and little noise, so that most patches carry no information, and a smaller object
+ * (radius 12-20 %) anywhere in the image: a head that looks for the object has nothing to do
+ * on most patches (QT Fig. 3: outliers sit at background patches). */
+int ol_image_synth_style(float *out, uint8_t *objmask, int32_t H, int32_t W, int32_t cls,
+                         uint64_t seed, uint64_t index, int32_t style) {
+    if (style < 0 || style > 1) OL_FAIL_INT("image_synth: style %d is not 0 (textured) or 1 (flat)", style);
     if (!out) OL_FAIL_INT("image_synth: NULL output");
     if (H < 4 || W < 4 || H > 4096 || W > 4096) OL_FAIL_INT("image_synth: size %dx%d out of range [4, 4096]", H, W);
     if (cls < 0 || cls >= NCLASSES) OL_FAIL_INT("image_synth: class %d outside [0, %d)", cls, NCLASSES);
@@ -57,9 +68,16 @@ int ol_image_synth(float *out, uint8_t *objmask, int32_t H, int32_t W, int32_t c
     const int cell = 2 + (int)(U() * (float)(W / 6 > 2 ? W / 6 - 1 : 1));
     /* object: centre jittered by up to 6% of the side, radius 22..32% of the shorter side */
     const float mn = (float)(H < W ? H : W);
-    const float cx = 0.5f * (float)W + (U() - 0.5f) * 0.12f * (float)W;
-    const float cy = 0.5f * (float)H + (U() - 0.5f) * 0.12f * (float)H;
-    const float rad = (0.22f + 0.10f * U()) * mn;
+    float cx = 0.5f * (float)W + (U() - 0.5f) * 0.12f * (float)W;
+    float cy = 0.5f * (float)H + (U() - 0.5f) * 0.12f * (float)H;
+    float rad = (0.22f + 0.10f * U()) * mn;
+    float noise = 0.06f;
+    if (style == 1) {
+        rad = (0.12f + 0.08f * U()) * mn;
+        cx = rad + U() * ((float)W - 2.0f * rad);
+        cy = rad + U() * ((float)H - 2.0f * rad);
+        noise = 0.01f;
+    }
     const uint64_t ns = ol__hash64(s, 0x5eed);           /* pixel noise stream */
     const int64_t HW = (int64_t)H * W;
     for (int32_t i = 0; i < H; i++) {
@@ -68,12 +86,13 @@ int ol_image_synth(float *out, uint8_t *objmask, int32_t H, int32_t W, int32_t c
             const float x = ((float)j + 0.5f - cx) / rad, y = ((float)i + 0.5f - cy) / rad;
             const int in = inside(cls, x, y);
             float mix;   /* background blend between bg1 (0) and bg2 (1) */
-            if (tex == 0) mix = ol__u01(ns, (uint64_t)p);
+            if (style == 1) mix = 0.0f;
+            else if (tex == 0) mix = ol__u01(ns, (uint64_t)p);
             else if (tex == 1) mix = 0.5f + 0.5f * sinf(phase + 6.2831853f * freq * ((float)j * ca + (float)i * sa) / (float)W);
             else mix = (float)(((i / cell) + (j / cell)) & 1);
             for (int c = 0; c < 3; c++) {
                 float v = in ? obj[c] : bg1[c] + (bg2[c] - bg1[c]) * mix;
-                v += 0.06f * (ol__u01(ns, (uint64_t)(HW + 3 * p + c)) - 0.5f);   /* sensor noise */
+                v += noise * (ol__u01(ns, (uint64_t)(HW + 3 * p + c)) - 0.5f);   /* sensor noise */
                 v = v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
                 out[c * HW + p] = (v - 0.5f) / 0.25f;
             }

@@ -379,6 +379,9 @@ int32_t ol_image_num_classes(void);
 const char *ol_image_class_name(int32_t cls);
 int ol_image_synth(float *out, uint8_t *objmask, int32_t H, int32_t W, int32_t cls,
                    uint64_t seed, uint64_t index);
+/* style 0 = textured background (ol_image_synth), 1 = flat background and a small object anywhere */
+int ol_image_synth_style(float *out, uint8_t *objmask, int32_t H, int32_t W, int32_t cls,
+                         uint64_t seed, uint64_t index, int32_t style);
 
 /* -- NetCDF-4 result files (engine/io_netcdf.c). Build in define mode (dims, vars, attributes;
  * varid -1 = global attribute), ol_nc_enddef, put whole variables, then ol_nc_close, which

@@ -24,7 +24,7 @@ local VARIANTS = {
 local function model_spec(cfg, v)
   return {
     model = { preset = cfg.preset, overrides = { attention = v.spec, dropout = 0.0 } },
-    data = { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size },
+    data = exp_runner.data_spec(cfg),
     batch = { B = cfg.batch, T = cfg.seq_len, kind = "lm" },
     train = { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "constant",
               weight_decay = 0.1, betas = { 0.9, 0.95 }, clip = 1.0 },

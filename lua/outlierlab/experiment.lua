@@ -610,6 +610,9 @@ function M.corpus(d, run)
     return run.pretrained:corpus(c.eval_batches and c.batch and c.seq_len and c.eval_batches * c.batch * c.seq_len + 16)
   end
   local key = results.canonical_json(d)
+  if not corpora[key] and d.kind == "organism" then
+    corpora[key] = M.organism_task(d)
+  end
   if not corpora[key] then
     if (d.n_tokens or 0) >= M.CORPUS_FILE_TOKENS then
       -- paper scale: generated once into a token file under the cache, mapped by every rank
@@ -642,6 +645,7 @@ M.check_sizes, M.check_run, M.check_memory = bounds.check_batch, bounds.check_ru
 M.check_profile = bounds.check_profile
 function M.batcher(corpus, o)
   M.check_sizes(o)   -- B >= 1 and the least T of the kind, before any row is written
+  if corpus.kind == "organism" then return M.organism_batcher(corpus, o) end
   local self = setmetatable({ corpus = corpus, B = o.B, T = o.T, kind = o.kind or "lm", seed = o.seed or 1,
                               split = o.split or "train", step = 0, first = 0, rows = o.B }, Batcher)
   -- data parallel: this rank builds rows [first, first + rows) of every global batch of B rows
@@ -705,6 +709,36 @@ function Batcher:next(ctx)
   return batch
 end
 
+-- The model organism's data (outlierlab.data.organism, docs/DATA.md): a spec's data =
+-- { kind = "organism", vocab_size =, n_triggers =, groups =, alpha =, n_delim =, p_delim =,
+-- n_weak =, p_weak =, seed = } instead of the corpus' { seed =, n_tokens =, vocab_size = }.
+-- The task stands in for a corpus everywhere: vocab, special, category, vocab_size; its
+-- batches are generated, never cut from a stream (kind "lm" or "mlm").
+function M.organism_task(d)
+  local org = require "outlierlab.data.organism"
+  local o = {}
+  for k, v in pairs(d) do if k ~= "kind" then o[k] = v end end
+  local task = org.task(o)
+  task.kind = "organism"
+  return task
+end
+function M.organism_batcher(task, o)
+  local org = require "outlierlab.data.organism"
+  local L = (o.kind or "lm") == "mlm" and org.MLMLoader or org.LMLoader
+  return L{ task = task, B = o.B, T = o.T, seed = o.seed or 1, split = o.split or "train", shard = o.shard }
+end
+
+-- The data settings of a spec from a profile: cfg.data = "organism" (the default profiles)
+-- or "corpus" (the generated text corpus; the paper profiles).
+function M.data_spec(cfg)
+  if cfg.data == "organism" then
+    return { kind = "organism", vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups,
+             alpha = cfg.alpha, n_delim = cfg.n_delim, p_delim = cfg.p_delim, n_weak = cfg.n_weak,
+             p_weak = cfg.p_weak, seed = cfg.data_seed }
+  end
+  return { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size }
+end
+
 -- ---------------------------------------------------------------- shared models
 -- Figures that analyse the same trained model take its settings from here, so that they
 -- hash to the same cached model and cannot drift apart.
@@ -714,7 +748,7 @@ end
 function M.bert_mlm_spec(cfg)
   return {
     model = { preset = cfg.preset, overrides = { dropout = cfg.dropout } },
-    data = { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size },
+    data = M.data_spec(cfg),
     batch = { B = cfg.batch, T = cfg.seq_len, kind = "mlm" },
     train = { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "linear", min_lr = 0,
               weight_decay = 0.01, betas = { 0.9, 0.999 }, eps = 1e-6, clip = 1.0 },
@@ -735,7 +769,7 @@ M.BERT_MLM_PROFILES = {
 function M.llama_lm_spec(cfg)
   return {
     model = { preset = cfg.preset, overrides = {} },
-    data = { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size },
+    data = M.data_spec(cfg),
     batch = { B = cfg.batch, T = cfg.seq_len, kind = "lm" },
     train = { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine",
               weight_decay = 0.1, betas = { 0.9, 0.95 }, clip = 1.0 },

@@ -300,7 +300,7 @@ function M.text_spec(cfg, preset, kind, attn, recipe, seed)
   if attn and attn ~= "softmax" then ov.attention = attn end
   return {
     model = { preset = preset, overrides = ov },
-    data = { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size },
+    data = require("outlierlab.experiment").data_spec(cfg),
     batch = { B = cfg.batch, T = cfg.seq_len, kind = kind },
     train = recipe,
     seed = seed,

@@ -41,14 +41,27 @@ local function patch_fractions(mask, H, W, P, frac)
   end
 end
 
--- data.image{seed=, index=, size=, class=, patch=} -> {data = float[3*H*W], mask = uint8[H*W],
+-- Background styles (engine/io_images.c): "textured" (default: noise, stripes or a checkerboard,
+-- the object near the centre) or "flat" (one colour, a small object anywhere: most patches carry
+-- no information; the model organism's images, docs/DATA.md).
+local STYLES = { textured = 0, flat = 1 }
+function M.style_code(style, what)
+  if style == nil then return 0 end
+  local c = STYLES[style]
+  if not c then error(string.format("%s: style must be 'textured' or 'flat', got %s", what, tostring(style)), 3) end
+  return c
+end
+
+-- data.image{seed=, index=, size=, class=, patch=, style=} -> {data = float[3*H*W], mask = uint8[H*W],
 -- size=, class=, patch_frac = {...} (with patch)}
 function M.image(opts)
   local H = opts.size or 32
   local cls = opts.class or 0
   local data = ffi.new("float[?]", 3 * H * H)
   local mask = ffi.new("uint8_t[?]", H * H)
-  if C.ol_image_synth(data, mask, H, H, cls, opts.seed or 0, opts.index or 0) ~= 0 then ol.engine_error(1) end
+  if C.ol_image_synth_style(data, mask, H, H, cls, opts.seed or 0, opts.index or 0, M.style_code(opts.style, "data.image")) ~= 0 then
+    ol.engine_error(1)
+  end
   local out = { data = data, mask = mask, size = H, class = cls }
   if opts.patch then
     local np = (H / opts.patch) ^ 2
@@ -65,7 +78,7 @@ ImageLoader.__index = ImageLoader
 M.ImageLoaderClass = ImageLoader
 
 local known = { n = true, n_val = true, size = true, classes = true, seed = true, B = true, split = true,
-                patch = true, rank = true, world = true }
+                patch = true, rank = true, world = true, style = true }
 
 function M.ImageLoader(opts)
   local what = "data.ImageLoader"
@@ -88,6 +101,7 @@ function M.ImageLoader(opts)
   self.rank, self.world = int("rank", 0, 0), int("world", 1, 1)
   self.split = opts.split or "train"
   if self.split ~= "train" and self.split ~= "val" then error(what .. ": split must be 'train' or 'val'", 2) end
+  self.style = M.style_code(opts.style, what)
   local nc = C.ol_image_num_classes()
   if self.classes > nc then error(string.format("%s: classes = %d but only %d shapes exist", what, self.classes, nc), 2) end
   if self.rank >= self.world then error(what .. ": rank must be < world", 2) end
@@ -124,7 +138,9 @@ function ImageLoader:next(ctx)
   for r = 0, B - 1 do
     local i = self:index(self.step, self.row0 + r)
     local cls = class_of(self.seed, i, self.classes)
-    if C.ol_image_synth(images.data + r * 3 * H * H, self.mask, H, H, cls, self.seed, i) ~= 0 then ol.engine_error(1) end
+    if C.ol_image_synth_style(images.data + r * 3 * H * H, self.mask, H, H, cls, self.seed, i, self.style) ~= 0 then
+      ol.engine_error(1)
+    end
     labels.idata[r] = cls
     if self.patch then
       patch_fractions(self.mask, H, H, self.patch, self.frac)

@@ -1,0 +1,203 @@
+-- test_organism — the model organism's data (outlierlab.data.organism: the Bigram-Backcopy
+-- task, LM and MLM batches, flat-background images) and the phenomena metrics (sink share,
+-- value drain, top-1/median at a token category, kurtosis) on hand-computed cases.
+local t = require "outlierlab.tap"
+local ol = require "outlierlab"
+local org = require "outlierlab.data.organism"
+local phenomena = require "outlierlab.phenomena"
+local probes = require "outlierlab.probes"
+local ffi = require "ffi"
+
+local ctx = ol.Context{ seed = 1 }
+
+-- ---------------------------------------------------------------- the task
+local task = org.task{ vocab_size = 64, n_triggers = 8, groups = 2, n_delim = 2, n_weak = 3, seed = 3 }
+t.is(task.vocab[task.special.bos], "<bos>", "id 1 is <bos>")
+t.is(task.category(task.special.bos), "initial", "<bos> is initial")
+t.is(task.category(task.special.cls), "initial", "[CLS] is initial")
+t.is(task.category(task.special.sep), "delimiter", "[SEP] is a delimiter")
+t.is(task.category(task.delim0), "delimiter", "the first chain token is a delimiter")
+t.is(task.category(task.weak0), "weak", "weak tokens are weak-semantic")
+t.is(task.category(task.trig0), "other", "triggers are 'other'")
+t.is(task.n_ordinary, 64 - 5 - 2 - 3 - 8, "ordinary tokens are what is left")
+-- rows are distributions
+do
+  local bad = 0
+  for r = 0, task.n_chain do
+    local prev = -1
+    for j = 0, task.n_chain - 1 do
+      local c = task.cdf[r * task.n_chain + j]
+      if c < prev - 1e-12 then bad = bad + 1 end
+      prev = c
+    end
+    if math.abs(prev - 1) > 1e-9 then bad = bad + 1 end
+  end
+  t.is(bad, 0, "every transition row is a cumulative distribution ending at 1")
+end
+-- delimiters and weak tokens get exactly their mass in every row
+do
+  local r = task.ord0 - 5 + 3      -- the row of some ordinary token
+  local d = task.cdf[r * task.n_chain + 1]                         -- two delimiters
+  t.near(d, 0.1, 1e-12, "p_delim = 0.1 of every row goes to the delimiters")
+  local w = task.cdf[r * task.n_chain + 4] - d                     -- three weak tokens
+  t.near(w, 0.1, 1e-12, "p_weak = 0.1 of every row goes to the weak tokens")
+end
+
+-- sequences obey the back-copy rule
+local loader = org.LMLoader{ task = task, B = 8, T = 200, seed = 5 }
+local b = loader:next(ctx)
+do
+  local ok_bos, copies, wrong, nonchain = 0, 0, 0, 0
+  for r = 0, 7 do
+    local ids, tg = b.ids.idata + r * 200, b.targets.idata + r * 200
+    if ids[0] == task.special.bos then ok_bos = ok_bos + 1 end
+    for t_ = 1, 199 do
+      if ids[t_] < task.delim0 then nonchain = nonchain + 1 end
+      if ids[t_] ~= tg[t_ - 1] then wrong = wrong + 1 end    -- targets are the ids shifted by one
+    end
+    -- full sequence x_0 .. x_T
+    local x = {}
+    for t_ = 0, 199 do x[t_] = ids[t_] end
+    x[200] = tg[199]
+    for t_ = 1, 199 do
+      local g = task.group[x[t_]]
+      if g > 0 and t_ - g >= 1 then
+        copies = copies + 1
+        if x[t_ + 1] ~= x[t_ - g] then wrong = wrong + 1 end
+      end
+    end
+  end
+  t.is(ok_bos, 8, "every LM row starts with <bos>")
+  t.is(nonchain, 0, "only chain tokens follow <bos>")
+  t.ok(copies > 50, "triggers occur (" .. copies .. " copies in 8 rows)")
+  t.is(wrong, 0, "after a trigger of group g the next token is the one g places before the trigger")
+end
+-- determinism, resume and sharding
+do
+  local l1 = org.LMLoader{ task = task, B = 4, T = 32, seed = 9 }
+  local l2 = org.LMLoader{ task = task, B = 4, T = 32, seed = 9 }
+  l1:next(ctx)
+  local s = l1:state()
+  local x1 = l1:next(ctx)
+  l2:set_state(s)
+  local x2 = l2:next(ctx)
+  local same = true
+  for i = 0, 4 * 32 - 1 do if x1.ids.idata[i] ~= x2.ids.idata[i] then same = false end end
+  t.ok(same, "set_state(state()) gives the same next batch")
+  local v = org.LMLoader{ task = task, B = 4, T = 32, seed = 9, split = "val" }
+  local x3 = v:next(ctx)
+  local differ = false
+  for i = 0, 4 * 32 - 1 do if x3.ids.idata[i] ~= x1.ids.idata[i] then differ = true end end
+  t.ok(differ, "the validation split draws other sequences")
+end
+t.ok(task.loss_floor > 0.5 and task.loss_floor < math.log(task.n_chain), "loss floor between 0.5 and log(chain tokens)",
+  task.loss_floor)
+t.throws(function() org.task{ vocab_size = 16, n_triggers = 12 } end, "ordinary tokens", "too few ordinary tokens is an error")
+t.throws(function() org.task{ nope = 1 } end, "unknown option 'nope'", "unknown option is an error")
+t.throws(function() org.LMLoader{ task = task, B = 0, T = 8 } end, "B must be an integer", "B = 0 is refused")
+t.throws(function() org.MLMLoader{ task = task, B = 1, T = 2 } end, "T (data.organism.MLMLoader)", "MLM needs T >= 3")
+
+-- MLM frame
+do
+  local m = org.MLMLoader{ task = task, B = 16, T = 64, seed = 2 }
+  local mb = m:next(ctx)
+  local frame, targets, masked, outside = 0, 0, 0, 0
+  for r = 0, 15 do
+    local ids, tg = mb.ids.idata + r * 64, mb.targets.idata + r * 64
+    if ids[0] == task.special.cls and ids[63] == task.special.sep then frame = frame + 1 end
+    if tg[0] ~= -100 or tg[63] ~= -100 then outside = outside + 1 end
+    for t_ = 1, 62 do
+      if tg[t_] ~= -100 then
+        targets = targets + 1
+        if ids[t_] == task.special.mask then masked = masked + 1 end
+      end
+    end
+  end
+  t.is(frame, 16, "every MLM row is [CLS] ... [SEP]")
+  t.is(outside, 0, "[CLS] and [SEP] are never targets")
+  local rate = targets / (16 * 62)
+  t.ok(rate > 0.09 and rate < 0.21, "about 15 % of the chain positions are targets", rate)
+  t.ok(masked / targets > 0.65 and masked / targets < 0.92, "about 80 % of the targets are [MASK]", masked / targets)
+end
+
+-- ---------------------------------------------------------------- flat images
+do
+  local data = require "outlierlab.data"
+  local img = data.image{ seed = 1, index = 3, size = 32, class = 1, style = "flat", patch = 4 }
+  local bg, n = {}, 0
+  local obj = 0
+  for p = 0, 32 * 32 - 1 do
+    if img.mask[p] == 0 then n = n + 1; bg[#bg + 1] = img.data[p] else obj = obj + 1 end
+  end
+  local lo, hi = math.huge, -math.huge
+  for _, v in ipairs(bg) do lo, hi = math.min(lo, v), math.max(hi, v) end
+  t.ok(hi - lo < 0.05, "a flat background is one colour (range of channel 0 over the background)", hi - lo)
+  t.ok(obj > 0 and obj < 0.2 * 1024, "the flat style's object is small", obj)
+  t.throws(function() data.image{ style = "wavy" } end, "style must be 'textured' or 'flat'", "unknown style is an error")
+end
+
+-- ---------------------------------------------------------------- phenomena, hand-computed
+-- One sequence [<bos>, a, b] (initial, other, other), one head, causal attention
+--   A = [[1, 0, 0], [0.8, 0.2, 0], [0.6, 0.2, 0.2]]
+-- sink share on initial keys = mean over the two non-initial queries of A[i, 0] = (0.8 + 0.6) / 2
+-- values ‖v‖ = 1 at <bos>, 2 and 4 elsewhere: value ratio 1 / median(2, 4) = 1/3
+-- h (one layer, C = 2): rows (100, 0), (1, -2), (3, 1): per-sequence top-1 100, median of the
+-- six |h| = (1 + 1) / 2 ... sorted 0 1 1 2 3 100 -> (1 + 2) / 2 = 1.5
+do
+  local cat = { [1] = "initial" }
+  local ph = phenomena.new{ category = function(id) return cat[id] or "other" end, T = 3, C = 2, n_head = 1 }
+  local ids = ctx:tensor({ 1, 3 }, { dtype = "i32" })
+  ids.idata[0], ids.idata[1], ids.idata[2] = 1, 10, 11
+  local batch = { ids = ids }
+  local A = ctx:tensor({ 1, 1, 3, 3 })
+  local a = { 1, 0, 0, 0.8, 0.2, 0, 0.6, 0.2, 0.2 }
+  for i = 1, 9 do A.data[i - 1] = a[i] end
+  local v = ctx:tensor({ 1, 1, 3, 2 })
+  local vv = { 1, 0, 0, 2, 4, 0 }
+  for i = 1, 6 do v.data[i - 1] = vv[i] end
+  local h = ctx:tensor({ 1, 3, 2 })
+  local hh = { 100, 0, 1, -2, 3, 1 }
+  for i = 1, 6 do h.data[i - 1] = hh[i] end
+  ph:probe_attn(A, 0, batch)
+  ph:probe_v(v, 0, batch)
+  ph:probe_h(h, 0, batch)
+  local r = ph:result()
+  t.near(r.heads[0][0].share.initial, 0.7, 1e-6, "sink share on <bos> = (0.8 + 0.6) / 2")
+  t.near(r.heads[0][0].value_ratio.initial, 1 / 3, 1e-6, "value drain ratio = 1 / median(2, 4)")
+  t.is(r.sink.layer, 0, "the strongest sink head is found")
+  t.is(r.sink.category, "initial", "... on the initial token")
+  t.near(r.per_layer[0].median, 1.5, 1e-6, "median |h| over the sequence")
+  t.near(r.per_layer[0].ratio, 100 / 1.5, 1e-4, "top-1/median |h|")
+  t.near(r.per_layer[0].ratio_at.initial, 100 / 1.5, 1e-4, "top-1/median at the initial token")
+  t.near(r.per_layer[0].ratio_at.other, 3 / 1.5, 1e-6, "top-1/median over the other tokens")
+  t.is(r.per_layer[0].top1_category.initial, 1, "the sequence's top-1 sits at the initial token")
+  -- kurtosis of the six values, Pearson with the unbiased variance (docs/METRICS.md)
+  local xs, mu = hh, 0
+  for _, x in ipairs(xs) do mu = mu + x / 6 end
+  local m2, m4 = 0, 0
+  for _, x in ipairs(xs) do m2 = m2 + (x - mu) ^ 2; m4 = m4 + (x - mu) ^ 4 end
+  local k = (m4 / 6) / (m2 / 5) ^ 2
+  t.near(r.per_layer[0].kurtosis, k, 1e-6 * k, "kurtosis of h matches the hand computation")
+  t.near(r.massive.ratio, 100 / 1.5, 1e-4, "massive: the largest ratio at a sink category")
+end
+
+-- phenomena through a model's probes (every point reported, every head measured)
+do
+  local models = require "outlierlab.models"
+  local m = models.build(ctx, { family = "llama", vocab_size = 64, block_size = 16, n_layer = 2, n_head = 2,
+                                n_kv_head = 1, d_model = 16, d_ff = 32 })
+  local ph = phenomena.new{ category = task.category, T = 16, C = 16, n_head = 2 }
+  local P = probes.new{}
+  ph:attach(P)
+  ctx:no_grad(function()
+    ctx:reset()
+    P:forward(m, org.LMLoader{ task = task, B = 2, T = 16, seed = 1, split = "val" }:next(ctx))
+  end)
+  local r = ph:result()
+  t.is(#r.layers, 2, "both layers measured")
+  t.ok(r.heads[1][1].value_ratio.initial == r.heads[1][1].value_ratio.initial, "grouped-query heads map to their kv head")
+  t.ok(r.sink.share > 0 and r.sink.share <= 1, "an untrained model's sink share is a probability", r.sink.share)
+  t.ok(phenomena.describe(r):find("sink L", 1, true) ~= nil, "describe() names the sink head")
+end
+
+return t.done()
