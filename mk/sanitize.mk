@@ -1,14 +1,16 @@
 # mk/sanitize.mk — make check-sanitize: the engine and bin/outlierlab built with AddressSanitizer
 # and UndefinedBehaviorSanitizer (gcc; the first report stops the program), then the whole test
 # suite run against them. The build and its test tree live in build/sanitize/, a root of its
-# own (bin/, lib/, build/tests/ and links to lua/, tests/, experiments/, …), so the ordinary
-# build is untouched and the tests that start bin/outlierlab start the sanitized one.
+# own (bin/, lib/, build/tests/ and a fresh copy of lua/, tests/, experiments/, …), so the
+# ordinary build is untouched and the tests that start bin/outlierlab start the sanitized one.
 SAN_DIR   := build/sanitize
 SAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 SAN_CFLAGS = $(filter-out -O3,$(CFLAGS)) $(SAN_FLAGS)
 SAN_OBJ   := $(patsubst engine/%.c,$(SAN_DIR)/obj/%.o,$(ENGINE_SRC))
 SAN_CTESTS := $(patsubst tests/c/%.c,$(SAN_DIR)/build/tests/%.t,$(wildcard tests/c/*.c))
-SAN_LINKS := lua engine tests experiments plots examples data docs bench scripts mk README.md Makefile
+# a copy, not links: some tests copy or edit the tree they run in
+SAN_COPY  := $(wildcard lua engine tests experiments plots examples docs bench scripts mk .ci data/README.md \
+               README.md Makefile Containerfile .dockerignore)
 # LuaJIT, Open MPI and OpenBLAS are not ours and keep memory to the end: leaks are not reported
 SAN_ENV   := ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
@@ -31,7 +33,8 @@ $(SAN_DIR)/build/tests/%.t: tests/c/%.c tests/c/tap.h $(wildcard tests/fuzz/*.[c
 
 sanitize-build: all
 	@flock build/.lock $(MAKE) --no-print-directory $(SAN_DIR)/bin/outlierlab $(SAN_CTESTS)
-	@for f in $(SAN_LINKS); do [ -e $(SAN_DIR)/$$f ] || ln -s ../../$$f $(SAN_DIR)/$$f; done
+	@cd $(SAN_DIR) && rm -rf $(SAN_COPY)
+	@tar -cf - $(SAN_COPY) | tar -xf - -C $(SAN_DIR)
 
 check-sanitize: sanitize-build
 	cd $(SAN_DIR) && $(SAN_ENV) prove --exec 'sh tests/exec.sh' $(PROVE_FLAGS) \
