@@ -8,7 +8,7 @@ cmd=$1 dir=$2
 conf=$dir/slurm.conf
 case "$cmd" in
 start)
-  mkdir -p "$dir"/{state,spool,log}
+  mkdir -p "$dir"/{state,spool,log,tmp}
   host=$(hostname -s)
   port=$((20000 + RANDOM % 20000))
   # the machine's CPUs, whatever OMP_NUM_THREADS says (GNU nproc honours it: with
@@ -25,6 +25,10 @@ SlurmdPort=$((port + 1))
 AuthType=auth/munge
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
+# the steps' scratch (PMIx's spmix_appdir_<uid>_<job>.<step>) in this cluster's own directory:
+# every throwaway cluster numbers its jobs from 1, and a killed run's directories in /tmp
+# would make the next cluster's step launch fail ("File exists")
+TmpFS=$dir/tmp
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
