@@ -123,6 +123,14 @@ int ol_nc_put_att_int(ol_nc *f, int32_t varid, const char *name, int32_t value) 
     return 0;
 }
 
+int ol_nc_put_att_int_array(ol_nc *f, int32_t varid, const char *name, int64_t n, const int32_t *values) {
+    if (check_file(f, "ol_nc_put_att_int_array")) return -1;
+    if (!name || !*name || n < 1 || !values)
+        OL_FAIL_INT("ol_nc_put_att_int_array (%s): empty name, no values or NULL (%s)", f->path, name ? name : "?");
+    NC_CHECK(nc_put_att_int(f->ncid, att_target(f, varid), name, NC_INT, (size_t)n, values), name);
+    return 0;
+}
+
 int ol_nc_enddef(ol_nc *f) {
     if (check_file(f, "ol_nc_enddef")) return -1;
     NC_CHECK(nc_enddef(f->ncid), "enddef");

@@ -395,6 +395,8 @@ int    ol_nc_def_var(ol_nc *f, const char *name, int32_t type, int32_t ndims, co
 int    ol_nc_put_att_text(ol_nc *f, int32_t varid, const char *name, const char *value);
 int    ol_nc_put_att_double(ol_nc *f, int32_t varid, const char *name, double value);
 int    ol_nc_put_att_int(ol_nc *f, int32_t varid, const char *name, int32_t value);
+/* an attribute of n ints (CF flag_values of a categorical coordinate) */
+int    ol_nc_put_att_int_array(ol_nc *f, int32_t varid, const char *name, int64_t n, const int32_t *values);
 int    ol_nc_enddef(ol_nc *f);
 int    ol_nc_put_float(ol_nc *f, int32_t varid, const float *data);
 int    ol_nc_put_double(ol_nc *f, int32_t varid, const double *data);

@@ -202,7 +202,8 @@ function File:dim(name, n, coord_values, attrs)
 end
 
 -- R:var(name, dims, data, attrs): attrs.long_name and attrs.units are required;
--- attrs.type = "float" (default) | "double" | "int"; other string/number attributes are copied.
+-- attrs.type = "float" (default) | "double" | "int"; other string/number attributes are copied, and a
+-- list of integers becomes an int array attribute (CF flag_values).
 function File:var(name, dims, data, attrs)
   local where = "results:var(" .. tostring(name) .. ") in " .. self.path
   if self.closed then error(where .. ": file already closed", 2) end
@@ -302,7 +303,18 @@ end
 
 local function put_att(f, varid, name, value, where)
   local rc
-  if type(value) == "number" then
+  if type(value) == "table" then   -- a list of 32-bit integers (CF flag_values)
+    local n = #value
+    local buf = ffi.new("int32_t[?]", math.max(n, 1))
+    for i = 1, n do
+      local v = value[i]
+      if type(v) ~= "number" or v ~= math.floor(v) or math.abs(v) >= 2 ^ 31 then
+        error("results: attribute " .. name .. ": value " .. i .. " (" .. tostring(v) .. ") is not a 32-bit integer", 3)
+      end
+      buf[i - 1] = v
+    end
+    rc = C.ol_nc_put_att_int_array(f, varid, name, n, buf)
+  elseif type(value) == "number" then
     if value == math.floor(value) and math.abs(value) < 2 ^ 31 then rc = C.ol_nc_put_att_int(f, varid, name, value)
     else rc = C.ol_nc_put_att_double(f, varid, name, value) end
   else
@@ -339,7 +351,8 @@ function File:close()
       put_att(f, id, "units", v.attrs.units)
       local keys = {}
       for k, val in pairs(v.attrs) do
-        if k ~= "long_name" and k ~= "units" and k ~= "type" and (type(val) == "string" or type(val) == "number") then
+        if k ~= "long_name" and k ~= "units" and k ~= "type" and (type(val) == "string" or type(val) == "number"
+                                                                 or type(val) == "table") then
           keys[#keys + 1] = k
         end
       end
