@@ -314,6 +314,39 @@ function M.head_rows(w, h, HD)
   return out
 end
 
+-- ---------------------------------------------------------------- weight outlier -> activation outlier (SO Fig. 7)
+-- The FFN output of one token is out_j = Σ_c x_c·W[j, c] (W_down, C × F flat, no bias); the part
+-- one input channel c brings to output j is x_c·W[j, c]. Returns that part and its share of out_j.
+function M.channel_contribution(x, W, F, c, j)
+  local out = 0
+  for k = 1, F do out = out + x[k] * W[(j - 1) * F + k] end
+  local part = x[c] * W[(j - 1) * F + c]
+  return part, part / out, out
+end
+
+-- ---------------------------------------------------------------- Q/K alignment (SO Fig. 8)
+-- Per head dimension d, the mean over queries i of q_i[d]·k_sink[d]/√HD (the sink's score split
+-- by dimension), and the share of the total that the n largest dimensions carry.
+-- q: flat T × HD (one head), ksink: HD values, queries: list of 1-based query rows to average.
+function M.score_by_dim(q, ksink, HD, queries)
+  local out = {}
+  for d = 1, HD do out[d] = 0 end
+  for _, i in ipairs(queries) do
+    for d = 1, HD do out[d] = out[d] + q[(i - 1) * HD + d] * ksink[d] / math.sqrt(HD) end
+  end
+  for d = 1, HD do out[d] = out[d] / math.max(#queries, 1) end
+  return out
+end
+function M.top_share(xs, n)
+  local idx = {}
+  for i = 1, #xs do idx[i] = i end
+  table.sort(idx, function(a, b) return xs[a] > xs[b] end)
+  local tot, top, dims = 0, 0, {}
+  for _, v in ipairs(xs) do tot = tot + v end
+  for k = 1, math.min(n, #idx) do top = top + xs[idx[k]] dims[k] = idx[k] - 1 end
+  return tot ~= 0 and top / tot or 0 / 0, dims
+end
+
 -- ---------------------------------------------------------------- small statistics
 function M.median(xs)
   local s = {}
