@@ -107,8 +107,9 @@ local function summary(run)
   local a = run.out.analyze
   local v = figure.values(FIG, a)
   local nl = #a.coords.layer
-  local holds = v.total_outlier_tokens > 0 and v.initial_weak_share > 0.5 and v.layers_with_outliers < nl
   local none = v.total_outlier_tokens == 0
+  local holds   -- without an outlier there is nothing to locate
+  if not none then holds = v.initial_weak_share > 0.5 and v.layers_with_outliers < nl end
   return {
     paper = "LLaMA2-7B: x_down outliers (top-1 in the thousands against a median near 0) only in a few shallow and deep layers (layer 2, layer 31), at the start token and weak-semantic tokens, in a few channels",
     reproduced = string.format("max over layers of top-1/median |x_down| = %.1f (layer %d); %d outlier tokens at τ = %g in %d of %d layers (%.0f %% initial or weak-semantic)",

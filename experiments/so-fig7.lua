@@ -99,11 +99,13 @@ local function summary(run)
   local a = run.out.analyze
   local v = figure.values(FIG, a)
   local outlier = v.x_ratio > a.attrs.tau
+  local holds   -- without an x_down outlier there is nothing to trace
+  if outlier then holds = v.share > 0.5 end
   return {
     paper = "LLaMA2-7B layer 2: x_down outliers up to 1000 × the mean (gate/up weight outliers amplified by SiLU and the GLU), turned by W_down's outlier columns into the massive h channels 1415 and 2533",
     reproduced = string.format("layer %d, token %d (%s), x_down channel %d: |x| = %.3g × mean|x_down|; it brings %.0f %% of the FFN output at hidden dim %d; column %d of W_down has max/mean %.3g (median column %.3g)",
       v.layer, v.token, a.attrs.token_label, v.x_channel, v.x_ratio, 100 * v.share, v.out_channel, v.x_channel, v.column_ratio, v.median_column_ratio),
-    holds = outlier and v.share > 0.5,
+    holds = holds,
     notes = string.format("Criterion: the element is an x_down outlier (|x| > τ·mean|x|, τ = %g) and its channel brings more than half of the token's largest FFN output.", a.attrs.tau) ..
       (outlier and "" or " Here the largest x_down element is no outlier at this τ: the panels show the largest element of an outlier-free layer."),
   }

@@ -95,7 +95,8 @@ end
 
 local function summary(run)
   local v = figure.values(FIG, run.out.analyze)
-  local holds = v.sink_share > 0.5 and v.top2_share > 0.5 and v.value_ratio < 1
+  local holds   -- without a sink head there is no outlier token to align with
+  if v.sink_share > 0.5 then holds = v.top2_share > 0.5 and v.value_ratio < 1 end
   return {
     paper = "LLaMA2-7B layer 3: queries and the outlier tokens' keys align in dimensions 58 and 122, which dominate the dot product; the outlier tokens' values are much smaller than the others'",
     reproduced = string.format("sink head: layer %d head %d (%.0f %% of its attention on the initial token); dimensions %d and %d carry %.0f %% of the sink's mean score; ‖v‖ at the sink = %.2f × the median of the others",

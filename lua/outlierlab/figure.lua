@@ -321,7 +321,7 @@ local function tics(labels, max_n)
   local step = math.max(1, math.ceil(n / (max_n or 40)))
   local parts = {}
   for i = 1, n, step do
-    parts[#parts + 1] = gq(labels[i]:gsub("\\", "\\\\")) .. " " .. (i - 1)
+    parts[#parts + 1] = gq(labels[i]) .. " " .. (i - 1)
   end
   return "(" .. table.concat(parts, ", ") .. ")"
 end
@@ -378,7 +378,7 @@ function Fig:render_plan(data, panels)
           blk = { columns = { "x", "y", "r", "g", "b" }, rows = rows_ }
         end
         local xc, yc = self:coord(data, names[2]), self:coord(data, names[1])
-        lines[#lines + 1] = string.format("nx = %d; ny = %d", nx, ny)
+        lines[#lines + 1] = string.format("nx = %d; ny = %d; int_x = %d", nx, ny, (not xc.labels and nx <= 40) and 1 or 0)
         if xc.labels and p.x_labels ~= false then lines[#lines + 1] = "xtics_cmd = " .. gq("set xtics " .. tics(xc.labels, p.max_labels or 48) .. " rotate by 90 right font ',7'") end
         if yc.labels and p.y_labels ~= false then lines[#lines + 1] = "ytics_cmd = " .. gq("set ytics " .. tics(yc.labels, p.max_labels or 48) .. " font ',7'") end
         if p.marks then
