@@ -924,6 +924,19 @@ function M.list(dir, results_root)
   return out
 end
 
+-- The figures and tables of the sources that are not experiment files: schematics and formula
+-- tables without data, and figures that need an imported pretrained model (run with --model).
+M.OTHER_FIGURES = {
+  { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 4", kind = "schematic",
+    what = "the attention layer of BERT with the places outliers arise: a diagram, no data (docs/ATTENTION.md)" },
+  { paper = "SO (An et al. 2025)", figure = "Fig. 2", kind = "schematic",
+    what = "where systematic outliers sit in an LLM: a diagram, no data (so-fig1 shows the data)" },
+  { paper = "SO (An et al. 2025)", figure = "Table 2", kind = "formulas",
+    what = "the attention variants (a)-(e): formulas, implemented in lua/outlierlab/attention.lua (docs/ATTENTION.md)" },
+  { paper = "SO (An et al. 2025)", figure = "Fig. 13–22", kind = "pretrained only",
+    what = "other model families and fine-tuned models (Phi-2, Mistral-7B, LLaMA2-13B, LLaMA3-8B, OPT-6.7B, MPT-7B, Falcon-7B, chat/instruct): so-fig1 with --model=DIR --text=FILE (docs/PRETRAINED.md)" },
+}
+
 function M.print_list()
   local list = M.list()
   local w = 4
@@ -931,6 +944,10 @@ function M.print_list()
   for _, e in ipairs(list) do
     io.write(string.format("%-" .. w .. "s  %-24s  %s\n", e.id,
       e.has_results and ("results: " .. table.concat(e.results, ",")) or "no results", e.title))
+  end
+  io.write("\nNot experiment files:\n")
+  for _, o in ipairs(M.OTHER_FIGURES) do
+    io.write(string.format("  %s %s [%s]: %s\n", o.paper:match("^(%S+)"), o.figure, o.kind, o.what))
   end
   return 0
 end
@@ -945,6 +962,9 @@ function M.markdown_table(list)
     local src = e.source.paper .. ((e.source.figure or "") ~= "" and (" " .. e.source.figure) or "")
     lines[#lines + 1] = string.format("| [%s](../experiments/%s.lua) | %s | %s | %s |", e.id, e.id, cell(src),
                                       cell(e.title), table.concat(e.profiles, ", "))
+  end
+  for _, o in ipairs(M.OTHER_FIGURES) do
+    lines[#lines + 1] = string.format("| (%s) | %s | %s | — |", o.kind, cell(o.paper .. " " .. o.figure), cell(o.what))
   end
   return table.concat(lines, "\n") .. "\n"
 end
