@@ -1,0 +1,177 @@
+-- test_figures — outlierlab.figure (declaration -> NetCDF, panels, summary numbers) and the
+-- computations of the single-sequence figures (outlierlab.inspect, outlierlab.overview), each on
+-- a hand-made case whose answer is known. The quick runs of the experiments themselves are in
+-- test_experiments.lua (every experiments/*.lua); here each new figure's quoted number is tied
+-- to the function that computes it:
+--   qt-fig10/14/15, so-fig1/8/23/24 category_share; blog-noop required_gap, score_gap, normalized,
+--   principal_angles; so-fig7 channel_contribution; so-fig8 score_by_dim, top_share, row_norms;
+--   so-fig1/10/23/24 ratio_count, pool_abs; qt-fig10 owner_head, matmul; qt-fig16 received.
+local t = require "outlierlab.tap"
+local figure = require "outlierlab.figure"
+local inspect = require "outlierlab.inspect"
+local overview = require "outlierlab.overview"
+local ol = require "outlierlab"
+
+local function near(a, b, tol, msg) t.ok(math.abs(a - b) <= (tol or 1e-9), string.format("%s: %.12g vs %.12g", msg, a, b)) end
+
+-- ---------------------------------------------------------------- declarations
+local ok, err = pcall(figure.declare, { title = "x", dims = { { "a" } }, vars = { { "v", dims = { "b" }, long_name = "v", units = "1" } } })
+t.ok(not ok and tostring(err):find("undeclared dim 'b'", 1, true), "a var over an undeclared dim is refused", err)
+ok, err = pcall(figure.declare, { title = "x", dims = { { "a" } }, vars = { { "v", dims = { "a" }, long_name = "v" } } })
+t.ok(not ok and tostring(err):find("needs units", 1, true), "a var without units is refused", err)
+ok, err = pcall(figure.declare, { title = "x", dims = { { "a" } }, vars = { { "v", dims = { "a" }, long_name = "v", units = "1" } },
+                                  panels = { { kind = "pie", y = "v" } } })
+t.ok(not ok and tostring(err):find("kind must be", 1, true), "an unknown panel kind is refused", err)
+ok, err = pcall(figure.declare, { title = "x", dims = { { "a" } }, vars = { { "v", dims = { "a" }, long_name = "v", units = "1" } },
+                                  panels = { { kind = "line", x = "a", y = "w" } } })
+t.ok(not ok and tostring(err):find("undeclared var 'w'", 1, true), "a panel naming an undeclared var is refused", err)
+
+-- layout follows the panel count
+local shapes = {}
+for _, n in ipairs({ 1, 2, 3, 4, 5, 7, 9, 10, 40 }) do local r, c = figure.layout(n) shapes[#shapes + 1] = r .. "x" .. c end
+t.is(table.concat(shapes, " "), "1x1 1x2 2x2 2x2 2x3 3x3 3x3 3x4 7x6", "layout rows x cols for 1..40 panels")
+
+local FIG = figure.declare{
+  title = "hand-made",
+  dims = { { "layer", long_name = "layer" }, { "category", labels = true }, { "q" }, { "k", labels = true }, { "pt" } },
+  vars = {
+    { "top", dims = { "layer" }, long_name = "top", units = "1" },
+    { "cnt", dims = { "category" }, long_name = "count", units = "1", type = "int" },
+    { "A", dims = { "layer", "q", "k" }, long_name = "attention", units = "1" },
+    { "px", dims = { "pt" }, long_name = "x", units = "1" },
+    { "py", dims = { "pt" }, long_name = "y", units = "1" },
+    { "ratio", dims = {}, long_name = "ratio", units = "1" },
+  },
+  panels = {
+    { kind = "line", x = "layer", y = "top", title = "top" },
+    { kind = "bars", x = "category", y = "cnt", zero_is_empty = true, why_empty = "no outlier anywhere" },
+    { kind = "heatmap", z = "A", each = "layer", title = "A of layer {layer}", why_empty = "no attention in layer {layer}" },
+    { kind = "scatter", x = "px", y = "py", why_empty = "no point" },
+  },
+}
+local DATA = { coords = { layer = { 2, 3 }, category = { "initial", "delimiter" }, q = 2, k = { "<bos>", "," }, pt = 0 },
+               vars = { top = { 5, 0 / 0 }, cnt = { 0, 0 }, A = { { { 1, 0 }, { 0.5, 0.5 } }, { { 0 / 0, 0 / 0 }, { 0 / 0, 0 / 0 } } },
+                        px = {}, py = {}, ratio = 2.5 }, attrs = { tau = 7 } }
+
+local v = figure.values(FIG, DATA)
+t.is(v.ratio, 2.5, "values: a scalar var")
+t.is(v.A[3], 0.5, "values: an array var, flat row-major")
+t.is(table.concat(v.A.shape, ","), "2,2,2", "values: its shape")
+ok, err = pcall(function() return v.not_declared end)
+t.ok(not ok and tostring(err):find("undeclared var 'not_declared'", 1, true), "values: an undeclared name is an error", err)
+ok, err = pcall(function() return figure.values(FIG, { coords = DATA.coords, vars = { top = { 1, 2, 3 } } }).top end)
+t.ok(not ok and tostring(err):find("3 values for dims (layer) of 2", 1, true), "values: a wrong count names var and dims", err)
+
+-- the panel plan: each expands, empty panels carry their reason
+local blocks, script, plan = FIG:render_plan(DATA, FIG.panels)
+t.is(#plan, 5, "2 single panels + 2 heatmaps (each layer) + 1 scatter")
+t.is(plan[2].empty, "no outlier anywhere", "all-zero counts with zero_is_empty: empty, with the reason")
+t.is(plan[3].title, "A of layer 2", "each: the title names the coordinate")
+t.is(plan[4].empty, "no attention in layer 3", "an all-NaN slice is empty, reason with the coordinate")
+t.is(plan[5].empty, "no point", "a zero-length dim is empty")
+t.is(#blocks, 2, "only the panels with data get a data block")
+t.ok(script:find("rows = 2; cols = 3", 1, true) and script:find("load panels . 'empty.gp'", 1, true), "panel script: layout and empty template", script)
+t.ok(script:find("empty_msg = 'no outlier anywhere'", 1, true), "panel script: the empty panel says why")
+
+-- NetCDF: categorical labels, undefined values, empty dims, scalars
+local tmp = os.tmpname()
+os.remove(tmp)
+figure.write_netcdf(tmp .. ".nc", FIG, DATA)
+local dump = t.sh("ncdump " .. tmp .. ".nc")
+t.ok(dump:find('category:flag_values = 0, 1 ;', 1, true) and dump:find('category:flag_meanings = "initial delimiter" ;', 1, true),
+     "categorical coordinate: CF flag_values and flag_meanings", dump)
+t.ok(dump:find('k:labels = "[\\"<bos>\\",\\",\\"]" ;', 1, true), "categorical coordinate: the labels as JSON", dump)
+t.ok(dump:find('k:flag_meanings = "x3Cbosx3E x2C" ;', 1, true), "flag_meanings are CF words (other characters as xHH)", dump)
+t.ok(dump:find("top = 5, _ ;", 1, true) and dump:find("top:_FillValue = NaN ;", 1, true), "undefined double values are NaN (_FillValue NaN)", dump)
+t.ok(dump:find("cnt:_FillValue = -2147483647 ;", 1, true), "int variables carry an int _FillValue", dump)
+t.ok(dump:find("pt:empty = 1 ;", 1, true) and dump:find("px = _ ;", 1, true), "a zero-length dim is written with length 1, undefined", dump)
+t.ok(dump:find("double ratio ;", 1, true) and dump:find("ratio = 2.5 ;", 1, true), "a scalar var is a 0-d variable", dump)
+t.ok(dump:find(":tau = 7 ;", 1, true), "data.attrs become global attributes", dump)
+os.remove(tmp .. ".nc")
+
+-- ---------------------------------------------------------------- inspect: hand-made cases
+-- category_share: queries of other categories only; T = 3, key 0 initial
+local A = { 1, 0, 0,
+            0.8, 0.2, 0,
+            0.6, 0.3, 0.1 }
+near(inspect.category_share(A, 3, { "initial", "other", "other" }, "initial"), 0.7, 1e-12, "category_share on the initial token: (0.8 + 0.6) / 2")
+t.ok(inspect.category_share(A, 3, { "other", "other", "other" }, "delimiter") ~= inspect.category_share(A, 3, { "other", "other", "other" }, "delimiter"),
+     "category_share without such keys is NaN")
+local r = inspect.received(A, 3)
+near(r[1], 2.4 / 3, 1e-12, "received: column mean of A")
+
+-- the no-op's gap: p = e^M/(e^M + n − 1) with equal other scores -> gap = M exactly
+local M, n = 3.0, 5
+local scores = { M, 0, 0, 0, 0 }
+local p = inspect.softmax_share(scores, 1)
+near(p, math.exp(M) / (math.exp(M) + n - 1), 1e-12, "softmax_share of the sink")
+near(inspect.required_gap(p, n), M, 1e-9, "required_gap recovers M for equal other scores")
+near(inspect.score_gap(scores, 1), M, 1e-12, "score_gap = M for equal other scores")
+local uneq = { 3, 1, -1, 0.5, -0.5 }
+t.ok(inspect.score_gap(uneq, 1) >= inspect.required_gap(inspect.softmax_share(uneq, 1), 5) - 1e-12,
+     "score_gap >= required_gap for unequal scores (Jensen)")
+
+-- the hypersphere: ‖x̂‖ = √d without eps, layernorm and rmsnorm
+local x = { 3, -1, 4, 1, -5, 9 }
+near(inspect.norm(inspect.normalized(x, "layernorm", 0)), math.sqrt(6), 1e-12, "layernorm without gain: norm sqrt(d)")
+near(inspect.norm(inspect.normalized(x, "rmsnorm", 0)), math.sqrt(6), 1e-12, "rmsnorm without gain: norm sqrt(d)")
+
+-- principal angles: the same plane 0°, orthogonal planes 90°, a 45° rotation
+local e = function(i) local v = { 0, 0, 0, 0 } v[i] = 1 return v end
+local pa = inspect.principal_angles({ e(1), e(2) }, { e(2), e(1) })
+near(pa[1], 0, 1e-6, "principal angle of a plane with itself") near(pa[2], 0, 1e-6, "both angles 0")
+pa = inspect.principal_angles({ e(1), e(2) }, { e(3), e(4) })
+near(pa[1], 90, 1e-6, "orthogonal planes: 90°")
+local s2 = math.sqrt(0.5)
+pa = inspect.principal_angles({ e(1) }, { { s2, 0, s2, 0 } })
+near(pa[1], 45, 1e-6, "a line rotated by 45°")
+
+-- top right singular vectors of W = diag-like (2 × 3): σ = 3, 2 along e1, e3
+local W = { 0, 0, 2,
+            3, 0, 0 }
+local vecs, sig = inspect.top_right_singular(W, 2, 3, 2)
+near(sig[1], 3, 1e-9, "largest singular value") near(sig[2], 2, 1e-9, "second singular value")
+near(math.abs(vecs[1][1]), 1, 1e-9, "first right singular vector is ±e1")
+near(math.abs(vecs[2][3]), 1, 1e-9, "second right singular vector is ±e3")
+
+-- SO Fig. 7: one channel's part of the FFN output
+local xr = { 10, 1, -1 }                  -- x_down of the token (F = 3)
+local Wd = { 2, 1, 1,                     -- W_down (C = 2 × F = 3)
+             0.1, 1, 0 }
+local part, share, out = inspect.channel_contribution(xr, Wd, 3, 1, 1)
+near(out, 20, 1e-12, "FFN output 10·2 + 1·1 − 1·1") near(part, 20, 1e-12, "channel 1's part") near(share, 1, 1e-12, "its share")
+
+-- SO Fig. 8: score split by dimension and the top-2 share
+local q = { 1, 2, 0,   1, 0, 0 }          -- 2 queries × HD 3
+local sd = inspect.score_by_dim(q, { 4, 1, 5 }, 3, { 1, 2 })
+near(sd[1], 4 / math.sqrt(3), 1e-12, "dim 0: mean(1·4, 1·4)/√3") near(sd[2], 1 / math.sqrt(3), 1e-12, "dim 1: mean(2·1, 0)/√3")
+local sh, dims = inspect.top_share({ 5, 1, 4 }, 2)
+near(sh, 0.9, 1e-12, "top-2 share 9/10") t.is(table.concat(dims, ","), "0,2", "top-2 dims (0-based)")
+near(inspect.row_norms({ 3, 4, 0, 1 }, 2, 2)[1], 5, 1e-12, "row norm")
+
+-- QT Fig. 10: A·V and the owner head of a dimension
+local AV = inspect.matmul({ 1, 0, 0.5, 0.5 }, { 2, 4, 6, 8 }, 2, 2, 2)
+t.is(table.concat(AV, ","), "2,4,4,6", "A·V by hand")
+local ctx = ol.Context{ seed = 1 }
+local wo = ctx:tensor({ 2, 4 }, { persistent = true, name = "wo" })
+for i, val in ipairs({ 1, 1, 0, 0,   0, 0.1, 3, 4 }) do wo.data[i - 1] = val end
+local head, norm = inspect.owner_head(wo, 1, 2, 2)
+t.is(head, 1, "owner head of dim 1: the head with the largest W_o slice") near(norm, 5, 1e-12, "its slice norm")
+
+-- so-fig1/10/23/24: top-1/median and the τ·mean count; max-pooling of |W|
+local rc, cnt = overview.ratio_count({ 1, -1, 2, 100, 1 }, 3)
+near(rc, 100, 1e-12, "top-1 / median |x|") t.is(cnt, 1, "one element above 3·mean|x| (mean 21)")
+local w4 = ctx:tensor({ 2, 4 }, { persistent = true, name = "w4" })
+for i, val in ipairs({ 1, -7, 2, 3,   0, 1, -1, 5 }) do w4.data[i - 1] = val end
+local pooled, nr, nc = overview.pool_abs(w4, 1, 2)
+t.is(nr .. "x" .. nc .. ":" .. table.concat(pooled, ","), "1x2:7,5", "pool_abs: max |w| per block")
+
+-- every new experiment declares its figure (plot stage is figure.stage) and loads
+for _, id in ipairs({ "qt-fig10", "qt-fig14", "qt-fig15", "qt-fig16", "so-fig1", "so-fig4", "so-fig7", "so-fig8",
+                      "so-fig9", "so-fig10", "so-fig23", "so-fig24", "so-app-d3", "blog-noop" }) do
+  local chunk, lerr = loadfile(OUTLIERLAB_ROOT .. "/experiments/" .. id .. ".lua")
+  local eok, exp = pcall(chunk or error, lerr)
+  t.ok(eok and exp.id == id and exp.profiles.quick and exp.stages[3][1] == "plot", id .. ": loads, has a quick profile and a plot stage", exp)
+end
+
+return t.done()
