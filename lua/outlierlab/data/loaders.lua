@@ -28,10 +28,16 @@ local function check_known(opts, known, what)
   end
 end
 
+-- the least T of an MLM pair row: [CLS] a [SEP] b [SEP] (the central bounds, outlierlab.bounds)
+require("outlierlab.bounds").register_kind("mlm_pairs", { min_T = 5, why = "an MLM pair row is [CLS] a [SEP] b [SEP]" })
+
 -- common options: B (global batch), T, seed, split, val_fraction, rank, world
 local function common(self, opts, what)
   self.B = check_int(opts, "B", 1, what)
   self.T = check_int(opts, "T", 1, what)
+  local ok, err = pcall(require("outlierlab.bounds").check_batch,
+                        { B = self.B, T = self.T, kind = self.kind == "mlm" and "mlm_pairs" or self.kind })
+  if not ok then error(what .. ": " .. tostring(err), 3) end
   self.seed = opts.seed or 1234
   if type(self.seed) ~= "number" or self.seed < 0 or self.seed ~= math.floor(self.seed) or self.seed >= 2 ^ 53 then
     error(what .. ": seed must be a non-negative integer", 3)
@@ -199,7 +205,6 @@ function M.MLMLoader(opts)
   for _, k in ipairs { "cls", "sep", "pad", "mask" } do
     if type(sp[k]) ~= "number" then error(what .. ": the corpus has no special token '" .. k .. "'", 2) end
   end
-  if self.T < 5 then error(what .. ": T must be at least 5 ([CLS] a [SEP] b [SEP])", 2) end
   self.c, self.sp = c, sp
   self.mask_prob = opts.mask_prob or 0.15
   self.next_prob = opts.next_prob or 0.5
