@@ -1,8 +1,9 @@
 -- BLOG — three checks of the argument of "Why do transformers have outliers?" on one model.
 --
--- Method: the GPT-2-style model of so-fig11 with default softmax attention (pre-LN LayerNorm,
--- no rotary embedding: the blog's setting; the same spec through ptq.so_spec, so the same
--- cached model), one held-out sequence.
+-- Method: the softmax model of so-fig11's attention-variant sweep (the same spec through
+-- ptq.so_spec, so the same cached model: a pre-norm decoder; with rotary embeddings, as the
+-- LLaMA-style organism profiles, q and k are taken after the rotation in (1), and (3) compares
+-- the projections before it), one held-out sequence.
 --  (1) Dynamic range. A query i that puts share p on the sink (the initial token) and the rest
 --      on the other n − 1 visible keys needs a score gap M with e^M/(e^M + n − 1) = p, i.e.
 --      M = log((n − 1)·p/(1 − p)) when the other scores are equal. Measured per query of every

@@ -20,13 +20,7 @@ local function train(run)
 end
 
 local function analyze(run)
-  local list = {}
-  for _, t in ipairs(run.out.train) do
-    local ctx, m = ptq.load(t.spec, t.handle)
-    local corpus = exp_runner.corpus(t.spec.data, run)
-    list[#list + 1] = { label = ptq.SO_LABELS[t.variant], o = overview.measure(ctx, m, corpus, t.spec, run.cfg.tau) }
-  end
-  return overview.data(list, run.cfg.tau)
+  return overview.analyze_sweep(run, function(v) return ptq.SO_LABELS[v] end)
 end
 
 local function summary(run)

@@ -28,13 +28,7 @@ local function train(run)
 end
 
 local function analyze(run)
-  local list = {}
-  for _, t in ipairs(run.out.train) do
-    local corpus = exp_runner.corpus(t.spec.data, run)
-    local ctx, m = exp_runner.load_model(t.spec, t.handle)
-    list[#list + 1] = { label = LABELS[t.variant], o = overview.measure(ctx, m, corpus, t.spec, run.cfg.tau) }
-  end
-  return overview.data(list, run.cfg.tau)
+  return overview.analyze_sweep(run, function(v) return LABELS[v] end, exp_runner.load_model)
 end
 
 local function summary(run)

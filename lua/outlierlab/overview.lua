@@ -170,6 +170,19 @@ function M.data(list, tau)
                       w_out = WR, w_in = WC }, vars = v, attrs = { tau = tau } }
 end
 
+-- The analysis of a sweep (run.out.train = list of { variant =, spec =, handle = }): the four
+-- views of each model, labelled label_of(variant); load(spec, handle) -> ctx, m (default: ptq.load)
+function M.analyze_sweep(run, label_of, load)
+  load = load or require("outlierlab.ptq").load
+  local list = {}
+  for _, t in ipairs(run.out.train) do
+    local ctx, m = load(t.spec, t.handle)
+    local corpus = E.corpus(t.spec.data, run)
+    list[#list + 1] = { label = label_of(t.variant), o = M.measure(ctx, m, corpus, t.spec, run.cfg.tau) }
+  end
+  return M.data(list, run.cfg.tau)
+end
+
 -- "h top-1/median 41 (L1, 12 outliers), x_down 88 (L0), W_down 9.3 (L1), sink 0.93 (L1H0)"
 function M.describe(v, k)
   return string.format("h top-1/median %.3g (layer %d, %d elements > τ·mean), x_down %.3g (layer %d, %d), W_down extremal ratio %.3g (layer %d), sink share %.2f (layer %s head %s)",
