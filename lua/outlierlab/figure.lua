@@ -378,7 +378,8 @@ function Fig:render_plan(data, panels)
           blk = { columns = { "x", "y", "r", "g", "b" }, rows = rows_ }
         end
         local xc, yc = self:coord(data, names[2]), self:coord(data, names[1])
-        lines[#lines + 1] = string.format("nx = %d; ny = %d; int_x = %d", nx, ny, (not xc.labels and nx <= 40) and 1 or 0)
+        lines[#lines + 1] = string.format("nx = %d; ny = %d; int_x = %d; int_y = %d", nx, ny, (not xc.labels and nx <= 40) and 1 or 0,
+                                          (not yc.labels and ny <= 40) and 1 or 0)
         if xc.labels and p.x_labels ~= false then lines[#lines + 1] = "xtics_cmd = " .. gq("set xtics " .. tics(xc.labels, p.max_labels or 48) .. " rotate by 90 right font ',7'") end
         if yc.labels and p.y_labels ~= false then lines[#lines + 1] = "ytics_cmd = " .. gq("set ytics " .. tics(yc.labels, p.max_labels or 48) .. " font ',7'") end
         if p.marks then
@@ -451,7 +452,7 @@ function Fig:render_plan(data, panels)
       plan[#plan + 1] = { kind = p.kind, title = title }
     end
     body[#body + 1] = "# panel " .. pi .. "\n" ..
-      "xtics_cmd = ''; ytics_cmd = ''; marks = ''; empty_msg = ''; int_x = 0\n" .. table.concat(lines, "\n") ..
+      "xtics_cmd = ''; ytics_cmd = ''; marks = ''; empty_msg = ''; int_x = 0; int_y = 0\n" .. table.concat(lines, "\n") ..
       "\nload panels . '" .. kind .. ".gp'\n"
   end
   if #blocks == 0 then blocks[1] = { columns = { "x" }, rows = { { 0 / 0 } } } end   -- every panel empty

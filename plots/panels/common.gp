@@ -10,6 +10,7 @@ set key top right noautotitle
 set autoscale fix
 set format cb "%g"
 if (int_x) { set xtics 1 }
+if (int_y) { set ytics 1 }
 if (logx) { set logscale x }
 if (logy) { set logscale y }
 if (strlen(xtics_cmd) > 0) { eval xtics_cmd }
