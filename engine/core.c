@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <omp.h>
 #include <cblas.h>
@@ -402,6 +403,18 @@ ol_node *ol__record(const char *op, ol_backward_fn fn, ol_tensor *out, int n, ol
     return nd;
 }
 
+/* ------------------------------------------------------------------ step profile
+ * Where a training step's time goes (make bench: bench/organism.lua): seconds in the
+ * matmul/linear products (ops_matmul.c, forward and backward), in backward nodes (all of them,
+ * and those of the fused attention kernel), accumulated while profiling is on. Timing happens
+ * on the calling thread around whole products and nodes, so threads inside are included. */
+int g_prof_on = 0;
+static double g_prof[OL_PROF_N];
+void ol__prof_add(int what, double seconds) { if (what >= 0 && what < OL_PROF_N) g_prof[what] += seconds; }
+void ol_profile_enable(int on) { g_prof_on = on ? 1 : 0; }
+void ol_profile_reset(void) { for (int i = 0; i < OL_PROF_N; i++) g_prof[i] = 0; }
+double ol_profile_seconds(int32_t what) { return what >= 0 && what < OL_PROF_N ? g_prof[what] : 0.0; }
+
 float *ol__grad(ol_tensor *t) {
     if (!t->grad) {
         /* a persistent leaf keeps its gradient across steps (zero it with ol_tensor_zero_grad) */
@@ -439,7 +452,15 @@ int ol_backward(ol_tensor *loss) {
     ol_clear_error();
     for (ol_node *n = c->tape; n; n = n->prev) {
         if (!n->out->grad) continue;
-        n->backward(n);
+        if (g_prof_on) {
+            double t0 = omp_get_wtime();
+            n->backward(n);
+            double dt = omp_get_wtime() - t0;
+            ol__prof_add(OL_PROF_BACKWARD, dt);
+            if (strncmp(n->op, "attention", 9) == 0) ol__prof_add(OL_PROF_ATTENTION_BWD, dt);
+        } else {
+            n->backward(n);
+        }
         if (g_err[0]) {
             char msg[sizeof g_err];
             snprintf(msg, sizeof msg, "%s", g_err);

@@ -108,6 +108,11 @@ static inline float ol__expf(float x) {
 /* Size arithmetic with overflow checks: returns -1 on overflow. */
 int64_t ol__numel(int32_t ndim, const int64_t *shape);
 
+/* Step profile (core.c, ol_profile_*): the calling thread's seconds per category. */
+enum { OL_PROF_MATMUL = 0, OL_PROF_BACKWARD = 1, OL_PROF_ATTENTION_BWD = 2, OL_PROF_N = 3 };
+extern int g_prof_on;
+void ol__prof_add(int what, double seconds);
+
 /* OpenMP: parallelise loops with at least this many elements of work. */
 #define OL_PAR_MIN 32768
 

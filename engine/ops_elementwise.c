@@ -219,6 +219,25 @@ static void gelu_tanh_bwd(const float *x, const float *g, float *da, int64_t n) 
     }
 }
 
+/* ---- SiLU x·σ(x) (LLaMA's SwiGLU) and σ(x) the same way, with ol__expf: σ = 1/(1 + e^{−x})
+ * (e^{−x} = +inf for x < −88.3 gives σ = 0 and silu = −0, as the libm form); d silu/dx =
+ * σ(1 + x(1 − σ)), dσ/dx = σ(1 − σ). */
+static void silu_fwd(const float *x, float *o, int64_t n, int sigmoid_only) {
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + ol__expf(-x[i]));
+        o[i] = sigmoid_only ? s : x[i] * s;
+    }
+}
+
+static void silu_bwd(const float *x, const float *g, float *da, int64_t n, int sigmoid_only) {
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + ol__expf(-x[i]));
+        da[i] += g[i] * (sigmoid_only ? s * (1.0f - s) : s * (1.0f + x[i] * (1.0f - s)));
+    }
+}
+
 static void unary_backward(ol_node *nd) {
     ol_tensor *a = nd->in[0], *y = nd->out;
     int op = nd->iarg[0];
@@ -226,6 +245,7 @@ static void unary_backward(ol_node *nd) {
     const float *x = a->data, *yv = y->data, *g = y->grad;
     float *da = a->grad;
     if (op == OL_GELU_TANH) { gelu_tanh_bwd(x, g, da, n); return; }
+    if (op == OL_SILU || op == OL_SIGMOID) { silu_bwd(x, g, da, n, op == OL_SIGMOID); return; }
     #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
     for (int64_t i = 0; i < n; i++) da[i] += g[i] * un_bwd(op, x[i], yv[i]);
 }
@@ -240,6 +260,7 @@ ol_tensor *ol_unary(ol_tensor *a, int32_t op) {
     const float *x = a->data;
     float *o = y->data;
     if (op == OL_GELU_TANH) gelu_tanh_fwd(x, o, n);
+    else if (op == OL_SILU || op == OL_SIGMOID) silu_fwd(x, o, n, op == OL_SIGMOID);
     else {
         #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
         for (int64_t i = 0; i < n; i++) o[i] = un_fwd(op, x[i]);

@@ -13,9 +13,11 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
     /* empty products: BLAS would refuse the leading dimensions (lda >= 1) */
     if (M == 0 || N == 0) return;
     if (K == 0) { if (beta == 0.0f) memset(C, 0, (size_t)(M * N) * 4); return; }
+    double t0 = g_prof_on ? omp_get_wtime() : 0.0;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, 1.0f, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N,
                 beta, C, (int)N);
+    if (g_prof_on) ol__prof_add(OL_PROF_MATMUL, omp_get_wtime() - t0);
 }
 
 /* ------------------------------------------------------------------ matmul */

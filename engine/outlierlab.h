@@ -66,6 +66,13 @@ const char *ol_blas_core(void);
 const char *ol_blas_config(void);
 const char *ol_blas_core_hint(void);
 
+/* Step profile (make bench): seconds spent, while enabled, in what = 0 the matmul/linear
+ * products (forward and backward), 1 backward nodes (all), 2 backward nodes of the fused
+ * attention kernel. */
+void   ol_profile_enable(int on);
+void   ol_profile_reset(void);
+double ol_profile_seconds(int32_t what);
+
 /* A context owns four flat buffers of param_capacity floats each (parameters, gradients,
  * AdamW m and v), a persistent arena and a step arena of step_capacity bytes. The buffers
  * are address-space reservations: pages are touched only when used. 0 picks defaults

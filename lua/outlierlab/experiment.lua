@@ -359,10 +359,20 @@ local function validate(exp, file)
 end
 
 -- ---------------------------------------------------------------- summary.md
-local function verdict(h)
-  if h == true then return "**holds** at this scale" end
-  if h == false then return "**does not hold** at this scale" end
-  return "**inconclusive** at this scale"
+-- The quick profile is a smoke test (seconds of training): its summaries give the numbers but
+-- no verdict (M.NO_VERDICT), whatever the experiment's criterion says.
+M.NO_VERDICT = "no verdict (quick profile: a smoke test)"
+local function verdict_word(s)
+  if s.no_verdict then return M.NO_VERDICT end
+  return s.holds == true and "holds" or s.holds == false and "does not hold" or "inconclusive"
+end
+M.verdict_word = verdict_word
+local function verdict(s)
+  if s.no_verdict then return "**" .. M.NO_VERDICT .. "**" end
+  local h = s.holds
+  if h == true then return "the claim **holds** at this scale" end
+  if h == false then return "the claim **does not hold** at this scale" end
+  return "the claim is **inconclusive** at this scale"
 end
 
 local function write_summary(run, s, timings)
@@ -374,7 +384,7 @@ local function write_summary(run, s, timings)
     "## Result", "",
     "- Paper: " .. tostring(s.paper or "(no number given)"),
     "- Reproduced (" .. run.profile .. " profile): " .. tostring(s.reproduced or "(none)"),
-    "- Verdict: the claim " .. verdict(s.holds) .. ".",
+    "- Verdict: " .. verdict(s) .. ".",
   }
   if s.notes and s.notes ~= "" then
     lines[#lines + 1] = ""
@@ -471,7 +481,7 @@ local function write_run_json(run, s, timings, seconds, models)
     id = run.id, title = run.exp.title, paper = src.paper, figure = src.figure, claim = src.claim,
     profile = run.profile, seed = run.seed, settings = run.cfg,
     paper_result = s.paper and tostring(s.paper) or nil, reproduced = s.reproduced and tostring(s.reproduced) or nil,
-    verdict = s.holds == true and "holds" or s.holds == false and "does not hold" or "inconclusive",
+    verdict = verdict_word(s), criterion_met = s.criterion_met,
     seconds = seconds, stages = stages, files = files, models = models,
     histories = run.histories, engine = ol.version(), git_commit = results.git_commit(),
     date = results.timestamp(), mpi_ranks = results.mpi_ranks(), command = results.command_line(),
@@ -581,14 +591,17 @@ function M.run_file(exp, file)
   end
   local s = exp.summary and exp.summary(run) or {}
   if pretrained then s = pretrained:summary(run, s) end
+  if run.profile == "quick" and not pretrained then
+    s.criterion_met, s.holds, s.no_verdict = s.holds, nil, true
+  end
   local models = model_list(run)   -- a collective under MPI: every rank calls it
   if progress.is_rank0() then
     copy_histories(run, models)
     write_summary(run, s, timings)
     write_run_json(run, s, timings, progress.now() - t_all, models)
   end
-  run:log("done in %.1f s: %s/summary.md — claim %s", progress.now() - t_all, run.dir,
-          s.holds == true and "holds" or s.holds == false and "does not hold" or "inconclusive")
+  run:log("done in %.1f s: %s/summary.md — %s", progress.now() - t_all, run.dir,
+          s.no_verdict and M.NO_VERDICT or ("claim " .. verdict_word(s)))
   if s.reproduced then run:log("reproduced: %s", s.reproduced) end
   return run
 end
@@ -743,54 +756,96 @@ end
 -- Figures that analyse the same trained model take its settings from here, so that they
 -- hash to the same cached model and cannot drift apart.
 
--- QT's BERT pre-training recipe (docs/EXPERIMENTS.md, paper-scale settings: AdamW β (0.9, 0.999), ε 1e-6, wd 0.01, linear
--- decay to 0, clip 1) on the generated corpus with MLM batches (qt-fig1, qt-fig2)
+-- Every shared profile carries the settings of both data sources, so that --data=corpus or
+-- --data=organism switches a profile's data from the command line: the organism task
+-- (data.organism: vocab_size, n_triggers, groups, alpha, n_delim, p_delim, n_weak, p_weak) and
+-- the generated corpus (n_tokens, vocab_size). data_seed seeds either.
+local ORGANISM_TASK = { vocab_size = 128, n_triggers = 24, groups = 6, alpha = 0.1, n_delim = 0, p_delim = 0.1,
+                        n_weak = 0, p_weak = 0.1, data_seed = 1 }
+local function with_task(t, task)
+  local o = config.deep_copy(ORGANISM_TASK)
+  for k, v in pairs(task or {}) do o[k] = v end
+  for k, v in pairs(t) do o[k] = v end
+  return o
+end
+M.ORGANISM_TASK = ORGANISM_TASK
+
+-- The training recipe of a shared profile: warmup, then the schedule (cosine to lr/10, linear to
+-- 0, or constant), AdamW with β = (0.9, beta2), decoupled weight decay on >= 2-D parameters,
+-- clip 1. The default profiles (the model organism, docs/ORGANISM.md) train at a constant high
+-- learning rate with weight decay; the paper profiles keep the papers' recipes.
+local function recipe(cfg, o)
+  return { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = cfg.schedule or o.schedule,
+           min_lr = (cfg.schedule or o.schedule) == "linear" and 0 or nil,
+           weight_decay = cfg.weight_decay or o.weight_decay, betas = { 0.9, cfg.beta2 or o.beta2 },
+           eps = o.eps, clip = 1.0 }
+end
+M.recipe = recipe
+local function overrides(cfg, base)
+  local ov = base or {}
+  if cfg.n_layer then ov.n_layer = cfg.n_layer end   -- the organism map's depth knob
+  return ov
+end
+
+-- QT's BERT pre-training recipe (docs/EXPERIMENTS.md, paper-scale settings: AdamW β (0.9, 0.999),
+-- ε 1e-6, wd 0.01, linear decay to 0, clip 1) with MLM batches (qt-fig1, qt-fig2, qt-fig10-13 ...)
 function M.bert_mlm_spec(cfg)
   return {
-    model = { preset = cfg.preset, overrides = { dropout = cfg.dropout } },
+    model = { preset = cfg.preset, overrides = overrides(cfg, { dropout = cfg.dropout }) },
     data = M.data_spec(cfg),
     batch = { B = cfg.batch, T = cfg.seq_len, kind = "mlm" },
-    train = { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "linear", min_lr = 0,
-              weight_decay = 0.01, betas = { 0.9, 0.999 }, eps = 1e-6, clip = 1.0 },
+    train = recipe(cfg, { schedule = "linear", weight_decay = 0.01, beta2 = 0.999, eps = 1e-6 }),
     seed = cfg.seed,
   }
 end
 M.BERT_MLM_PROFILES = {
-  quick = { preset = "bert-quick", vocab_size = 256, n_tokens = 40000, data_seed = 1, seq_len = 32, batch = 8,
-            steps = 20, lr = 1e-3, warmup = 2, dropout = 0.0, eval_batches = 2, seed = 1 },
-  default = { preset = "bert-tiny", vocab_size = 1024, n_tokens = 1000000, data_seed = 1, seq_len = 64, batch = 32,
-              steps = 1000, lr = 1e-3, warmup = 100, dropout = 0.0, eval_batches = 16, seed = 1 },
-  paper = { preset = "bert-base", vocab_size = 30522, n_tokens = 100000000, data_seed = 1, seq_len = 128, batch = 256,
-            steps = 1000000, lr = 1e-4, warmup = 10000, dropout = 0.1, eval_batches = 64, seed = 1 },
+  quick = with_task({ preset = "bert-quick", data = "organism", n_tokens = 40000, seq_len = 32, batch = 8,
+            steps = 20, lr = 3e-3, warmup = 2, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+            dropout = 0.0, eval_batches = 2, seed = 1 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
+  default = with_task({ preset = "bert-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
+              steps = 2500, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              dropout = 0.0, eval_batches = 16, seed = 1 }),
+  long = with_task({ preset = "bert-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
+              steps = 10000, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              dropout = 0.0, eval_batches = 16, seed = 1 }),
+  paper = with_task({ preset = "bert-base", data = "corpus", n_tokens = 100000000, vocab_size = 30522, seq_len = 128,
+            batch = 256, steps = 1000000, lr = 1e-4, warmup = 10000, schedule = "linear", weight_decay = 0.01,
+            beta2 = 0.999, dropout = 0.1, eval_batches = 64, seed = 1 }),
 }
 
 -- SO's nanoGPT recipe (AdamW β (0.9, 0.95), wd 0.1, warmup + cosine, clip 1) for the
--- LLaMA-style decoder on LM batches (so-fig3, so-fig6)
+-- LLaMA-style decoder on LM batches (so-fig3, so-fig6, so-fig5, so-table1, ...)
 function M.llama_lm_spec(cfg)
   return {
-    model = { preset = cfg.preset, overrides = {} },
+    model = { preset = cfg.preset, overrides = overrides(cfg) },
     data = M.data_spec(cfg),
     batch = { B = cfg.batch, T = cfg.seq_len, kind = "lm" },
-    train = { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine",
-              weight_decay = 0.1, betas = { 0.9, 0.95 }, clip = 1.0 },
+    train = recipe(cfg, { schedule = "cosine", weight_decay = 0.1, beta2 = 0.95 }),
     seed = cfg.seed,
   }
 end
 M.LLAMA_LM_PROFILES = {
-  quick = { preset = "llama-quick", vocab_size = 256, n_tokens = 40000, data_seed = 1, seq_len = 32, batch = 8,
-            steps = 20, lr = 3e-3, warmup = 2, eval_batches = 2, seed = 1 },
-  default = { preset = "llama-tiny", vocab_size = 1024, n_tokens = 1000000, data_seed = 1, seq_len = 64, batch = 32,
-              steps = 1000, lr = 2e-3, warmup = 100, eval_batches = 16, seed = 1 },
-  paper = { preset = "tinyllama-120m", vocab_size = 32000, n_tokens = 100000000, data_seed = 1, seq_len = 1024, batch = 480,
-            steps = 50000, lr = 6e-4, warmup = 2000, eval_batches = 64, seed = 1 },
+  quick = with_task({ preset = "llama-quick", data = "organism", n_tokens = 40000, seq_len = 32, batch = 8,
+            steps = 20, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+            eval_batches = 2, seed = 1 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
+  default = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 128, batch = 16,
+              steps = 2500, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              eval_batches = 16, seed = 1 }),
+  long = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 128, batch = 16,
+              steps = 10000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              eval_batches = 16, seed = 1 }),
+  paper = with_task({ preset = "tinyllama-120m", data = "corpus", n_tokens = 100000000, vocab_size = 32000,
+            seq_len = 1024, batch = 480, steps = 50000, lr = 6e-4, warmup = 2000, schedule = "cosine",
+            weight_decay = 0.1, beta2 = 0.95, eval_batches = 64, seed = 1 }),
 }
 
 -- base profiles with each profile's extra settings added: profiles_with(base, {quick = {tau = 10}, ...})
+-- (the long profile takes the default profile's extras unless it has its own)
 function M.profiles_with(base, extra)
   local out = {}
   for name, p in pairs(base) do
     local q = config.deep_copy(p)
-    for k, v in pairs(extra[name] or {}) do q[k] = v end
+    for k, v in pairs(extra[name] or (name == "long" and extra.default) or {}) do q[k] = v end
     out[name] = q
   end
   return out
@@ -829,14 +884,71 @@ function M.train_model(run, spec)
     tcfg.progress = tcfg.progress or "plain"
     tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
     run:log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, spec.batch.B, spec.batch.T)
-    local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va, cfg = tcfg, ckpt = ckpt }
+    -- the model organism's models record their sinks, drains and massive activations as they train
+    local track = corpus.kind == "organism" and M.tracker(spec, dir, function()
+      return M.measure_phenomena(ctx, m, corpus, spec)
+    end) or nil
+    local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va, cfg = tcfg, ckpt = ckpt,
+                           on_step = track and track.on_step }
     local val = res.val[#res.val]
     -- the per-step curves go into the model's training history (outlierlab.history)
     return { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
              val_loss = val and val.loss or nil, steps = res.step,
-             stopped_by_signal = res.stopped_by_signal,
+             stopped_by_signal = res.stopped_by_signal, curve = track and track.curve,
              params = m:num_params(), describe = m:describe() }
   end)
+end
+
+-- Phenomena during training (outlierlab.phenomena): at step 0 and every steps/TRACK_POINTS
+-- steps, one held-out batch (at most 16 rows) of the model's validation stream is run with the
+-- probes on; curve[i] = { step, loss, sink_share, value_ratio, sink_layer, sink_head,
+-- sink_category, massive_ratio, massive_layer, massive_category, max_ratio, avg_kurtosis,
+-- max_kurtosis }. The curve is saved beside the checkpoint (track.lua, atomically) so that a
+-- resumed run keeps the points measured before the kill. The measurement runs without
+-- gradients after the optimizer step and changes nothing the next step uses.
+M.TRACK_POINTS = 20
+function M.measure_phenomena(ctx, m, corpus, spec, B)
+  local phenomena = require "outlierlab.phenomena"
+  local probes = require "outlierlab.probes"
+  local ph = phenomena.new{ category = corpus.category, T = spec.batch.T, C = m.cfg.d_model, n_head = m.cfg.n_head,
+                            causal = spec.batch.kind == "lm" }
+  local va = M.batcher(corpus, { B = math.min(B or 16, spec.batch.B), T = spec.batch.T, kind = spec.batch.kind,
+                                 seed = spec.seed + 1, split = "val" })
+  ctx:no_grad(function()
+    ctx:reset()
+    local P = probes.new{}
+    ph:attach(P)
+    P:forward(m, va:next(ctx))
+  end)
+  ctx:reset()
+  return ph:result()
+end
+local function curve_point(step, loss, r)
+  return { step = step, loss = loss, sink_share = r.sink.share, value_ratio = r.sink.value_ratio,
+           sink_layer = r.sink.layer, sink_head = r.sink.head, sink_category = r.sink.category,
+           massive_ratio = r.massive.ratio, massive_layer = r.massive.layer, massive_category = r.massive.category,
+           max_ratio = r.max_ratio.ratio, avg_kurtosis = r.avg_kurtosis, max_kurtosis = r.max_kurtosis }
+end
+M.curve_point = curve_point
+function M.tracker(spec, dir, measure_fn)
+  local path = dir .. "/track.lua"
+  local steps = spec.train.steps
+  local every = math.max(1, math.floor(steps / M.TRACK_POINTS))
+  local tr = { curve = load_data(path) or {} }
+  local function save()
+    if dist.rank() == 0 then plot.write_atomic(path, M.serialize(tr.curve)) end
+  end
+  local function measure(step, loss)
+    local c = tr.curve
+    if #c > 0 and c[#c].step >= step then return end
+    c[#c + 1] = curve_point(step, loss, measure_fn())
+    save()
+  end
+  if #tr.curve == 0 then measure(0, 0 / 0) end
+  function tr.on_step(step, rec)
+    if step % every == 0 or step == steps then measure(step, rec.loss) end
+  end
+  return tr
 end
 
 -- a fresh context with the trained model loaded from the cache (eval mode)

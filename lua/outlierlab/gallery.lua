@@ -79,7 +79,8 @@ local function seconds_text(s)
   return string.format("%.1f h", s / 3600)
 end
 
-local VERDICT_CLASS = { holds = "holds", ["does not hold"] = "fails", inconclusive = "open" }
+local VERDICT_CLASS = { holds = "holds", ["does not hold"] = "fails", inconclusive = "open",
+                        [require("outlierlab.experiment").NO_VERDICT] = "open" }
 
 local CSS = [[
 body { font-family: "DejaVu Sans", sans-serif; margin: 0 auto; max-width: 1200px; padding: 1em 2em; color: #222; }
@@ -124,9 +125,11 @@ function M.build(root, out)
   H('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>outlierlab results</title>')
   H('<style>\n' .. CSS .. '</style>\n</head>\n<body>')
   H('<h1>outlierlab results</h1>')
-  local lead = string.format("%d experiments, %d runs: the claim holds in %d, does not hold in %d, inconclusive in %d. " ..
+  local nv = counts[require("outlierlab.experiment").NO_VERDICT] or 0
+  local lead = string.format("%d experiments, %d runs: the claim holds in %d, does not hold in %d, inconclusive in %d%s. " ..
     "Generated %s by <code>make gallery</code> from each run's run.json.", #list, nruns, counts.holds,
-    counts["does not hold"], counts.inconclusive, require("outlierlab.results").timestamp())
+    counts["does not hold"], counts.inconclusive, nv > 0 and string.format("; %d quick runs without a verdict", nv) or "",
+    require("outlierlab.results").timestamp())
   H('<p class="lead">' .. lead .. '</p>')
   Md("# outlierlab results\n")
   Md((lead:gsub("<code>", "`"):gsub("</code>", "`")) .. "\n")
@@ -172,7 +175,8 @@ function M.build(root, out)
       H('<dt>Claim, ' .. html((r.paper or "") .. " " .. (r.figure or "")) .. '</dt><dd>' .. html(r.claim) .. '</dd>')
       if r.paper_result then H('<dt>Paper</dt><dd>' .. html(r.paper_result) .. '</dd>') end
       if r.reproduced then H('<dt>Reproduced</dt><dd>' .. html(r.reproduced) .. '</dd>') end
-      H(string.format('<dt>Verdict</dt><dd><span class="verdict %s">%s</span> at this scale</dd>', vclass, html(r.verdict)))
+      local scale = r.verdict == require("outlierlab.experiment").NO_VERDICT and "" or " at this scale"
+      H(string.format('<dt>Verdict</dt><dd><span class="verdict %s">%s</span>%s</dd>', vclass, html(r.verdict), scale))
       H(string.format('<dt>Run</dt><dd>profile <b>%s</b>, seed %s, %s, %d MPI rank(s), %s, commit <code>%s</code></dd>',
         html(r.profile), html(r.seed), seconds_text(r.seconds), tonumber(r.mpi_ranks) or 1, html(r.date),
         html(tostring(r.git_commit or ""):sub(1, 12))))
@@ -194,7 +198,7 @@ function M.build(root, out)
       Md("- Claim, " .. md((r.paper or "") .. " " .. (r.figure or "")) .. ": " .. md(r.claim))
       if r.paper_result then Md("- Paper: " .. md(r.paper_result)) end
       if r.reproduced then Md("- Reproduced: " .. md(r.reproduced)) end
-      Md("- Verdict: **" .. md(r.verdict) .. "** at this scale")
+      Md("- Verdict: **" .. md(r.verdict) .. "**" .. (r.verdict == require("outlierlab.experiment").NO_VERDICT and "" or " at this scale"))
       Md(string.format("- Run: profile %s, seed %s, %s, %d MPI rank(s), %s, commit `%s`", md(r.profile), md(r.seed),
         seconds_text(r.seconds), tonumber(r.mpi_ranks) or 1, md(r.date), tostring(r.git_commit or ""):sub(1, 12)))
       Md("- Files: " .. table.concat(links_m, ", ") .. "\n")

@@ -308,12 +308,14 @@ function M.text_spec(cfg, preset, kind, attn, recipe, seed)
 end
 
 -- spec for a ViT on the synthetic images (trained by M.train)
+-- (cfg.style = "flat": the model organism's images, a small object on a flat background)
 function M.image_spec(cfg, preset, attn, recipe, seed)
   local ov = { dropout = 0, n_classes = cfg.classes, image_size = cfg.image_size, patch_size = cfg.patch }
   if attn and attn ~= "softmax" then ov.attention = attn end
   return {
     model = { preset = preset, overrides = ov },
-    data = { kind = "image", n = cfg.n_images, size = cfg.image_size, classes = cfg.classes, seed = cfg.data_seed },
+    data = { kind = "image", n = cfg.n_images, size = cfg.image_size, classes = cfg.classes, seed = cfg.data_seed,
+             style = cfg.style ~= "textured" and cfg.style or nil },
     batch = { B = cfg.batch, patch = cfg.patch, kind = "image" },
     train = recipe,
     seed = seed,
@@ -326,7 +328,32 @@ local function image_loader(spec, split, shard)
   local dist = require "outlierlab.dist"
   local d = spec.data
   return data.ImageLoader{ n = d.n, size = d.size, classes = d.classes, seed = d.seed, B = spec.batch.B,
-                           split = split, rank = shard and dist.rank() or 0, world = shard and dist.size() or 1 }
+                           split = split, rank = shard and dist.rank() or 0, world = shard and dist.size() or 1,
+                           style = d.style, patch = spec.batch.patch }
+end
+M.image_loader = image_loader
+
+-- Phenomena of a ViT on one held-out batch (at most 16 images): [CLS] is the initial token,
+-- background patches are "weak" (they carry no information), object patches "other"
+-- (outlierlab.phenomena.vit_batch); the sinks looked for are [CLS] and background patches.
+function M.measure_vit_phenomena(ctx, m, spec)
+  local phenomena = require "outlierlab.phenomena"
+  local probes = require "outlierlab.probes"
+  local data = require "outlierlab.data"
+  local d = spec.data
+  local NP = (d.size / spec.batch.patch) ^ 2
+  local ph = phenomena.new{ category = phenomena.vit_category, T = NP + 1, C = m.cfg.d_model, n_head = m.cfg.n_head,
+                            sink_categories = phenomena.VIT_SINKS }
+  local va = data.ImageLoader{ n = d.n, size = d.size, classes = d.classes, seed = d.seed, B = math.min(16, spec.batch.B),
+                               split = "val", style = d.style, patch = spec.batch.patch }
+  ctx:no_grad(function()
+    ctx:reset()
+    local P = probes.new{}
+    ph:attach(P)
+    P:forward(m, phenomena.vit_batch(ctx, va:next(ctx)))
+  end)
+  ctx:reset()
+  return ph:result()
 end
 
 -- train (or reuse) a model of a spec: text through experiment.train_model, images here
@@ -346,10 +373,16 @@ function M.train(run, spec)
     tcfg.progress = tcfg.progress or "plain"
     tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
     run:log("%s, %d steps of %d images", m:describe(), spec.train.steps, spec.batch.B)
+    -- the model organism's ViTs (flat backgrounds) record their phenomena as they train
+    local track = spec.data.style == "flat" and E.tracker(spec, dir, function()
+      return M.measure_vit_phenomena(ctx, m, spec)
+    end) or nil
     local res = train.run{ ctx = ctx, model = m, loader = image_loader(spec, "train", true),
-                           val_loader = image_loader(spec, "val"), cfg = tcfg, ckpt = ckpt }
+                           val_loader = image_loader(spec, "val"), cfg = tcfg, ckpt = ckpt,
+                           on_step = track and track.on_step }
     local val = res.val[#res.val]
-    return { losses = res.losses, val_loss = val and val.loss or nil, steps = res.step,
+    return { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
+             val_loss = val and val.loss or nil, steps = res.step, curve = track and track.curve,
              stopped_by_signal = res.stopped_by_signal, params = m:num_params(), describe = m:describe() }
   end)
 end
@@ -418,28 +451,82 @@ local function copy(t)
 end
 M.copy = copy
 
-local QT_PROFILES = {
-  quick = { vocab_size = 256, n_tokens = 20000, data_seed = 1, dropout = 0.0, n_seeds = 1,
-            bert_preset = "bert-quick", bert_T = 16, bert_batch = 4, bert_steps = 4, bert_lr = 1e-3, bert_warmup = 1,
-            opt_preset = "opt-quick", opt_T = 16, opt_batch = 4, opt_steps = 4, opt_lr = 1e-3, opt_warmup = 1,
-            vit_preset = "vit-quick", vit_image = 16, vit_patch = 4, vit_classes = 4, vit_images = 64,
-            vit_batch = 4, vit_steps = 4, vit_lr = 1e-3, vit_warmup = 1,
-            n_eval = 1, n_calib = 2, n_stats = 1 },
-  default = { vocab_size = 1024, n_tokens = 300000, data_seed = 1, dropout = 0.0, n_seeds = 1,
-              bert_preset = "bert-tiny", bert_T = 64, bert_batch = 16, bert_steps = 300, bert_lr = 1e-3, bert_warmup = 30,
-              opt_preset = "opt-tiny", opt_T = 64, opt_batch = 16, opt_steps = 300, opt_lr = 1e-3, opt_warmup = 30,
-              vit_preset = "vit-tiny", vit_image = 32, vit_patch = 4, vit_classes = 4, vit_images = 4096,
-              vit_batch = 16, vit_steps = 300, vit_lr = 1e-3, vit_warmup = 30,
-              n_eval = 8, n_calib = 16, n_stats = 8 },
-  -- docs/EXPERIMENTS.md, paper-scale settings (BERT-base 1M steps, OPT-125m 125k steps, ViT-S/16 300 epochs of ImageNet:
-  -- here 300 epochs of a 102,400-image synthetic set at 224², batch 512 = 60k steps)
-  paper = { vocab_size = 30522, n_tokens = 100000000, data_seed = 1, dropout = 0.1, n_seeds = 3,
-            bert_preset = "bert-base", bert_T = 128, bert_batch = 256, bert_steps = 1000000, bert_lr = 1e-4, bert_warmup = 10000,
-            opt_preset = "opt-125m", opt_T = 512, opt_batch = 192, opt_steps = 125000, opt_lr = 4e-4, opt_warmup = 2000,
-            vit_preset = "vit-s16", vit_image = 224, vit_patch = 16, vit_classes = 12, vit_images = 102400,
-            vit_batch = 512, vit_steps = 60000, vit_lr = 1e-3, vit_warmup = 5000,
-            n_eval = 64, n_calib = 16, n_stats = 64 },
+-- QT's three families: BERT (encoder), the decoder ("opt": QT's OPT-125m; at the default
+-- profiles the model organism's LLaMA-style decoder, because the OPT/GPT-2-style decoders with
+-- learned positions form no sink on the organism's task in the budget: docs/ORGANISM.md) and
+-- ViT. The settings of a family are the keys of its shared profile with a prefix: bert_<key>
+-- from experiment.BERT_MLM_PROFILES, opt_<key> from experiment.LLAMA_LM_PROFILES (seq_len is
+-- <family>_T), vit_<key> from M.VIT_PROFILES; qt_spec builds the family's spec through the shared
+-- spec functions, so that QT's vanilla BERT of seed 1 is qt-fig1's model (one cached model).
+local SPEC_SKIP = { eval_batches = true, seed = true }
+local function prefixed(prefix, prof)
+  local out = {}
+  for k, v in pairs(prof) do
+    if not SPEC_SKIP[k] then out[prefix .. "_" .. (k == "seq_len" and "T" or k)] = copy(v) end
+  end
+  return out
+end
+local function merge(...)
+  local out = {}
+  for _, t in ipairs({ ... }) do for k, v in pairs(t) do out[k] = v end end
+  return out
+end
+-- the family's own settings back from the prefixed keys: { T = ..} -> { seq_len = .. }
+local function family_cfg(cfg, prefix, seed)
+  local c = { seed = seed }
+  local n = #prefix + 1
+  for k, v in pairs(cfg) do
+    if k:sub(1, n) == prefix .. "_" then c[k:sub(n + 1)] = v end
+  end
+  c.seq_len = c.T
+  return c
+end
+M.family_cfg = family_cfg
+
+-- ViT on the synthetic images: the model organism's flat backgrounds at the default profiles
+M.VIT_PROFILES = {
+  quick = { preset = "vit-quick", image = 16, patch = 4, classes = 4, images = 64, style = "flat", data_seed = 1, seed = 1,
+            batch = 4, steps = 4, lr = 1e-3, warmup = 1, schedule = "cosine", weight_decay = 0.03, beta2 = 0.999 },
+  default = { preset = "vit-organism", image = 32, patch = 4, classes = 4, images = 4096, style = "flat", data_seed = 1, seed = 1,
+              batch = 32, steps = 2500, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99 },
+  long = { preset = "vit-organism", image = 32, patch = 4, classes = 4, images = 4096, style = "flat", data_seed = 1, seed = 1,
+           batch = 32, steps = 10000, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99 },
+  -- docs/EXPERIMENTS.md, paper-scale settings (ViT-S/16 300 epochs of ImageNet: here 300 epochs of a
+  -- 102,400-image synthetic set at 224², batch 512 = 60k steps)
+  paper = { preset = "vit-s16", image = 224, patch = 16, classes = 12, images = 102400, style = "textured", data_seed = 1, seed = 1,
+            batch = 512, steps = 60000, lr = 1e-3, warmup = 5000, schedule = "cosine", weight_decay = 0.03, beta2 = 0.999 },
 }
+-- the ViT spec of a profile's settings (family_cfg(cfg, "vit", seed)) and an attention variant
+function M.vit_spec(c, attn)
+  local spec = M.image_spec({ n_images = c.images, image_size = c.image, classes = c.classes, data_seed = c.data_seed,
+                        batch = c.batch, patch = c.patch, style = c.style }, c.preset, attn,
+    { steps = c.steps, lr = c.lr, warmup = c.warmup, schedule = c.schedule,
+      min_lr = c.schedule ~= "constant" and 0 or nil, weight_decay = c.weight_decay,
+      betas = { 0.9, c.beta2 }, eps = 1e-8, clip = 1.0 }, c.seed)
+  if c.n_layer then spec.model.overrides.n_layer = c.n_layer end   -- the organism map's depth knob
+  return spec
+end
+-- the organism experiment's ViT: a profile of M.VIT_PROFILES with its seed
+function M.vit_organism_spec(c) return M.vit_spec(c) end
+
+local function qt_profile(name, extra)
+  local E = require "outlierlab.experiment"
+  return merge(prefixed("bert", E.BERT_MLM_PROFILES[name]), prefixed("opt", E.LLAMA_LM_PROFILES[name]),
+               prefixed("vit", M.VIT_PROFILES[name]), extra)
+end
+local QT_PROFILES = {
+  quick = qt_profile("quick", { n_seeds = 1, n_eval = 1, n_calib = 2, n_stats = 1 }),
+  default = qt_profile("default", { n_seeds = 3, n_eval = 8, n_calib = 16, n_stats = 8 }),
+  long = qt_profile("long", { n_seeds = 3, n_eval = 8, n_calib = 16, n_stats = 8 }),
+  -- the papers' families and recipes (docs/EXPERIMENTS.md, paper-scale settings): BERT-base 1M
+  -- steps, OPT-125m 125k steps (β2 0.95, wd 0.1, linear decay), ViT-S/16
+  paper = merge(prefixed("bert", require("outlierlab.experiment").BERT_MLM_PROFILES.paper),
+    prefixed("opt", merge(require("outlierlab.experiment").LLAMA_LM_PROFILES.paper,
+      { preset = "opt-125m", vocab_size = 50272, seq_len = 512, batch = 192, steps = 125000, lr = 4e-4, warmup = 2000,
+        schedule = "linear", weight_decay = 0.1, beta2 = 0.95 })),
+    prefixed("vit", M.VIT_PROFILES.paper), { n_seeds = 3, n_eval = 64, n_calib = 16, n_stats = 64 }),
+}
+M.QT_PROFILES = QT_PROFILES
 function M.qt_profiles(extra) return require("outlierlab.experiment").profiles_with(QT_PROFILES, extra or {}) end
 
 -- QT's attention variants at the sequence length of the family (see M.qt_gamma):
@@ -459,48 +546,44 @@ function M.qt_attention(cfg, family, variant)
   return { kind = "clipped_softmax", gamma = M.qt_gamma(-1e-4, 197, T) }
 end
 
--- QT's training recipes (docs/EXPERIMENTS.md, paper-scale settings) with the profile's steps / lr / warmup
+-- QT's families through the shared spec functions (experiment.bert_mlm_spec / llama_lm_spec,
+-- M.vit_spec) from the prefixed settings, with an attention variant and a seed
+local function with_attention(spec, attn)
+  if attn and attn ~= "softmax" then spec.model.overrides.attention = attn end
+  return spec
+end
 function M.qt_spec(cfg, family, attn, seed)
-  if family == "bert" then
-    return M.text_spec({ data_seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size,
-                         batch = cfg.bert_batch, seq_len = cfg.bert_T, dropout = cfg.dropout }, cfg.bert_preset, "mlm", attn,
-      { steps = cfg.bert_steps, lr = cfg.bert_lr, warmup = cfg.bert_warmup, schedule = "linear", min_lr = 0,
-        weight_decay = 0.01, betas = { 0.9, 0.999 }, eps = 1e-6, clip = 1.0 }, seed)
-  elseif family == "opt" then
-    return M.text_spec({ data_seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size,
-                         batch = cfg.opt_batch, seq_len = cfg.opt_T, dropout = cfg.dropout }, cfg.opt_preset, "lm", attn,
-      { steps = cfg.opt_steps, lr = cfg.opt_lr, warmup = cfg.opt_warmup, schedule = "linear", min_lr = 0,
-        weight_decay = 0.1, betas = { 0.9, 0.95 }, eps = 1e-8, clip = 1.0 }, seed)
-  elseif family == "vit" then
-    return M.image_spec({ n_images = cfg.vit_images, image_size = cfg.vit_image, classes = cfg.vit_classes,
-                          data_seed = cfg.data_seed, batch = cfg.vit_batch, patch = cfg.vit_patch }, cfg.vit_preset, attn,
-      { steps = cfg.vit_steps, lr = cfg.vit_lr, warmup = cfg.vit_warmup, schedule = "cosine", min_lr = 0,
-        weight_decay = 0.03, betas = { 0.9, 0.999 }, eps = 1e-8, clip = 1.0 }, seed)
-  end
+  local E = require "outlierlab.experiment"
+  if family == "bert" then return with_attention(E.bert_mlm_spec(family_cfg(cfg, "bert", seed)), attn)
+  elseif family == "opt" then return with_attention(E.llama_lm_spec(family_cfg(cfg, "opt", seed)), attn)
+  elseif family == "vit" then return M.vit_spec(family_cfg(cfg, "vit", seed), attn) end
   error("ptq.qt_spec: unknown family " .. tostring(family), 2)
 end
 
--- SO's GPT-2 runs (SO App. B.3; docs/EXPERIMENTS.md: nanoGPT recipe, no biases, dropout 0, tied embeddings) and
--- its attention variants (a)–(e) plus sigmoid attention (SO Table 2, App. D.1)
+-- SO's variant runs (SO Table 2 (a)–(e), App. D.1): at the default profiles the model
+-- organism's LLaMA-style decoder (experiment.LLAMA_LM_PROFILES: the softmax model of seed 1 is
+-- so-fig3's), at the paper profile SO's GPT-2 (SO App. B.3, docs/EXPERIMENTS.md: nanoGPT recipe,
+-- no biases, dropout 0, tied embeddings, 491,520 tokens per step = 480 sequences of 1024).
+local function so_profile(name, extra)
+  local E = require "outlierlab.experiment"
+  return merge(copy(E.LLAMA_LM_PROFILES[name]), extra)
+end
 local SO_PROFILES = {
-  quick = { preset = "gpt2-quick", vocab_size = 256, n_tokens = 20000, data_seed = 1, seq_len = 16, batch = 4,
-            steps = 4, lr = 1e-3, warmup = 1, n_seeds = 1, n_eval = 1 },
-  default = { preset = "gpt2-tiny", vocab_size = 1024, n_tokens = 300000, data_seed = 1, seq_len = 64, batch = 16,
-              steps = 300, lr = 1e-3, warmup = 30, n_seeds = 2, n_eval = 8 },
-  -- 491,520 tokens per step = 480 sequences of 1024 (nanoGPT: 12 × 40 accumulated)
-  paper = { preset = "gpt2-124m", vocab_size = 50304, n_tokens = 1000000000, data_seed = 1, seq_len = 1024, batch = 480,
-            steps = 50000, lr = 6e-4, warmup = 2000, n_seeds = 1, n_eval = 64 },
+  quick = so_profile("quick", { n_seeds = 1, n_eval = 1 }),
+  default = so_profile("default", { n_seeds = 3, n_eval = 8 }),
+  long = so_profile("long", { n_seeds = 3, n_eval = 8 }),
+  paper = so_profile("paper", { preset = "gpt2-124m", vocab_size = 50304, n_tokens = 1000000000, seq_len = 1024,
+                                batch = 480, steps = 50000, lr = 6e-4, warmup = 2000, schedule = "cosine",
+                                weight_decay = 0.1, beta2 = 0.95, n_seeds = 1, n_eval = 64 }),
 }
 function M.so_profiles(extra) return require("outlierlab.experiment").profiles_with(SO_PROFILES, extra or {}) end
 M.SO_VARIANTS = { "softmax", "fixed_bias", "ca_bias", "attn_bias", "ca_scale", "sigmoid" }
 M.SO_LABELS = { softmax = "(a) default softmax", fixed_bias = "(b) fixed bias", ca_bias = "(c) context-aware bias",
                 attn_bias = "(d) attention bias", ca_scale = "(e) context-aware scaling", sigmoid = "sigmoid attention" }
 function M.so_spec(cfg, variant, seed)
-  return M.text_spec({ data_seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size,
-                       batch = cfg.batch, seq_len = cfg.seq_len, dropout = 0 }, cfg.preset, "lm",
-    variant ~= "softmax" and { kind = variant } or nil,
-    { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = "cosine", min_lr = cfg.lr / 10,
-      weight_decay = 0.1, betas = { 0.9, 0.95 }, eps = 1e-8, clip = 1.0 }, seed)
+  local c = copy(cfg)
+  c.seed = seed
+  return with_attention(require("outlierlab.experiment").llama_lm_spec(c), variant ~= "softmax" and { kind = variant } or nil)
 end
 
 return M

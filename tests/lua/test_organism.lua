@@ -145,7 +145,7 @@ end
 -- six |h| = (1 + 1) / 2 ... sorted 0 1 1 2 3 100 -> (1 + 2) / 2 = 1.5
 do
   local cat = { [1] = "initial" }
-  local ph = phenomena.new{ category = function(id) return cat[id] or "other" end, T = 3, C = 2, n_head = 1 }
+  local ph = phenomena.new{ category = function(id) return cat[id] or "other" end, T = 3, C = 2, n_head = 1, causal = true }
   local ids = ctx:tensor({ 1, 3 }, { dtype = "i32" })
   ids.idata[0], ids.idata[1], ids.idata[2] = 1, 10, 11
   local batch = { ids = ids }
@@ -158,12 +158,14 @@ do
   local h = ctx:tensor({ 1, 3, 2 })
   local hh = { 100, 0, 1, -2, 3, 1 }
   for i = 1, 6 do h.data[i - 1] = hh[i] end
+  ph:probe_v(v, 0, batch)      -- the models report v before the attention weights
   ph:probe_attn(A, 0, batch)
-  ph:probe_v(v, 0, batch)
   ph:probe_h(h, 0, batch)
   local r = ph:result()
   t.near(r.heads[0][0].share.initial, 0.7, 1e-6, "sink share on <bos> = (0.8 + 0.6) / 2")
   t.near(r.heads[0][0].value_ratio.initial, 1 / 3, 1e-6, "value drain ratio = 1 / median(2, 4)")
+  t.near(r.heads[0][0].mass.other, 0.2, 1e-6,
+    "mass on 'other' keys: only query 2 sees one besides itself (key 1, weight 0.2); key 2 is in query 1's future")
   t.is(r.sink.layer, 0, "the strongest sink head is found")
   t.is(r.sink.category, "initial", "... on the initial token")
   t.near(r.per_layer[0].median, 1.5, 1e-6, "median |h| over the sequence")
@@ -179,6 +181,25 @@ do
   local k = (m4 / 6) / (m2 / 5) ^ 2
   t.near(r.per_layer[0].kurtosis, k, 1e-6 * k, "kurtosis of h matches the hand computation")
   t.near(r.massive.ratio, 100 / 1.5, 1e-4, "massive: the largest ratio at a sink category")
+end
+
+-- one sink token against the mass on a category: query 2 of [<bos>, '.', ',', a] puts 0.4 on
+-- each delimiter; share = the largest weight on ONE delimiter, mass = the sum
+do
+  local cat = { [1] = "initial", [6] = "delimiter", [7] = "delimiter" }
+  local ph = phenomena.new{ category = function(id) return cat[id] or "other" end, T = 4, C = 1, n_head = 1, causal = true }
+  local ids = ctx:tensor({ 1, 4 }, { dtype = "i32" })
+  ids.idata[0], ids.idata[1], ids.idata[2], ids.idata[3] = 1, 6, 7, 10
+  local A = ctx:tensor({ 1, 1, 4, 4 })
+  local a = { 1, 0, 0, 0,  0.5, 0.5, 0, 0,  0.2, 0.4, 0.4, 0,  0.1, 0.4, 0.4, 0.1 }
+  for i = 1, 16 do A.data[i - 1] = a[i] end
+  ph:probe_attn(A, 0, { ids = ids })
+  local r = ph:result()
+  -- queries that see a delimiter other than themselves (causal): 2 (key 1) and 3 (keys 1, 2);
+  -- query 1 is the only delimiter it sees; query 0 sees none.
+  -- query 2: max 0.4, mass 0.4; query 3: max 0.4, mass 0.8
+  t.near(r.heads[0][0].share.delimiter, 0.4, 1e-6, "share: the largest weight on one delimiter key")
+  t.near(r.heads[0][0].mass.delimiter, 0.6, 1e-6, "mass: the summed weight on the delimiter keys")
 end
 
 -- phenomena through a model's probes (every point reported, every head measured)

@@ -36,7 +36,7 @@ for _, e in ipairs(E.list()) do
        e.id .. ": has a section in both pages")
 end
 t.ok(select(2, page:gsub("Not run yet", "")) == #E.list() - 2, "experiments without a run say how to make one")
-for _, want in ipairs({ "profile <b>quick</b>", "profile <b>default</b>", "12.6 min", "does not hold", "holds",
+for _, want in ipairs({ "profile <b>quick</b>", "profile <b>default</b>", "12.6 min", "no verdict (quick profile", "holds",
                         "outliers &lt;b&gt;at&lt;/b&gt; token &amp; &quot;dims&quot;",
                         'src="so-fig3/quick/so-fig3.png"', 'href="so-fig3/quick/so-fig3.nc"',
                         'href="qt-fig1/quick/summary.md"', "training history" }) do
@@ -44,7 +44,7 @@ for _, want in ipairs({ "profile <b>quick</b>", "profile <b>default</b>", "12.6 
 end
 t.ok(not page:find("<b>at</b>", 1, true), "markup in a claim is escaped")
 local claim = cjson.decode(slurp(res .. "/qt-fig1/quick/run.json")).claim
-t.ok(md:find("Verdict: **does not hold**", 1, true) and md:find("![so-fig3, default profile](so-fig3/default/so-fig3.png)", 1, true)
+t.ok(md:find("Verdict: **no verdict (quick profile", 1, true) and md:find("Verdict: **holds**", 1, true) and md:find("![so-fig3, default profile](so-fig3/default/so-fig3.png)", 1, true)
      and md:find(claim:sub(1, 30), 1, true), "index.md has the verdicts, figures and claims")
 
 -- every relative link of both pages names an existing file

@@ -66,6 +66,13 @@ local presets = {
                       d_model = 64, d_ff = 176 },
   ["vit-tiny"] = { family = "vit", image_size = 32, patch_size = 4, n_classes = 10, n_layer = 4, n_head = 4,
                    d_model = 128, d_ff = 512 },
+  -- the model organism (docs/ORGANISM.md): small enough to train in minutes, deep enough that
+  -- its no-op heads need a sink in the middle layers
+  ["llama-organism"] = { family = "llama", vocab_size = 128, block_size = 128, n_layer = 4, n_head = 2, n_kv_head = 2,
+                         d_model = 64, d_ff = 256 },
+  ["bert-organism"] = { family = "bert", vocab_size = 128, block_size = 128, n_layer = 4, n_head = 2, d_model = 64, d_ff = 256 },
+  ["vit-organism"] = { family = "vit", image_size = 32, patch_size = 4, n_classes = 4, n_layer = 4, n_head = 2,
+                       d_model = 64, d_ff = 256 },
   ["vit-quick"] = { family = "vit", image_size = 16, patch_size = 4, n_classes = 4, n_layer = 2, n_head = 2,
                     d_model = 64, d_ff = 256 },
 }

@@ -1,0 +1,150 @@
+-- bench/organism — training throughput of the default profiles' model shapes (the model
+-- organism: small d, many steps), where per-op overhead and small matmuls, not big sgemm, set
+-- the pace (make bench).
+--
+-- For each shape: a training step exactly as train.run does it (forward, backward, clip,
+-- AdamW) on random tokens (or images), median over the timed steps, and
+--   tokens/s;
+--   GFLOP/s against this run's sgemm peak (the best ol_linear of a (4096×768)·(768×3072)
+--   product, measured right before each shape), FLOPs per step by the MFU convention of
+--   bench/train.lua: 6·N·B·T for the N weights that take part in a product, plus 12·L·B·T²·C
+--   for the attention scores and mixing (causal masking not subtracted);
+--   the share of step time outside the matmul/linear products (attention kernel, norms,
+--   activations, embeddings, loss, optimizer), from the engine's step profile
+--   (ol_profile_*: seconds inside cblas_sgemm of ops_matmul.c), and the share in the
+--   backward nodes of the fused attention kernel.
+-- gpt2-tiny (B 32, T 64) is the reference shape of the organism's speed goal (>= 65 % of peak).
+--
+--   bin/outlierlab run bench/organism.lua [--steps=10] [--which=all|llama|bert|vit|gpt2]
+local ol = require "outlierlab"
+local models = require "outlierlab.models"
+local train = require "outlierlab.train"
+local progress = require "outlierlab.progress"
+local E = require "outlierlab.experiment"
+local ptq = require "outlierlab.ptq"
+local C = ol.C
+
+local cfg = require("outlierlab.config").get { steps = 10, which = "all", peak_reps = 6 }
+local now = progress.now
+
+local function median(xs)
+  local s = {}
+  for i, x in ipairs(xs) do s[i] = x end
+  table.sort(s)
+  local n = #s
+  return n % 2 == 1 and s[(n + 1) / 2] or 0.5 * (s[n / 2] + s[n / 2 + 1])
+end
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  if not f then return "?" end
+  local s = f:read("*l")
+  f:close()
+  return (s:match("^(%S+ %S+ %S+)")) or "?"
+end
+
+local function sgemm_peak()
+  local ctx = ol.Context { params = 2 ^ 22, step_bytes = 2 ^ 28 }
+  local M, K, N = 4096, 768, 3072
+  local w = ctx:param("w", { N, K }):normal_(0, 0.02, 1)
+  local best = math.huge
+  for r = 0, cfg.peak_reps do
+    ctx:reset()
+    local x = ctx:tensor({ M, K }):uniform_(-1, 1, 2)
+    local t0 = now()
+    ctx:no_grad(function() return x:linear(w) end)
+    local dt = now() - t0
+    if r > 0 and dt < best then best = dt end
+  end
+  return 2 * M * K * N / best / 1e9
+end
+
+-- weights in matmuls (per token) and tokens per row of a model config
+local function matmul_weights(mc)
+  local L, Cd, F = mc.n_layer, mc.d_model, mc.d_ff
+  local HD = Cd / mc.n_head
+  if mc.family == "llama" then
+    local NKV = mc.n_kv_head or mc.n_head
+    return L * (2 * Cd * Cd + 2 * Cd * NKV * HD + 3 * Cd * F) + mc.vocab_size * Cd
+  elseif mc.family == "vit" then
+    return L * (4 * Cd * Cd + 2 * Cd * F) + mc.channels * mc.patch_size ^ 2 * Cd + Cd * mc.n_classes
+  elseif mc.family == "bert" then
+    return L * (4 * Cd * Cd + 2 * Cd * F) + Cd * Cd + mc.vocab_size * Cd
+  end
+  return L * (4 * Cd * Cd + 2 * Cd * F) + mc.vocab_size * Cd
+end
+
+local function token_loader(mc, B, T, kind)
+  local l = { pos = 0 }
+  function l:next(ctx)
+    local ids = ctx:tensor({ B, T }, { dtype = "i32", name = "ids" })
+    local tg = ctx:tensor({ B, T }, { dtype = "i32", name = "targets" })
+    for i = 0, B * T - 1 do
+      ids.idata[i] = math.floor(C.ol_rand_uniform(7, self.pos * 2) * mc.vocab_size)
+      tg.idata[i] = (kind == "mlm" and i % 7 ~= 0) and -100 or math.floor(C.ol_rand_uniform(7, self.pos * 2 + 1) * mc.vocab_size)
+      self.pos = self.pos + 1
+    end
+    local b = { ids = ids, targets = tg }
+    if kind == "mlm" then
+      b.token_type = ctx:tensor({ B, T }, { dtype = "i32" }):fill_(0)
+      b.pad_mask = ctx:tensor({ B, T }, { dtype = "i32" }):fill_(1)
+    end
+    return b
+  end
+  return l
+end
+
+local function bench(name, mc, B, T, loader)
+  local peak = sgemm_peak()
+  local ctx = ol.Context { seed = 1 }
+  local m = models.build(ctx, mc)
+  local times = {}
+  local prof = { 0, 0, 0 }
+  train.run { ctx = ctx, model = m, loader = loader, cfg = { steps = cfg.steps + 2, lr = 1e-4, progress = "off" },
+              on_step = function(step)
+                -- steps 1-2 warm up; the profile covers the timed steps only
+                if step == 2 then C.ol_profile_reset() C.ol_profile_enable(1) end
+              end,
+              log = function(r) if r.kind == "step" and r.step > 2 then times[#times + 1] = r.dt end end }
+  C.ol_profile_enable(0)
+  for i = 0, 2 do prof[i + 1] = C.ol_profile_seconds(i) end
+  local total = 0
+  for _, t in ipairs(times) do total = total + t end
+  local dt = median(times)
+  local N = matmul_weights(mc)
+  local flops = 6 * N * B * T + 12 * mc.n_layer * B * T * T * mc.d_model
+  local gf = flops / dt / 1e9
+  local outside = 1 - prof[1] / total
+  print(string.format("%-16s B=%-3d T=%-4d %8.0f tok/s  %6.1f GFLOP/s = %5.1f%% of the sgemm peak %.0f GFLOP/s | " ..
+                      "outside matmuls %4.1f%% of the step (attention backward %4.1f%%)",
+                      name, B, T, B * T / dt, gf, 100 * gf / peak, peak, 100 * outside, 100 * prof[3] / total))
+  return { name = name, pct = 100 * gf / peak, tok_s = B * T / dt, outside = outside }
+end
+
+print(string.format("== organism shapes: training step throughput (threads %d, OpenBLAS %s), load average %s ==",
+                    ol.num_threads(), require("ffi").string(C.ol_blas_core()), loadavg()))
+local results = {}
+local function want(w) return cfg.which == "all" or cfg.which == w end
+if want("llama") then
+  local p = E.LLAMA_LM_PROFILES.default
+  local mc = E.model_cfg(E.llama_lm_spec(p))
+  results[#results + 1] = bench("llama-organism", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "lm"))
+end
+if want("bert") then
+  local p = E.BERT_MLM_PROFILES.default
+  local mc = E.model_cfg(E.bert_mlm_spec(p))
+  results[#results + 1] = bench("bert-organism", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "mlm"))
+end
+if want("vit") then
+  local p = ptq.VIT_PROFILES.default
+  local spec = ptq.vit_spec(ptq.family_cfg(ptq.QT_PROFILES.default, "vit", 1))
+  local mc = models.preset(spec.model.preset, spec.model.overrides)
+  local T = (p.image / p.patch) ^ 2 + 1
+  results[#results + 1] = bench("vit-organism", mc, p.batch, T, ptq.image_loader(spec, "train"))
+end
+if want("gpt2") then
+  local mc = models.preset("gpt2-tiny", { block_size = 64 })
+  local r = bench("gpt2-tiny", mc, 32, 64, token_loader(mc, 32, 64, "lm"))
+  print(string.format("goal: gpt2-tiny (B 32, T 64) at >= 65%% of the sgemm peak: %s (%.1f%%)",
+                      r.pct >= 65 and "met" or "NOT met", r.pct))
+end
+print(string.format("load average at the end: %s", loadavg()))
