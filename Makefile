@@ -3,6 +3,8 @@
 #   make test          every test (C and Lua) through prove; the closing line says it all
 #   make bench         speed against this machine's own sgemm peak
 #   make reproduce-ID  one experiment (PROFILE=quick|default|paper); make list shows them
+#   make fuzz          libFuzzer on the file and settings readers (mk/fuzz.mk, FUZZ_SECONDS= per target)
+#   make check-sanitize every test against an ASan+UBSan build (mk/sanitize.mk)
 #   make deps          install the Debian packages that are missing (as root), or print the command
 #                      (APT_FLAGS=--no-install-recommends for a lean container)
 
