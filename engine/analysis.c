@@ -1,6 +1,6 @@
 /*
- * analysis.c — streaming outlier statistics over activation tensors (docs/METRICS.md,
- * docs/METRICS.md): moments, per-sequence kurtosis / max inf norm / median / top-k, outlier
+ * analysis.c — streaming outlier statistics over activation tensors (docs/METRICS.md):
+ * moments, per-sequence kurtosis / max inf norm / median / top-k, outlier
  * counts by position, channel and token id (6σ of QT, τ·mean of SO), histograms, running
  * maxima and a global top-k with indices; weight extremal ratios; cumulative attention; row
  * norms.
@@ -16,6 +16,7 @@
 
 #define TOPK_MAX 64
 #define REC 6          /* doubles per top-k record: |x|, x, seq, pos, channel, token */
+#define QT_KURT_EPS 1e-6   /* QT's code: kurtosis = μ₄ / (s⁴ + 1e-6) */
 
 struct ol_stats {
     ol_stats_spec   spec;
@@ -31,6 +32,7 @@ static void make_layout(const ol_stats_spec *sp, ol_stats_layout *L) {
     L->n = o++; L->nseq = o++; L->ntok = o++; L->nnonfinite = o++;
     L->s1 = o++; L->s2 = o++; L->s3 = o++; L->s4 = o++; L->sabs = o++;
     L->seq_kurt = o++; L->nseq_kurt = o++; L->seq_maxabs = o++; L->seq_median = o++;
+    L->seq_kurt_qt = o++; L->nseq_kurt_qt = o++; L->seq_median_lower = o++;
     L->seq_topk = o; o += k;
     L->nout = o++; L->nout_tok = o++; L->nseq_out = o++;
     L->out_pos = o; o += T;
@@ -179,7 +181,9 @@ typedef struct seq_res {
     double n, s1, s2, s3, s4, sabs, nonfinite;
     double m2;             /* Σ (x − mean_seq)² */
     double kurt;           /* Pearson kurtosis, NAN if undefined (n < 2 or constant) */
-    double maxabs, median;
+    double kurt_qt;        /* QT's code: μ₄/(s⁴ + 1e-6), NAN if n < 2 (0 for a constant sequence) */
+    double maxabs, median; /* median: mean of the two middle values (numpy) */
+    double median_lower;   /* the lower middle value (torch.median, SO's code) */
     double topk[TOPK_MAX];
     double ntok;
 } seq_res;
@@ -203,7 +207,9 @@ static int btc(const char *op, const ol_tensor *x, int64_t *B, int64_t *T, int64
 }
 
 /* Pass 1 over sequence b: moments (in element order), kurtosis, max |x|, median |x|, top-k |x|.
- * Kurtosis (QT): mean((x − m)⁴) / s⁴ with s² = Σ(x − m)²/(n − 1), over the T·C values. */
+ * Kurtosis (QT): mean((x − m)⁴) / s⁴ with s² = Σ(x − m)²/(n − 1), over the T·C values; QT's
+ * code divides by s⁴ + 1e-6 instead (kurt_qt). Median |x|: numpy's (mean of the two middle
+ * values) and torch.median's (the lower one). */
 static void seq_pass(const float *x, const int32_t *mask, int64_t T, int64_t C, int k, float *scratch, seq_res *r) {
     memset(r, 0, sizeof *r);
     int64_t n = 0;
@@ -231,6 +237,7 @@ static void seq_pass(const float *x, const int32_t *mask, int64_t T, int64_t C, 
     r->n = (double)n; r->s1 = s1; r->s2 = s2; r->s3 = s3; r->s4 = s4; r->sabs = sabs;
     r->nonfinite = nonfinite; r->maxabs = maxabs; r->ntok = ntok;
     r->kurt = NAN;
+    r->kurt_qt = NAN;
     if (n >= 2) {
         double m = s1 / n, m2 = 0, m4 = 0;
         for (int64_t t = 0; t < T; t++) {
@@ -244,18 +251,20 @@ static void seq_pass(const float *x, const int32_t *mask, int64_t T, int64_t C, 
             }
         }
         r->m2 = m2;
-        if (m2 > 0) {
-            double var = m2 / (n - 1);
-            r->kurt = (m4 / n) / (var * var);
-        }
+        double var = m2 / (n - 1);
+        if (m2 > 0) r->kurt = (m4 / n) / (var * var);
+        r->kurt_qt = (m4 / n) / (var * var + QT_KURT_EPS);
     }
     /* top-k |x| in descending order; missing ones (n < k) count as 0 */
     for (int i = 0; i < k; i++) r->topk[i] = top[i] < 0 ? 0 : top[i];
-    if (n == 0) { r->median = NAN; return; }
-    /* median |x| (mean of the two middle values when n is even, as numpy.median). After the
-     * selection every element before n/2 is <= v[n/2], so the lower middle is their max. */
+    if (n == 0) { r->median = r->median_lower = NAN; return; }
+    /* median |x|: the mean of the two middle values when n is even (numpy.median), and the
+     * lower of them (torch.median). After the selection every element before n/2 is <= v[n/2],
+     * so the lower middle is their max. */
     float hi = select_kth(scratch, n, n / 2);
-    r->median = (n % 2) ? hi : 0.5 * ((double)hi + (double)max_of(scratch, n / 2));
+    float lo = (n % 2) ? hi : max_of(scratch, n / 2);
+    r->median = (n % 2) ? hi : 0.5 * ((double)hi + (double)lo);
+    r->median_lower = lo;
 }
 
 /* threshold for the element test, from the rule and the moments of its scope */
@@ -360,8 +369,9 @@ int ol_stats_update(ol_stats *s, const ol_tensor *x, const ol_tensor *ids, const
         d[L->n] += r->n; d[L->nseq] += 1; d[L->ntok] += r->ntok; d[L->nnonfinite] += r->nonfinite;
         d[L->s1] += r->s1; d[L->s2] += r->s2; d[L->s3] += r->s3; d[L->s4] += r->s4; d[L->sabs] += r->sabs;
         if (!isnan(r->kurt)) { d[L->seq_kurt] += r->kurt; d[L->nseq_kurt] += 1; }
+        if (!isnan(r->kurt_qt)) { d[L->seq_kurt_qt] += r->kurt_qt; d[L->nseq_kurt_qt] += 1; }
         d[L->seq_maxabs] += r->maxabs;
-        if (r->n > 0) d[L->seq_median] += r->median;
+        if (r->n > 0) { d[L->seq_median] += r->median; d[L->seq_median_lower] += r->median_lower; }
         for (int i = 0; i < k; i++) d[L->seq_topk + i] += r->topk[i];
         thr th = rule->scope == OL_SCOPE_SEQUENCE ? make_thr(rule, r->n, r->s1, r->m2, r->sabs) : tb;
         int seq_has_out = 0;

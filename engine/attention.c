@@ -23,21 +23,27 @@
  *   softmax          p_j = e^{s_j−m}/l,  m = max_j s_j, l = Σ_j e^{s_j−m}          A = p
  *   clipped_softmax  A_j = clip((ζ−γ)·p_j + γ, 0, 1)      QT eq. (4.1); rows not renormalised
  *   softmax1         m = max(0, max_j s_j), l = e^{−m} + Σ_j e^{s_j−m}, A = p   BLOG ("off by one")
- *   sigmoid          A_j = σ(s_j + b)                                   SO App. D.1
+ *   sigmoid          A_j = σ(s_j + b + b_h)   b_h: learnable per-head offset or 0   SO App. D.1
  *   fixed_bias       A = p, out += v′                                   SO Table 2 (b)
  *   ca_bias          A = p, out += P′·v′, P′ = e^{s′}/(e^{s′} + Σ_j e^{s_j}), s′ = q·k′/√HD   SO (c)
  *   attn_bias        softmax over [s, s′]: A_j = e^{s_j−m}/l, P′ = e^{s′−m}/l,
  *                    m = max(s′, max s), l = e^{s′−m} + Σ e^{s_j−m}; out += P′·v′     SO (d)
  * A row with no visible key gives A = 0 (and P′ = 1 for ca_bias/attn_bias).
  *
- * Backward of a row, with dA_j = dO·v_j:
+ * Attention-probability dropout (QT's BERT; training only): the weights that multiply values
+ * become Ã_j = A_j·z_j, P̃′ = P′·z′ with z = 0 with probability p, else 1/(1−p). The mask is
+ * counter-based, z_j = keep(seed, row·Tk + j) (row = (b·NH+h)·Tq+i), exactly ol_dropout's mask
+ * on the (B,NH,Tq,Tk) probability tensor, so backward redraws it instead of storing it; the
+ * sink's z′ = keep(seed ^ SINK_SALT, row). fixed_bias's v′ has weight 1 and is not dropped.
+ *
+ * Backward of a row, with dA_j = z_j·(dO·v_j) (z ≡ 1 without dropout):
  *   softmax kinds    dp = dA (clipped: dp_j = dA_j·(ζ−γ)·[0 < (ζ−γ)p_j+γ < 1], zero in the
  *                    clipped region), D = Σ_j p_j dp_j, ds_j = p_j (dp_j − D)
- *   sigmoid          ds_j = dA_j·A_j(1 − A_j)
- *   ca_bias          dP′ = dO·v′, ds′ = dP′·P′(1−P′), ds_j = p_j (dA_j − D − ds′)
- *   attn_bias        dP′ = dO·v′, D = Σ_j A_j dA_j + P′ dP′, ds_j = A_j(dA_j − D), ds′ = P′(dP′ − D)
- *   then dq = ds·K/√HD (+ ds′ k′/√HD), dk = dsᵀ·Q/√HD, dv = Aᵀ·dO, dk′ = Σ_i ds′_i q_i/√HD,
- *   dv′ = Σ_i P′_i dO_i (fixed_bias: Σ_i dO_i).
+ *   sigmoid          ds_j = dA_j·A_j(1 − A_j), db_h = Σ_{b,i,j} ds_ij
+ *   ca_bias          dP′ = z′·dO·v′, ds′ = dP′·P′(1−P′), ds_j = p_j (dA_j − D − ds′)
+ *   attn_bias        dP′ = z′·dO·v′, D = Σ_j A_j dA_j + P′ dP′, ds_j = A_j(dA_j − D), ds′ = P′(dP′ − D)
+ *   then dq = ds·K/√HD (+ ds′ k′/√HD), dk = dsᵀ·Q/√HD, dv = Ãᵀ·dO, dk′ = Σ_i ds′_i q_i/√HD,
+ *   dv′ = Σ_i P̃′_i dO_i (fixed_bias: Σ_i dO_i).
  */
 #include "internal.h"
 #include <cblas.h>
@@ -47,6 +53,7 @@
 extern void openblas_set_num_threads(int num_threads);
 
 #define TR 64   /* query rows per tile */
+#define SINK_SALT 0x9E3779B97F4A7C15ULL   /* the sink weight's dropout stream: seed ^ SINK_SALT */
 
 static const char *kind_names[] = { "softmax", "clipped_softmax", "softmax1", "sigmoid",
                                     "fixed_bias", "ca_bias", "attn_bias" };
@@ -55,6 +62,9 @@ typedef struct att_plan {
     int64_t B, NH, Tq, Tk, HD;
     int32_t kind, causal;
     float gamma, zeta, sbias, scale;
+    float drop_p, drop_keep;          /* dropout p (0 = off) and 1/(1−p) */
+    uint64_t drop_seed, sink_seed;
+    const float *bh;                  /* sigmoid: per-head bias offset (NH) or NULL */
     const int32_t *pad;      /* (B,Tk) or NULL */
     float *m, *l;            /* row statistics (B,NH,Tq) */
 } att_plan;
@@ -83,26 +93,32 @@ static inline float dotf(const float *a, const float *b, int64_t n) {
 
 static inline float sigmf(float x) { return 1.0f / (1.0f + ol__expf(-x)); }
 
+/* dropout factor z of mask index idx: 0 with probability p, else 1/(1−p) (as ol_dropout) */
+static inline float keepf(const att_plan *d, uint64_t seed, uint64_t idx) {
+    return ol__u01(seed, idx) < d->drop_p ? 0.0f : d->drop_keep;
+}
+
 /*
  * One tile: S (R×kmax, leading dim Tk) = scale·Q_t·K[0:kmax]ᵀ, turned in place into the
  * pre-clip probabilities p (softmax kinds) or A (sigmoid); masked entries become 0.
  * With `fresh` the row statistics are computed and stored, otherwise read (backward).
  * psink[r] receives P′ for the sink kinds.
  */
-static void tile_probs(const att_plan *d, int64_t b, int64_t row0, int64_t i0, int64_t R, int64_t kmax,
+static void tile_probs(const att_plan *d, int64_t b, int64_t h, int64_t row0, int64_t i0, int64_t R, int64_t kmax,
                        const float *Q, const float *K, const float *kp, float *S, float *psink, int fresh) {
     int64_t Tk = d->Tk, HD = d->HD;
     if (kmax > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)kmax, (int)HD, d->scale,
                     Q + i0 * HD, (int)HD, K, (int)HD, 0.0f, S, (int)Tk);
     const int32_t *pad = d->pad ? d->pad + b * Tk : NULL;
+    const float sb = d->bh ? d->sbias + d->bh[h] : d->sbias;   /* sigmoid: b + b_h */
     for (int64_t r = 0; r < R; r++) {
         int64_t i = i0 + r, row = row0 + i, kv = row_kmax(d, i);
         float *s = S + r * Tk;
         for (int64_t j = kv; j < kmax; j++) s[j] = 0.0f;
         if (d->kind == OL_ATTN_SIGMOID) {
             for (int64_t j = 0; j < kv; j++)
-                s[j] = (!pad || pad[j]) ? sigmf(s[j] + d->sbias) : 0.0f;
+                s[j] = (!pad || pad[j]) ? sigmf(s[j] + sb) : 0.0f;
             continue;
         }
         float sp = has_sink(d->kind) ? d->scale * dotf(Q + i * HD, kp, HD) : 0.0f;
@@ -154,8 +170,22 @@ static void tile_clip(const att_plan *d, int64_t b, int64_t i0, int64_t R, float
     }
 }
 
-/* scratch per thread: two TR×Tk tiles and TR sink weights */
-static int64_t scratch_floats(const att_plan *d) { return 2 * TR * d->Tk + TR + 16; }
+/* A -> Ã = A·z on the tile's visible entries, and P′ -> P̃′ = P′·z′ when psink is given
+ * (masked entries are 0 and stay 0) */
+static void tile_dropout(const att_plan *d, int64_t row0, int64_t i0, int64_t R, float *S, float *psink) {
+    for (int64_t r = 0; r < R; r++) {
+        int64_t row = row0 + i0 + r, kv = row_kmax(d, i0 + r);
+        float *s = S + r * d->Tk;
+        for (int64_t j = 0; j < kv; j++) s[j] *= keepf(d, d->drop_seed, (uint64_t)(row * d->Tk + j));
+        if (psink) psink[r] *= keepf(d, d->sink_seed, (uint64_t)row);
+    }
+}
+
+/* scratch per thread: two TR×Tk tiles and TR sink weights, and with dropout a TR×Tk tile that
+ * keeps the backward's mask factors z (drawn once, used for dA and for Ã in dV) */
+static int64_t scratch_floats(const att_plan *d) {
+    return 2 * TR * d->Tk + TR + 16 + (d->drop_p > 0.0f ? TR * d->Tk : 0);
+}
 
 /*
  * Forward over all blocks. out (B,NH,Tq,HD) or NULL; probs (B,NH,Tq,Tk) or NULL; sink
@@ -176,7 +206,7 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
         const float *kph = kp ? kp + h * HD : NULL, *vph = vp ? vp + h * HD : NULL;
         for (int64_t i0 = 0; i0 < Tq; i0 += TR) {
             int64_t R = Tq - i0 < TR ? Tq - i0 : TR, kmax = tile_kmax(d, i0, R);
-            tile_probs(d, b, row0, i0, R, kmax, Q, K, kph, S, ps, 1);
+            tile_probs(d, b, h, row0, i0, R, kmax, Q, K, kph, S, ps, 1);
             if (d->kind == OL_ATTN_CLIPPED) tile_clip(d, b, i0, R, S);
             if (probs)
                 for (int64_t r = 0; r < R; r++) {
@@ -186,6 +216,7 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
                 }
             if (sink && has_sink(d->kind)) memcpy(sink + row0 + i0, ps, (size_t)R * 4);
             if (!out) continue;
+            if (d->drop_p > 0.0f) tile_dropout(d, row0, i0, R, S, has_sink(d->kind) ? ps : NULL);
             float *O = out + (blk * Tq + i0) * HD;
             if (kmax > 0)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)HD, (int)kmax, 1.0f,
@@ -203,32 +234,36 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
 
 typedef struct att_saved {
     att_plan plan;
-    ol_tensor *vp, *pad;
+    ol_tensor *vp, *pad, *bh;
 } att_saved;
 
 static void attention_backward(ol_node *nd) {
     att_saved *sv = nd->saved;
     att_plan *d = &sv->plan;
-    ol_tensor *q = nd->in[0], *k = nd->in[1], *v = nd->in[2], *kp = nd->in[3], *vp = sv->vp;
+    ol_tensor *q = nd->in[0], *k = nd->in[1], *v = nd->in[2], *kp = nd->in[3], *vp = sv->vp, *bh = sv->bh;
     ol_ctx *ctx = q->ctx;
     const float *dO = nd->out->grad;
     int64_t nblk = d->B * d->NH, HD = d->HD, Tq = d->Tq, Tk = d->Tk;
-    int need_kp = kp && kp->requires_grad, need_vp = vp && vp->requires_grad;
+    int need_kp = kp && kp->requires_grad, need_vp = vp && vp->requires_grad, need_bh = bh && bh->requires_grad;
     float *gkp = need_kp ? ol__grad(kp) : NULL, *gvp = need_vp ? ol__grad(vp) : NULL;
+    float *gbh = need_bh ? ol__grad(bh) : NULL;
     int nthr = omp_get_max_threads();
     float *scratch = ol__step_alloc(ctx, (int64_t)nthr * scratch_floats(d) * 4, "attention backward scratch");
-    /* per-block partial sums of dk′ and dv′, reduced over b in order afterwards */
+    /* per-block partial sums of dk′, dv′ and db_h, reduced over b in order afterwards */
     float *pkp = need_kp ? ol__step_alloc(ctx, nblk * HD * 4, "attention backward") : NULL;
     float *pvp = need_vp ? ol__step_alloc(ctx, nblk * HD * 4, "attention backward") : NULL;
-    if (!scratch || (need_kp && (!pkp || !gkp)) || (need_vp && (!pvp || !gvp))) return;
+    double *pbh = need_bh ? ol__step_alloc(ctx, nblk * 8, "attention backward") : NULL;
+    if (!scratch || (need_kp && (!pkp || !gkp)) || (need_vp && (!pvp || !gvp)) || (need_bh && (!pbh || !gbh))) return;
     if (pkp) memset(pkp, 0, (size_t)(nblk * HD) * 4);
     if (pvp) memset(pvp, 0, (size_t)(nblk * HD) * 4);
+    if (pbh) memset(pbh, 0, (size_t)nblk * 8);
+    const int drop = d->drop_p > 0.0f;
     float a = d->zeta - d->gamma;
     openblas_set_num_threads(1);
     #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
         float *S = scratch + (int64_t)omp_get_thread_num() * scratch_floats(d);
-        float *G = S + TR * Tk, *ps = G + TR * Tk;
+        float *G = S + TR * Tk, *ps = G + TR * Tk, *Z = drop ? ps + TR + 16 : NULL;
         int64_t b = blk / d->NH, h = blk % d->NH, row0 = blk * Tq;
         const float *Q = q->data + blk * Tq * HD, *K = k->data + blk * Tk * HD, *V = v->data + blk * Tk * HD;
         const float *kph = kp ? kp->data + h * HD : NULL, *vph = vp ? vp->data + h * HD : NULL;
@@ -236,7 +271,7 @@ static void attention_backward(ol_node *nd) {
         for (int64_t i0 = 0; i0 < Tq; i0 += TR) {
             int64_t R = Tq - i0 < TR ? Tq - i0 : TR, kmax = tile_kmax(d, i0, R);
             const float *dOt = dO + (blk * Tq + i0) * HD;
-            tile_probs(d, b, row0, i0, R, kmax, Q, K, kph, S, ps, 0);
+            tile_probs(d, b, h, row0, i0, R, kmax, Q, K, kph, S, ps, 0);
             /* G = dA = dO_t·V[0:kmax]ᵀ */
             if (kmax > 0)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)kmax, (int)HD, 1.0f,
@@ -246,8 +281,20 @@ static void attention_backward(ol_node *nd) {
                 float *p = S + r * Tk, *g = G + r * Tk;
                 const float *dOi = dOt + r * HD;
                 for (int64_t j = kv; j < kmax; j++) g[j] = 0.0f;
+                if (drop) {   /* dA = z ⊙ dÃ; z kept in Z for Ã below */
+                    float *z = Z + r * Tk;
+                    for (int64_t j = 0; j < kv; j++) {
+                        z[j] = keepf(d, d->drop_seed, (uint64_t)((row0 + i) * Tk + j));
+                        g[j] *= z[j];
+                    }
+                }
                 if (d->kind == OL_ATTN_SIGMOID) {
                     for (int64_t j = 0; j < kv; j++) g[j] = (!pad || pad[j]) ? g[j] * p[j] * (1.0f - p[j]) : 0.0f;
+                    if (pbh) {
+                        double sg = 0;
+                        for (int64_t j = 0; j < kv; j++) sg += g[j];
+                        pbh[blk] += sg;
+                    }
                     continue;
                 }
                 if (d->kind == OL_ATTN_CLIPPED)
@@ -256,13 +303,18 @@ static void attention_backward(ol_node *nd) {
                         g[j] = (c > 0.0f && c < 1.0f) ? g[j] * a : 0.0f;
                     }
                 float dsp = 0.0f, D = 0.0f;
+                /* sink: z′ and the weight P̃′ = P′·z′ that multiplied v′ */
+                float zs = drop && has_sink(d->kind) ? keepf(d, d->sink_seed, (uint64_t)(row0 + i)) : 1.0f;
+                float pw = drop ? ps[r] * zs : ps[r];
                 for (int64_t j = 0; j < kv; j++) D += p[j] * g[j];
                 if (d->kind == OL_ATTN_ATTN_BIAS) {
                     float dP = dotf(dOi, vph, HD);
+                    if (drop) dP *= zs;
                     D += ps[r] * dP;
                     dsp = ps[r] * (dP - D);
                 } else if (d->kind == OL_ATTN_CA_BIAS) {
                     float dP = dotf(dOi, vph, HD);
+                    if (drop) dP *= zs;
                     dsp = dP * ps[r] * (1.0f - ps[r]);
                     D += dsp;
                 }
@@ -273,14 +325,19 @@ static void attention_backward(ol_node *nd) {
                         for (int64_t c = 0; c < HD; c++) dq[c] += d->scale * dsp * kph[c];
                     }
                     if (pkp) for (int64_t c = 0; c < HD; c++) pkp[blk * HD + c] += d->scale * dsp * Q[i * HD + c];
-                    if (pvp) for (int64_t c = 0; c < HD; c++) pvp[blk * HD + c] += ps[r] * dOi[c];
+                    if (pvp) for (int64_t c = 0; c < HD; c++) pvp[blk * HD + c] += pw * dOi[c];
                 }
                 if (d->kind == OL_ATTN_FIXED_BIAS && pvp)
                     for (int64_t c = 0; c < HD; c++) pvp[blk * HD + c] += dOi[c];
             }
             if (kmax == 0) continue;
             if (d->kind == OL_ATTN_CLIPPED) tile_clip(d, b, i0, R, S);
-            if (v->requires_grad)   /* dV[0:kmax] += Aᵀ·dO_t */
+            if (drop)   /* Ã = A ⊙ z */
+                for (int64_t r = 0; r < R; r++) {
+                    int64_t kv = row_kmax(d, i0 + r);
+                    for (int64_t j = 0; j < kv; j++) S[r * Tk + j] *= Z[r * Tk + j];
+                }
+            if (v->requires_grad)   /* dV[0:kmax] += Ãᵀ·dO_t */
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kmax, (int)HD, (int)R, 1.0f,
                             S, (int)Tk, dOt, (int)HD, 1.0f, v->grad + blk * Tk * HD, (int)HD);
             if (q->requires_grad)   /* dQ_t += scale·dS·K */
@@ -298,6 +355,12 @@ static void attention_backward(ol_node *nd) {
                 if (pkp) gkp[h * HD + c] += pkp[(b * d->NH + h) * HD + c];
                 if (pvp) gvp[h * HD + c] += pvp[(b * d->NH + h) * HD + c];
             }
+    if (pbh)
+        for (int64_t h = 0; h < d->NH; h++) {
+            double sg = 0;
+            for (int64_t b = 0; b < d->B; b++) sg += pbh[b * d->NH + h];
+            gbh[h] += (float)sg;
+        }
 }
 
 /* Validate the inputs and fill the plan; returns 0 or -1 with the error set. */
@@ -348,6 +411,23 @@ static int att_check(const char *op, ol_tensor *q, ol_tensor *k, ol_tensor *v, o
                     (double)cfg->gamma, (double)cfg->zeta);
     if (cfg->kind == OL_ATTN_SIGMOID && !isfinite(cfg->sigmoid_bias))
         OL_FAIL_INT("%s (sigmoid): bias %g is not finite", op, (double)cfg->sigmoid_bias);
+    ol_tensor *bh = cfg->sigmoid_bias_h;
+    d->bh = NULL;
+    if (bh) {
+        if (cfg->kind != OL_ATTN_SIGMOID)
+            OL_FAIL_INT("%s (%s): a per-head bias (sigmoid_bias_h '%s') is only for sigmoid", op, kn, bh->name);
+        if (ol__check_f32(op, bh)) return -1;
+        if (bh->ndim != 1 || bh->shape[0] != d->NH)
+            OL_FAIL_INT("%s (sigmoid): per-head bias '%s' %s must be (NH) = (%lld)", op, bh->name, OL_SHAPE(bh),
+                        (long long)d->NH);
+        d->bh = bh->data;
+    }
+    if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
+        OL_FAIL_INT("%s (%s): dropout %g not in [0, 1)", op, kn, (double)cfg->dropout);
+    d->drop_p = cfg->dropout;
+    d->drop_keep = 1.0f / (1.0f - cfg->dropout);
+    d->drop_seed = cfg->dropout_seed;
+    d->sink_seed = cfg->dropout_seed ^ SINK_SALT;
     d->kind = cfg->kind;
     d->causal = cfg->causal ? 1 : 0;
     d->gamma = cfg->gamma;
@@ -371,16 +451,19 @@ ol_tensor *ol_attention(ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp,
     if (!out || !sv || !d.m || !d.l) return NULL;
     if (att_forward(&d, q->data, k->data, v->data, kp ? kp->data : NULL, vp ? vp->data : NULL, out->data,
                     NULL, NULL, ctx)) return NULL;
-    ol_tensor *ins[4] = { q, k, v, kp };
-    int need = ol__needs_grad(ctx, 4, ins) || (vp && ctx->grad_enabled && vp->requires_grad);
+    ol_tensor *ins[4] = { q, k, v, kp }, *bh = cfg->sigmoid_bias_h;
+    int need = ol__needs_grad(ctx, 4, ins) || (vp && ctx->grad_enabled && vp->requires_grad) ||
+               (bh && ctx->grad_enabled && bh->requires_grad);
     if (need) {
         ol_node *n = ol__record("attention", attention_backward, out, 4, ins);
         if (!n) return NULL;
         sv->plan = d;
         sv->vp = vp;
         sv->pad = pad_mask;
+        sv->bh = bh;
         n->saved = sv;
         if (vp && vp->requires_grad && !ol__grad(vp)) return NULL;
+        if (bh && bh->requires_grad && !ol__grad(bh)) return NULL;
     }
     return out;
 }
@@ -390,6 +473,7 @@ ol_tensor *ol_attention_probs(ol_tensor *q, ol_tensor *k, ol_tensor *kp, ol_tens
     att_plan d;
     if (sink) *sink = NULL;
     if (att_check("attention_probs", q, k, NULL, kp, NULL, pad_mask, cfg, &d)) return NULL;
+    d.drop_p = 0.0f;   /* probes see the weights before dropout */
     ol_ctx *ctx = q->ctx;
     int64_t rows = d.B * d.NH * d.Tq;
     int64_t ps[4] = { d.B, d.NH, d.Tq, d.Tk }, ss[3] = { d.B, d.NH, d.Tq };

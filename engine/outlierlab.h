@@ -220,12 +220,20 @@ typedef struct ol_attn_cfg {
     int32_t kind;          /* ol_attn_kind */
     int32_t causal;        /* 1: decoder mask */
     float   gamma, zeta;   /* clipped_softmax: clip((zeta-gamma)·p + gamma, 0, 1) */
-    float   sigmoid_bias;  /* sigmoid: σ(s + b) */
+    float   sigmoid_bias;  /* sigmoid: σ(s + b [+ b_h]) */
+    /* Attention-probability dropout (training only; 0 = off): the weight A[b,h,i,j] is kept
+     * when u(seed, ((b·NH+h)·Tq+i)·Tk+j) >= p and then scaled by 1/(1−p), the mask ol_dropout
+     * draws for a (B,NH,Tq,Tk) tensor; the sink weight P′ of ca_bias/attn_bias uses the same
+     * rule with seed ^ 0x9E3779B97F4A7C15 and index (b·NH+h)·Tq+i. */
+    float    dropout;
+    uint64_t dropout_seed;
+    ol_tensor *sigmoid_bias_h;  /* sigmoid: learnable per-head offset b_h (NH), or NULL */
 } ol_attn_cfg;
 ol_tensor *ol_attention(ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp, ol_tensor *vp,
                         ol_tensor *pad_mask, const ol_attn_cfg *cfg);
-/* The weights the forward multiplies V by, materialised (B,NH,Tq,Tk), no tape (for probes).
- * For ca_bias/attn_bias *sink (if sink is not NULL) receives the sink weight P′ (B,NH,Tq). */
+/* The weights the forward multiplies V by, materialised (B,NH,Tq,Tk), no tape (for probes),
+ * before dropout (cfg->dropout is ignored). For ca_bias/attn_bias *sink (if sink is not NULL)
+ * receives the sink weight P′ (B,NH,Tq). */
 ol_tensor *ol_attention_probs(ol_tensor *q, ol_tensor *k, ol_tensor *kp, ol_tensor *pad_mask,
                               const ol_attn_cfg *cfg, ol_tensor **sink);
 /* y (B,NH,T,HD), g (B,T,NH) -> out[b,h,t,:] = g[b,t,h]·y[b,h,t,:] (gates, context-aware scale). */
@@ -274,6 +282,9 @@ typedef struct ol_stats_layout {
     /* sums: scalars */
     int64_t n, nseq, ntok, nnonfinite, s1, s2, s3, s4, sabs;
     int64_t seq_kurt, nseq_kurt, seq_maxabs, seq_median, seq_topk /* topk values */;
+    /* the official codes' conventions (docs/METRICS.md): Σ over sequences of QT's
+     * μ₄/(s⁴ + 1e-6) and their count; Σ of the lower middle |x| (torch.median) */
+    int64_t seq_kurt_qt, nseq_kurt_qt, seq_median_lower;
     int64_t nout, nout_tok, nseq_out;
     /* sums: arrays */
     int64_t out_pos /* T */, out_tok_pos /* T */, tok_pos /* T */;

@@ -16,7 +16,11 @@
 --
 -- Streaming accumulator over activations x (B, T, C) (state: one flat double array):
 --   local s = analysis.Stats{ T =, C =, V = 0, topk = 3, bins = 0, lo =, hi =, log = false,
---                             rule = {...}, category = fn(id) or nil }
+--                             rule = {...}, category = fn(id) or nil,
+--                             kurtosis = "pearson"|"qt_code", median = "mean"|"lower" }
+--     kurtosis, median: which convention avg_kurtosis / avg_median report (both are always
+--     computed): "pearson" μ₄/s⁴ (default) or "qt_code" μ₄/(s⁴ + 1e-6) (QT's code); "mean" of
+--     the two middle values (default, numpy) or the "lower" one (torch.median, SO's code)
 --   s:update(x, ids, mask)        -- ids, mask: int32 (B, T) tensors or nil (mask 0 = padding)
 --   s:update_batch(x, batch)      -- ids = batch.ids, mask = batch.pad_mask (batch.seq_offset:
 --                                 -- global index of its first sequence, for MPI-spread batches)
@@ -25,6 +29,8 @@
 --   s:data(), s:size(), s:sections() -- raw state for MPI: {sum = {off, len}, max = {...}, topk = {...}}
 --   s:result() -> { n, nseq, ntok, mean, var, std, mean_abs, max_abs,
 --                   avg_kurtosis, avg_max_inf_norm, avg_median, avg_topk = {k values},
+--                   avg_kurtosis_pearson, avg_kurtosis_qt_code, kurtosis_form,
+--                   avg_median_mean, avg_median_lower, median_form,
 --                   outliers = { elements, tokens, sequences, by_position = {T}, tokens_by_position,
 --                                by_channel = {C}, by_token = {[id] = n}, tokens_by_token,
 --                                by_category = {initial=, delimiter=, weak=, other=},
@@ -37,8 +43,9 @@
 --   analysis.LayerStats(spec) -- one Stats per layer, created on first use:
 --     L:probe(tensor, layer, batch); L:result() -> { layers = {0, 1, ...}, [layer] = result }
 --     L:merge(other); L.stats[layer]
---   analysis.summarize{ result1, result2, ... } -> { max_inf_norm = max of avg_max_inf_norm,
---                                                    avg_kurtosis = mean of avg_kurtosis } (QT tables)
+--   analysis.summarize({ result1, result2, ... }, { kurtosis = nil|"pearson"|"qt_code" })
+--     -> { max_inf_norm = max of avg_max_inf_norm, avg_kurtosis = mean of avg_kurtosis (or of
+--          the named form), avg_kurtosis_pearson, avg_kurtosis_qt_code }         (QT tables)
 --
 -- Single tensors:
 --   analysis.token_outliers(x, rule, mask) -> flags (Lua list of 0/1, index b*T + t + 1), count,
@@ -51,9 +58,9 @@
 --      opts.rule = "tau_mean" (paper: Â_j > τ·mean Â, opts.tau) | "code" (Â_j ≥ frac·T, opts.frac
 --      = 0.1, opts.T = number of queries); opts.valid = {bool per key} or nil
 --   analysis.AttnStats{ T =, NH =, V = 0, rule = "tau_mean"|"code", tau =, frac = 0.1, topk = 2,
---                       category = fn or nil }
+--                       category = fn or nil, median = "mean"|"lower" }
 --     A:update(A, ids, mask); A:update_batch(A, batch); A:probe(A, layer, batch) (per layer: LayerAttn)
---     A:result() -> { nseq, avg_topk = {2}, avg_median, per_head = { {count, score_mean,
+--     A:result() -> { nseq, avg_topk = {2}, avg_median (avg_median_mean, avg_median_lower), per_head = { {count, score_mean,
 --        score_min, score_max}, ... }, by_position = {Tk}, by_token = {[id]=n}, by_category,
 --        code = { count, by_position, by_token, by_category } (head-averaged A, Â ≥ frac·T) }
 --   analysis.LayerAttn(spec) -- one AttnStats per layer (probe(A, layer, batch), result())
@@ -140,13 +147,30 @@ local Stats = {}
 Stats.__index = Stats
 analysis.StatsClass = Stats
 
-local spec_keys = { T = 1, C = 1, V = 1, topk = 1, bins = 1, lo = 1, hi = 1, log = 1, rule = 1, category = 1 }
+local spec_keys = { T = 1, C = 1, V = 1, topk = 1, bins = 1, lo = 1, hi = 1, log = 1, rule = 1, category = 1,
+                    kurtosis = 1, median = 1 }
+
+-- the conventions of the per-sequence kurtosis and median (docs/METRICS.md)
+local KURTOSIS_FORMS = { pearson = true, qt_code = true }
+local MEDIAN_FORMS = { mean = true, lower = true }
+local function check_form(what, forms, v, default, level)
+  v = v or default
+  if not forms[v] then
+    local names = {}
+    for n in pairs(forms) do names[#names + 1] = n end
+    table.sort(names)
+    error(string.format("analysis: %s must be one of %s, got %s", what, table.concat(names, ", "), tostring(v)), level + 1)
+  end
+  return v
+end
 
 function analysis.Stats(o)
   o = o or {}
   for key in pairs(o) do
     if not spec_keys[key] then error("analysis.Stats: unknown key '" .. tostring(key) .. "'", 2) end
   end
+  local kform = check_form("kurtosis", KURTOSIS_FORMS, o.kurtosis, "pearson", 2)
+  local mform = check_form("median", MEDIAN_FORMS, o.median, "mean", 2)
   local sp = ffi.new("ol_stats_spec")
   sp.T = o.T or error("analysis.Stats: T (max positions) is required", 2)
   sp.C = o.C or error("analysis.Stats: C (channels) is required", 2)
@@ -161,7 +185,7 @@ function analysis.Stats(o)
   local raw = C.ol_stats_new(sp)
   if raw == nil then ol.engine_error(1) end
   local self = setmetatable({ raw = ffi.gc(raw, C.ol_stats_free), opts = o, rule_t = rule,
-                              category = o.category }, Stats)
+                              category = o.category, kurtosis_form = kform, median_form = mform }, Stats)
   self.L = C.ol_stats_get_layout(raw)
   self.d = C.ol_stats_data(raw)
   self.T, self.C, self.V, self.k = tonumber(sp.T), tonumber(sp.C), tonumber(sp.V), tonumber(sp.topk)
@@ -216,11 +240,17 @@ function Stats:result()
   r.max_abs = n > 0 and g("maxabs") or 0 / 0
   r.max = n > 0 and g("maxv") or 0 / 0
   r.min = n > 0 and -g("negminv") or 0 / 0
-  local nk = g("nseq_kurt")
-  r.avg_kurtosis = nk > 0 and g("seq_kurt") / nk or 0 / 0
-  r.nseq_kurtosis = nk
+  local nk, nkq = g("nseq_kurt"), g("nseq_kurt_qt")
+  r.avg_kurtosis_pearson = nk > 0 and g("seq_kurt") / nk or 0 / 0
+  r.avg_kurtosis_qt_code = nkq > 0 and g("seq_kurt_qt") / nkq or 0 / 0
+  r.kurtosis_form = self.kurtosis_form
+  r.avg_kurtosis = r["avg_kurtosis_" .. r.kurtosis_form]
+  r.nseq_kurtosis = r.kurtosis_form == "pearson" and nk or nkq
   r.avg_max_inf_norm = nseq > 0 and g("seq_maxabs") / nseq or 0 / 0
-  r.avg_median = nseq > 0 and g("seq_median") / nseq or 0 / 0
+  r.avg_median_mean = nseq > 0 and g("seq_median") / nseq or 0 / 0
+  r.avg_median_lower = nseq > 0 and g("seq_median_lower") / nseq or 0 / 0
+  r.median_form = self.median_form
+  r.avg_median = r["avg_median_" .. r.median_form]
   r.avg_topk = {}
   for i = 0, self.k - 1 do r.avg_topk[i + 1] = nseq > 0 and d[L.seq_topk + i] / nseq or 0 / 0 end
   local T, Cc, V = self.T, self.C, self.V
@@ -305,14 +335,26 @@ function LayerStats:merge(other)
 end
 
 -- QT table aggregates: "max inf norm" = max over hooked tensors of the per-sequence max |x|
--- averaged over sequences; "avg kurtosis" = mean over hooked tensors of the averaged kurtosis.
-function analysis.summarize(results)
-  local mx, ks, nk = -math.huge, 0, 0
+-- averaged over sequences; "avg kurtosis" = mean over hooked tensors of the averaged kurtosis,
+-- in the form each result reports (its Stats' kurtosis option) or in opts.kurtosis; both
+-- forms are also returned (avg_kurtosis_pearson, avg_kurtosis_qt_code).
+function analysis.summarize(results, opts)
+  local form = opts and opts.kurtosis and check_form("kurtosis", KURTOSIS_FORMS, opts.kurtosis, nil, 2)
+  local function mean_of(key)
+    local s, n = 0, 0
+    for _, r in ipairs(results) do
+      local v = r[key]
+      if v ~= nil and v == v then s, n = s + v, n + 1 end
+    end
+    return n > 0 and s / n or 0 / 0
+  end
+  local mx = -math.huge
   for _, r in ipairs(results) do
     if r.avg_max_inf_norm == r.avg_max_inf_norm and r.avg_max_inf_norm > mx then mx = r.avg_max_inf_norm end
-    if r.avg_kurtosis == r.avg_kurtosis then ks = ks + r.avg_kurtosis nk = nk + 1 end
   end
-  return { max_inf_norm = mx, avg_kurtosis = nk > 0 and ks / nk or 0 / 0, n = #results }
+  return { max_inf_norm = mx, avg_kurtosis = mean_of(form and "avg_kurtosis_" .. form or "avg_kurtosis"),
+           avg_kurtosis_pearson = mean_of("avg_kurtosis_pearson"), avg_kurtosis_qt_code = mean_of("avg_kurtosis_qt_code"),
+           kurtosis_form = form, n = #results }
 end
 
 -- ------------------------------------------------------------------ token outliers
@@ -386,13 +428,16 @@ function analysis.attention_outlier_keys(vals, o)
   return out
 end
 
-local function median_of(list)
+-- median of a list: the mean of the two middle values for an even count (numpy), or with
+-- lower = true the lower of them (torch.median)
+local function median_of(list, lower)
   local n = #list
   if n == 0 then return 0 / 0 end
   local s = {}
   for i = 1, n do s[i] = list[i] end
   table.sort(s)
   if n % 2 == 1 then return s[(n + 1) / 2] end
+  if lower then return s[n / 2] end
   return 0.5 * (s[n / 2] + s[n / 2 + 1])
 end
 local function inc(t, k, v) t[k] = (t[k] or 0) + (v or 1) end
@@ -435,6 +480,7 @@ function analysis.AttnStats(o)
   o = o or {}
   local self = setmetatable({ o = o, rule = o.rule or "tau_mean", tau = o.tau or 1000, frac = o.frac or 0.1,
                               k = o.topk or 2, category = o.category, nseq = 0, sum_topk = {}, sum_median = 0,
+                              sum_median_lower = 0, median_form = check_form("median", MEDIAN_FORMS, o.median, "mean", 2),
                               per_head = {}, by_position = {}, by_token = {},
                               code = { count = 0, by_position = {}, by_token = {} } }, AttnStats)
   if self.rule ~= "tau_mean" and self.rule ~= "code" then
@@ -471,6 +517,7 @@ function AttnStats:update(A, ids, mask)
     table.sort(all, function(a, b2) return a > b2 end)
     for i = 1, self.k do self.sum_topk[i] = self.sum_topk[i] + (all[i] or 0) end
     self.sum_median = self.sum_median + median_of(all)
+    self.sum_median_lower = self.sum_median_lower + median_of(all, true)
     for _, j in ipairs(seq.code_keys) do
       self.code.count = self.code.count + 1
       inc(self.code.by_position, j)
@@ -486,6 +533,7 @@ function AttnStats:merge(o)
   self.nseq = self.nseq + o.nseq
   for i = 1, self.k do self.sum_topk[i] = self.sum_topk[i] + o.sum_topk[i] end
   self.sum_median = self.sum_median + o.sum_median
+  self.sum_median_lower = self.sum_median_lower + o.sum_median_lower
   for h, p in pairs(o.per_head) do
     local q = self.per_head[h]
     if not q then
@@ -508,9 +556,11 @@ end
 function AttnStats:result()
   local n = self.nseq
   local r = { nseq = n, rule = self.rule, tau = self.tau, frac = self.frac, avg_topk = {},
-              avg_median = n > 0 and self.sum_median / n or 0 / 0, per_head = {},
+              avg_median_mean = n > 0 and self.sum_median / n or 0 / 0,
+              avg_median_lower = n > 0 and self.sum_median_lower / n or 0 / 0, median_form = self.median_form, per_head = {},
               by_position = self.by_position, by_token = self.by_token,
               code = { count = self.code.count, by_position = self.code.by_position, by_token = self.code.by_token } }
+  r.avg_median = r["avg_median_" .. self.median_form]
   for i = 1, self.k do r.avg_topk[i] = n > 0 and self.sum_topk[i] / n or 0 / 0 end
   local count = 0
   for h, p in pairs(self.per_head) do
@@ -669,18 +719,19 @@ end
 -- ------------------------------------------------------------------ slow references (tests)
 -- Straightforward Lua versions of the per-sequence metrics over a flat 1-based list.
 analysis.ref = {}
-function analysis.ref.kurtosis(xs)
+-- eps: QT's code divides by s⁴ + 1e-6 (analysis.ref.kurtosis(xs, 1e-6))
+function analysis.ref.kurtosis(xs, eps)
   local n, s = #xs, 0
   for i = 1, n do s = s + xs[i] end
   local m, m2, m4 = s / n, 0, 0
   for i = 1, n do local d = xs[i] - m m2 = m2 + d * d m4 = m4 + d ^ 4 end
   local var = m2 / (n - 1)
-  return (m4 / n) / (var * var)
+  return (m4 / n) / (var * var + (eps or 0))
 end
-function analysis.ref.median_abs(xs)
+function analysis.ref.median_abs(xs, lower)
   local a = {}
   for i = 1, #xs do a[i] = math.abs(xs[i]) end
-  return median_of(a)
+  return median_of(a, lower)
 end
 function analysis.ref.topk_abs(xs, k)
   local a = {}

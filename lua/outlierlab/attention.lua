@@ -6,13 +6,17 @@
 --       creates the variant's own parameters (gates, sink key/value, scaling weights …) as
 --       engine parameters named under dims.name (e.g. "h3.attn.gate.weight").
 --   local out = A:forward(q, k, v, x, { causal = true|false, pad_mask = ids_mask or nil,
---                                        probe = nil | function(name, tensor) })
+--                                        probe = nil | function(name, tensor),
+--                                        dropout_seed = nil | seed })
 --       q, k, v: (B, NH, T, HD); x: the attention block's input (B, T, C) (the tensor fed to
 --       the Q/K/V projections); pad_mask: int32 (B, T), 1 = real token, 0 = padding (keys hidden).
 --       Returns the per-head output (B, NH, T, HD) before the output projection.
 --       With probe set, the variant reports "attn_probs" (B, NH, T, Tk) — the weights that
 --       multiply V — and, where it has them, "gates" (B, NH, T), "scale" (B, NH, T) and
 --       "sink_probs" (B, NH, T) (the weight of the learned sink / context-aware bias value).
+--       dropout_seed (training only; models pass a function of (model seed, step, layer)):
+--       with the spec's dropout p > 0 the weights that multiply V are dropped with that seed
+--       (attention-probability dropout); without it (evaluation) nothing is dropped.
 --   A:parameters() -> list of the variant's parameters.
 --
 -- Built-in kinds (formulas: docs/ATTENTION.md, engine/attention.c):
@@ -23,9 +27,11 @@
 -- obvious version that materialises the T×T probabilities): M.reference[kind], used by the
 -- tests and by dims.reference = true (the memory benchmark's baseline).
 --
--- New variants: attention.register(name, { params = {key = default, ...}, new = fn }) —
+-- Every built-in takes dropout = p (default 0). New variants:
+--   attention.register(name, { params = {key = default, ...}, new = fn }) —
 -- see lua/outlierlab/attention_example.lua and docs/ATTENTION.md.
 local ol = require "outlierlab"
+local bit = require "bit"
 local ffi = ol.ffi
 local C = ol.C
 local P = ol.check_ptr
@@ -169,11 +175,14 @@ end
 -- ---------------------------------------------------------------- reference variants (plain ops)
 -- Each takes (A, q, k, v, opts) with A the attention object (A.p holds its parameters, A.spec
 -- its spec) and returns (out, probs, sink_probs): the slow, obvious form of each formula.
+-- probs and sink_probs are the weights before dropout; A:drop / A:drop_sink apply the
+-- attention-probability dropout (the engine's dropout op on the (B,NH,T,Tk) weights and on
+-- the (B,NH,T,1) sink weights) to what multiplies V.
 local R = M.reference
 
 function R.softmax(A, q, k, v, opts)
   local p = M.masked_scores(q, k, opts):softmax()
-  return p:matmul(v), p
+  return A:drop(p, opts):matmul(v), p
 end
 
 -- clip((ζ−γ)·softmax(s) + γ, 0, 1)·V with clip(c, 0, 1) = relu(c) − relu(c − 1)
@@ -181,7 +190,7 @@ function R.clipped_softmax(A, q, k, v, opts)
   local gamma, zeta = A:clip_params(k:size(2))
   local c = M.masked_scores(q, k, opts):softmax():affine(zeta - gamma, gamma)
   local w = c:relu() - (c - 1):relu()
-  return w:matmul(v), w
+  return A:drop(w, opts):matmul(v), w
 end
 
 -- e^{s_i}/(1 + Σ_j e^{s_j}): a softmax over [s, 0] without its last column
@@ -189,31 +198,34 @@ function R.softmax1(A, q, k, v, opts)
   local s = M.masked_scores(q, k, opts)
   local z = zeros(s.ctx, { s:size(0), s:size(1), s:size(2), 1 })
   local p = ol.cat({ s, z }, 3):softmax():narrow(3, 0, s:size(3))
-  return p:matmul(v), p
+  return A:drop(p, opts):matmul(v), p
 end
 
+-- σ(s + b + b_h): the learned per-head offset b_h (NH) is added with heads moved to the last dim
 function R.sigmoid(A, q, k, v, opts)
-  local p = (M.masked_scores(q, k, opts) + A:sigmoid_bias(k:size(2))):sigmoid()
-  return p:matmul(v), p
+  local s = M.masked_scores(q, k, opts) + A:sigmoid_bias(k:size(2))
+  if A.p.sbias then s = (s:transpose(1, 3) + A.p.sbias):transpose(1, 3) end
+  local p = s:sigmoid()
+  return A:drop(p, opts):matmul(v), p
 end
 
 function R.fixed_bias(A, q, k, v, opts)
   local p = M.masked_scores(q, k, opts):softmax()
-  return (p:matmul(v):transpose(1, 2) + A.p.v):transpose(1, 2), p
+  return (A:drop(p, opts):matmul(v):transpose(1, 2) + A.p.v):transpose(1, 2), p
 end
 
 function R.ca_bias(A, q, k, v, opts)
   local s = M.masked_scores(q, k, opts)
   local p = s:softmax()
   local pp = ol.cat({ s, M.sink_scores(q, A.p.k) }, 3):softmax():narrow(3, s:size(3), 1)
-  return p:matmul(v) + M.sink_values(pp, A.p.v), p, pp
+  return A:drop(p, opts):matmul(v) + M.sink_values(A:drop_sink(pp, opts), A.p.v), p, pp
 end
 
 function R.attn_bias(A, q, k, v, opts)
   local s = M.masked_scores(q, k, opts)
   local e = ol.cat({ s, M.sink_scores(q, A.p.k) }, 3):softmax()
   local p, pp = e:narrow(3, 0, s:size(3)), e:narrow(3, s:size(3), 1)
-  return p:matmul(v) + M.sink_values(pp, A.p.v), p, pp
+  return A:drop(p, opts):matmul(v) + M.sink_values(A:drop_sink(pp, opts), A.p.v), p, pp
 end
 
 -- ---------------------------------------------------------------- built-in variants
@@ -227,16 +239,35 @@ M.Attn = Attn
 
 function Attn:parameters() return self.plist end
 
--- (γ, ζ) for key length T: γ = −α/T when alpha is set (QT §4.1, OPT), else the spec's γ
+-- (γ, ζ) for key length T: with alpha, γ = −α/max_len when max_len is set (QT's code: the
+-- configured maximum sequence length), else γ = −α/T (QT §4.1, OPT), and ζ = 1; otherwise
+-- the spec's γ and ζ
 function Attn:clip_params(T)
   local s = self.spec
-  if s.alpha then return -s.alpha / T, 1 end
+  if s.alpha then return -s.alpha / (s.max_len or T), 1 end
   return s.gamma or -0.025, s.zeta
 end
--- b = −log T unless the spec sets bias (SO App. D.1)
+-- b = −log T unless the spec sets bias (SO App. D.1); learn_bias adds a learned b_h (A.p.sbias)
 function Attn:sigmoid_bias(T)
   if self.spec.bias then return self.spec.bias end
   return -math.log(T)
+end
+
+-- attention-probability dropout: p when training (opts.dropout_seed given) and the spec asks
+-- for it, else 0
+function Attn:dropout_p(opts)
+  local p = self.spec.dropout or 0
+  if p > 0 and opts.dropout_seed then return p end
+  return 0
+end
+local SINK_SALT = 0x9E3779B97F4A7C15ULL   -- engine/attention.c: the sink weight's stream is seed ^ SINK_SALT
+function Attn:drop(w, opts)
+  local p = self:dropout_p(opts)
+  return p > 0 and w:dropout(p, opts.dropout_seed) or w
+end
+function Attn:drop_sink(w, opts)
+  local p = self:dropout_p(opts)
+  return p > 0 and w:dropout(p, bit.bxor(ffi.cast("uint64_t", opts.dropout_seed), SINK_SALT)) or w
 end
 
 function Attn:new_param(suffix, shape, init, value)
@@ -253,6 +284,8 @@ function Attn:core(q, k, v, opts)
   cfg.causal = opts.causal and 1 or 0
   if self.base == "clipped_softmax" then cfg.gamma, cfg.zeta = self:clip_params(T) end
   if self.base == "sigmoid" then cfg.sigmoid_bias = self:sigmoid_bias(T) end
+  local p = self:dropout_p(opts)
+  cfg.dropout, cfg.dropout_seed = p, p > 0 and opts.dropout_seed or 0
   local kp, vp = self.p.k, self.p.v
   local out = P(C.ol_attention(q, k, v, kp, vp, opts.pad_mask, cfg))
   if opts.probe then
@@ -280,6 +313,7 @@ function Attn:forward(q, k, v, x, opts)
     if not x then error("attention '" .. self.kind .. "': forward needs x, the attention block's input (B,T,C)", 2) end
     local g = self:factor(x)                 -- (B,T,NH)
     if opts.probe then opts.probe(self.factor_name, g:transpose(1, 2)) end
+    if self.factor_scale ~= 1 then g = g:scale(self.factor_scale) end
     out = self.use_reference and M.head_scale_reference(out, g) or M.head_scale(out, g)
   end
   return out
@@ -289,7 +323,7 @@ local function new_attn(ctx, spec, dims, base)
   local self = setmetatable({ ctx = ctx, spec = spec, kind = spec.kind, base = base, dims = dims,
                               name = dims.name or "attn", NH = dims.n_head, C = dims.d_model,
                               HD = dims.d_model / dims.n_head, use_reference = dims.reference and true or false,
-                              p = {}, plist = {} }, Attn)
+                              p = {}, plist = {}, factor_scale = 1 }, Attn)
   self.cfg = ffi.new("ol_attn_cfg")
   self.cfg.kind = KIND[base]
   self.cfg.gamma, self.cfg.zeta, self.cfg.sigmoid_bias = 0, 1, 0
@@ -301,7 +335,17 @@ local function num(v, what, cond, msg)
   if type(v) ~= "number" or v ~= v or not cond(v) then error(what .. " must be " .. msg .. ", got " .. tostring(v), 0) end
 end
 
+-- every built-in takes dropout = p: attention-probability dropout while training
+local function dropout_ok(s) num(s.dropout, "dropout", function(x) return x >= 0 and x < 1 end, "in [0, 1)") end
+
 local function builtin(name, def)
+  def.params = def.params or {}
+  def.params.dropout = 0
+  local validate = def.validate
+  def.validate = function(s)
+    dropout_ok(s)
+    if validate then validate(s) end
+  end
   def.new = def.new or function(ctx, spec, dims)
     local self = new_attn(ctx, spec, dims, name)
     if def.init then def.init(self, spec) end
@@ -313,20 +357,35 @@ end
 builtin("softmax", { params = {} })
 
 builtin("clipped_softmax", {
-  params = { gamma = false, zeta = 1, alpha = false },
+  params = { gamma = false, zeta = 1, alpha = false, max_len = false },
   validate = function(s)
     if s.gamma and s.alpha then error("give gamma or alpha (gamma = -alpha/T), not both", 0) end
     if s.gamma then num(s.gamma, "gamma", function(x) return x <= 0 end, "<= 0") end
     num(s.zeta, "zeta", function(x) return x >= 1 end, ">= 1")
     if s.alpha then num(s.alpha, "alpha", function(x) return x >= 0 end, ">= 0") end
+    if s.max_len then
+      if not s.alpha then error("max_len sets gamma = -alpha/max_len: give alpha with it", 0) end
+      num(s.max_len, "max_len", function(x) return x >= 1 and x == math.floor(x) end, "a positive integer")
+    end
   end,
 })
 
 builtin("softmax1", { params = {} })
 
 builtin("sigmoid", {
-  params = { bias = false },
-  validate = function(s) if s.bias then num(s.bias, "bias", function(x) return x > -math.huge and x < math.huge end, "finite") end end,
+  params = { bias = false, learn_bias = false },
+  validate = function(s)
+    if s.bias then num(s.bias, "bias", function(x) return x > -math.huge and x < math.huge end, "finite") end
+    if type(s.learn_bias) ~= "boolean" then error("learn_bias must be true or false, got " .. tostring(s.learn_bias), 0) end
+  end,
+  -- learn_bias: σ(s + b + b_h) with b_h (NH) learned, starting at 0 (so at init the variant
+  -- equals the fixed-bias one)
+  init = function(self, s)
+    if s.learn_bias then
+      self.p.sbias = self:new_param("sigmoid_bias", { self.NH }, "fill", 0)
+      self.cfg.sigmoid_bias_h = self.p.sbias
+    end
+  end,
 })
 
 builtin("fixed_bias", {
@@ -376,13 +435,16 @@ local gate_logits = {
 }
 
 builtin("gated", {
-  params = { gate = "linear", pi_init = 0.5, n_hid = 4, init_std = 0.02 },
+  params = { gate = "linear", pi_init = 0.5, n_hid = 4, init_std = 0.02, gate_scale = 1 },
   validate = function(s)
     if not gate_logits[s.gate] then
       error("gate must be one of all_heads_linear, linear, mlp; got '" .. tostring(s.gate) .. "'", 0)
     end
     num(s.pi_init, "pi_init", function(x) return x > 0 and x < 1 end, "in (0, 1)")
     num(s.n_hid, "n_hid", function(x) return x >= 1 and x == math.floor(x) end, "a positive integer")
+    if s.gate_scale ~= "inv_pi_init" then
+      num(s.gate_scale, "gate_scale", function(x) return x > 0 and x < math.huge end, "a number > 0 or \"inv_pi_init\"")
+    end
     std_ok(s)
   end,
   new = function(ctx, spec, dims)
@@ -403,6 +465,9 @@ builtin("gated", {
     end
     self.factor_name = "gates"
     self.factor = function(s, x) return gate_logits[spec.gate](s, x):sigmoid() end
+    -- out = c·sigmoid(G(x))·softmax(s)·V; QT's fine-tuning code uses c = 1/π_init, so that the
+    -- gated output starts at the scale of the ungated one
+    self.factor_scale = spec.gate_scale == "inv_pi_init" and 1 / spec.pi_init or spec.gate_scale
     return self
   end,
 })

@@ -13,16 +13,21 @@
 --   2. new() creates parameters with ctx:param(dims.name .. ".<what>", shape) and returns an
 --      object with :forward(q, k, v, x, opts) -> (B,NH,T,HD) and :parameters().
 --   3. forward honours opts.causal and opts.pad_mask, and calls opts.probe("attn_probs", p)
---      when opts.probe is set.
+--      when opts.probe is set. In training forwards models pass opts.dropout_seed; a variant
+--      with attention-probability dropout drops its weights with it (p:dropout(rate, seed)),
+--      as the built-ins do with their spec key dropout.
 -- This plain-op version keeps the (B,NH,T,T) probabilities for the backward pass; a variant
 -- that needs to train at long T should move its elementwise transform into engine/attention.c.
 local attention = require "outlierlab.attention"
 
 attention.register("softmax_temp", {
-  params = { tau_init = 1 },
+  params = { tau_init = 1, dropout = 0 },
   validate = function(spec)
     if type(spec.tau_init) ~= "number" or not (spec.tau_init > 0) then
       error("tau_init must be a positive number, got " .. tostring(spec.tau_init), 0)
+    end
+    if type(spec.dropout) ~= "number" or not (spec.dropout >= 0 and spec.dropout < 1) then
+      error("dropout must be in [0, 1), got " .. tostring(spec.dropout), 0)
     end
   end,
   new = function(ctx, spec, dims)
@@ -41,6 +46,7 @@ attention.register("softmax_temp", {
       s = (s:transpose(1, 3) * tau):transpose(1, 3)
       local p = s:softmax(opts.causal)
       if opts.probe then opts.probe("attn_probs", p) end
+      if opts.dropout_seed and spec.dropout > 0 then p = p:dropout(spec.dropout, opts.dropout_seed) end
       return p:matmul(v)
     end
     return self

@@ -81,6 +81,51 @@ do
   t.is(rm.tokens_by_position[1], 1, "mask: one real token at position 0")
 end
 
+-- ------------------------------------------------------------------ 2b. the official codes' conventions
+-- QT's code: κ = μ₄/(s⁴ + 1e-6); torch.median (SO's code): the lower middle value.
+-- x (2, 2, 2) as in 2: seq 0 {1,2,3,4}: μ₄ = 10.25/4 = 2.5625, s⁴ = 25/9 -> 2.5625/(25/9 + 1e-6)
+-- = 0.92249967; seq 1 {0,0,0,4}: 21/(16 + 1e-6) = 1.31249992; average 1.11749979.
+-- Lower median |x|: seq 0 {1,2,3,4} -> 2 (numpy 2.5), seq 1 -> 0: average 1 (numpy 1.25).
+-- Scaled by 1/128 (exact in fp32; σ ≈ 0.01) the eps dominates: seq 0 gives
+-- 2.5625/(25/9 + 1e-6·2^28) = 0.00944829 (Pearson still 0.9225). A constant sequence
+-- {2,2,2,2}: no Pearson kurtosis (s = 0, skipped); QT's code gives 0/(0 + 1e-6) = 0 and counts it.
+do
+  local x = T3({ 1, 2, 3, 4, 0, 0, 0, 4 }, 2, 2, 2)
+  local s = analysis.Stats{ T = 2, C = 2, kurtosis = "qt_code", median = "lower" }
+  s:update(x)
+  local r = s:result()
+  t.near(r.avg_kurtosis_qt_code, (2.5625 / (25 / 9 + 1e-6) + 21 / (16 + 1e-6)) / 2, 1e-12, "QT code kurtosis = 1.11749979")
+  t.near(r.avg_kurtosis_pearson, 1.1175, 1e-12, "the Pearson form is reported beside it")
+  t.ok(r.avg_kurtosis == r.avg_kurtosis_qt_code and r.kurtosis_form == "qt_code", "kurtosis = qt_code: avg_kurtosis is QT's form")
+  t.is(r.avg_median_lower, 1, "lower median |x| = (2 + 0)/2")
+  t.is(r.avg_median_mean, 1.25, "numpy median |x| = (2.5 + 0)/2 beside it")
+  t.ok(r.avg_median == 1 and r.median_form == "lower", "median = lower: avg_median is the lower middle")
+  local d = analysis.Stats{ T = 2, C = 2 }:update(x):result()
+  t.ok(d.avg_kurtosis == d.avg_kurtosis_pearson and d.avg_median == 1.25 and d.kurtosis_form == "pearson" and
+       d.median_form == "mean", "defaults: Pearson kurtosis and numpy median")
+  -- odd count: both medians are the middle value; mask {1,1,0,1} leaves seq 1 = {0, 4}: lower 0
+  local m = analysis.Stats{ T = 2, C = 2, median = "lower" }:update(x, nil, I2({ 1, 1, 0, 1 }, 2, 2)):result()
+  t.ok(m.avg_median_lower == 1 and m.avg_median_mean == 2.25, "mask: lower median (2 + 0)/2, numpy (2.5 + 2)/2")
+  local o = analysis.Stats{ T = 3, C = 1, median = "lower" }:update(T3({ 5, -1, 3 }, 1, 3, 1)):result()
+  t.ok(o.avg_median_lower == 3 and o.avg_median_mean == 3, "odd count: both medians are the middle value 3")
+  -- small σ: the eps dominates
+  local small = analysis.Stats{ T = 2, C = 2 }:update(T3({ 1 / 128, 2 / 128, 3 / 128, 4 / 128 }, 1, 2, 2)):result()
+  t.near(small.avg_kurtosis_qt_code, 2.5625 / (25 / 9 + 1e-6 * 2 ^ 28), 1e-12, "σ ≈ 0.01: QT's form = 0.00944829")
+  t.near(small.avg_kurtosis_pearson, 0.9225, 1e-12, "σ ≈ 0.01: the Pearson form is scale-free (0.9225)")
+  -- constant sequence
+  local c = analysis.Stats{ T = 2, C = 2 }:update(T3({ 1, 2, 3, 4, 2, 2, 2, 2 }, 2, 2, 2)):result()
+  t.near(c.avg_kurtosis_pearson, 0.9225, 1e-12, "constant sequence: skipped by the Pearson form")
+  t.near(c.avg_kurtosis_qt_code, 2.5625 / (25 / 9 + 1e-6) / 2, 1e-12, "constant sequence: QT's form counts it as 0")
+  t.is(c.nseq_kurtosis, 1, "nseq_kurtosis counts the sequences of the reported form")
+  -- the Lua references
+  t.near(analysis.ref.kurtosis({ 1, 2, 3, 4 }, 1e-6), 2.5625 / (25 / 9 + 1e-6), 1e-15, "ref.kurtosis(xs, 1e-6) = QT's form")
+  t.is(analysis.ref.median_abs({ 1, -2, 3, 4 }, true), 2, "ref.median_abs(xs, true) = lower middle")
+  t.throws(function() analysis.Stats{ T = 2, C = 2, kurtosis = "excess" } end, "kurtosis must be one of pearson, qt_code",
+    "an unknown kurtosis form lists the valid ones")
+  t.throws(function() analysis.Stats{ T = 2, C = 2, median = "upper" } end, "median must be one of lower, mean",
+    "an unknown median form lists the valid ones")
+end
+
 -- ------------------------------------------------------------------ 3. by token and category
 -- x (1, 4, 2) with ids {5, 1, 2, 5}: token 0 (id 5) and token 3 (id 5) carry one 1000 each,
 -- token 1 (id 1) two 1000s; everything else 1. mean|x| = (4·1000 + 4)/8 = 500.5;
@@ -169,17 +214,21 @@ do
   t.is(r.top[2].abs, 55, "global top-2 is the planted 55 (seq 5)")
   t.is(r.top[2].seq, 5, "global top-2 at seq 5")
   -- slow reference for the per-sequence metrics
-  local ks, ms, tops = 0, 0, { 0, 0, 0, 0 }
+  local ks, kq, ms, ml, tops = 0, 0, 0, 0, { 0, 0, 0, 0 }
   for bb = 0, B - 1 do
     local xs = {}
     for j = 0, T * C - 1 do xs[#xs + 1] = big.data[bb * T * C + j] end
     ks = ks + analysis.ref.kurtosis(xs)
+    kq = kq + analysis.ref.kurtosis(xs, 1e-6)
     ms = ms + analysis.ref.median_abs(xs)
+    ml = ml + analysis.ref.median_abs(xs, true)
     local tk = analysis.ref.topk_abs(xs, 4)
     for i = 1, 4 do tops[i] = tops[i] + tk[i] end
   end
   t.ok(rel(r.avg_kurtosis, ks / B) < 1e-12, "kurtosis matches the Lua reference", r.avg_kurtosis .. " vs " .. ks / B)
   t.ok(rel(r.avg_median, ms / B) < 1e-7, "median matches the Lua reference")
+  t.ok(rel(r.avg_kurtosis_qt_code, kq / B) < 1e-12, "QT-code kurtosis matches the Lua reference")
+  t.ok(rel(r.avg_median_lower, ml / B) < 1e-7, "lower median matches the Lua reference")
   t.ok(rel(r.avg_topk[3], tops[3] / B) < 1e-7, "top-3rd matches the Lua reference")
   -- two-pass dataset-level rule: μ, σ from a first pass, then fixed in the second
   local first = analysis.Stats{ T = T, C = C }:update(big)
@@ -253,6 +302,9 @@ do
   local r = st:result()
   t.ok(math.abs(r.avg_topk[1] - 2.3) < 1e-7 and math.abs(r.avg_topk[2] - 1.7) < 1e-7, "attention top-2 = 2.3, 1.7")
   t.ok(math.abs(r.avg_median - 0.9) < 1e-7, "attention median = 0.9")
+  t.ok(math.abs(r.avg_median_lower - 0.6) < 1e-7, "attention lower median = 0.6 (of .1,.1,.6,1.2,1.7,2.3)")
+  t.ok(math.abs(analysis.AttnStats{ tau = 1.5, median = "lower" }:update(A, ids):result().avg_median - 0.6) < 1e-7,
+       "AttnStats median = lower: avg_median = 0.6")
   t.ok(r.per_head[1].count == 1 and math.abs(r.per_head[1].score_mean - 2.3) < 1e-7 and r.per_head[2].count == 1,
        "per head: one outlier each, head 0 score 2.3")
   t.ok(r.by_position[0] == 1 and r.by_position[1] == 1 and r.by_category.initial == 1 and r.by_category.weak == 1,
@@ -316,6 +368,12 @@ end
 do
   local sm = analysis.summarize{ { avg_max_inf_norm = 3, avg_kurtosis = 2 }, { avg_max_inf_norm = 7, avg_kurtosis = 4 } }
   t.ok(sm.max_inf_norm == 7 and sm.avg_kurtosis == 3, "max inf norm = max over tensors; avg kurtosis = mean")
+  local two = { { avg_max_inf_norm = 3, avg_kurtosis = 2, avg_kurtosis_pearson = 2, avg_kurtosis_qt_code = 1 },
+                { avg_max_inf_norm = 7, avg_kurtosis = 4, avg_kurtosis_pearson = 4, avg_kurtosis_qt_code = 2 } }
+  local sq = analysis.summarize(two, { kurtosis = "qt_code" })
+  t.ok(sq.avg_kurtosis == 1.5 and sq.avg_kurtosis_pearson == 3 and sq.avg_kurtosis_qt_code == 1.5,
+       "summarize(list, {kurtosis = qt_code}): mean of QT's form, both forms returned")
+  t.throws(function() analysis.summarize(two, { kurtosis = "nope" }) end, "kurtosis must be one of", "summarize: unknown form")
 end
 
 return t.done()

@@ -51,6 +51,9 @@ function M.dropout(self, x, p, site)
   if not self._train_now or not p or p == 0 then return x end
   return x:dropout(p, self._drop_base + site)
 end
+-- Sites: 0 embeddings, 2l+1 and 2l+2 the residual branches of layer l; the attention
+-- probabilities of layer l (the attention spec's dropout = p) use ATTN_DROP_SITE + l.
+M.ATTN_DROP_SITE = 1000000
 
 -- ---------------------------------------------------------------- self-attention sublayer
 -- Attention(ctx, name, cfg, {causal=, bias=, rope=}) — q, k, v projections, the attention
@@ -95,7 +98,10 @@ function Attention:forward(x, P, l, pad_mask)
   if P then P("q", l, q); P("k", l, k); P("v", l, v) end
   k, v = M.repeat_kv(k, NH), M.repeat_kv(v, NH)
   local aprobe = P and function(name, t) P(name, l, t) end or nil
-  local y = self.attn:forward(q, k, v, x, { causal = self.causal, pad_mask = pad_mask, probe = aprobe })
+  -- drop_base is set by Model:begin_forward in training forwards only (nil: no dropout)
+  local dseed = self.drop_base and self.drop_base + M.ATTN_DROP_SITE + l or nil
+  local y = self.attn:forward(q, k, v, x, { causal = self.causal, pad_mask = pad_mask, probe = aprobe,
+                                           dropout_seed = dseed })
   if P then P("attn_head_out", l, y) end
   local out = self.o:forward(M.merge_heads(y, B, T, NH, HD))
   if P then P("attn_out", l, out) end
@@ -207,6 +213,17 @@ function Model:begin_forward(opts)
     local step = opts.step or self.nforward
     self._drop_base = (self.cfg.seed or 1234) * 1000003 + step * 7919 * 4096
   end
+  -- hand the seed base to the attention sublayers (attention-probability dropout)
+  if not self._attn_layers then
+    self._attn_layers = {}
+    local function walk(m)
+      if getmetatable(m) == Attention then self._attn_layers[#self._attn_layers + 1] = m end
+      for _, c in ipairs(m._children or {}) do walk(c) end
+    end
+    walk(self)
+  end
+  local base = self._train_now and self._drop_base or nil
+  for _, a in ipairs(self._attn_layers) do a.drop_base = base end
 end
 
 function Model:dropout(x, p, site) return M.dropout(self, x, p, site) end
