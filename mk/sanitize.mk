@@ -8,9 +8,11 @@ SAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sa
 SAN_CFLAGS = $(filter-out -O3,$(CFLAGS)) $(SAN_FLAGS)
 SAN_OBJ   := $(patsubst engine/%.c,$(SAN_DIR)/obj/%.o,$(ENGINE_SRC))
 SAN_CTESTS := $(patsubst tests/c/%.c,$(SAN_DIR)/build/tests/%.t,$(wildcard tests/c/*.c))
-# a copy, not links: some tests copy or edit the tree they run in
+# a copy, not links: some tests copy or edit the tree they run in; SAN_TOP are the top-level
+# names the copy replaces (removed whole, so nothing is ever removed through a link)
 SAN_COPY  := $(wildcard lua engine tests experiments plots examples docs bench scripts mk .ci data/README.md \
                README.md Makefile Containerfile .dockerignore)
+SAN_TOP   := $(sort $(foreach f,$(SAN_COPY),$(firstword $(subst /, ,$(f)))))
 # LuaJIT, Open MPI and OpenBLAS are not ours and keep memory to the end: leaks are not reported
 SAN_ENV   := ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
@@ -33,8 +35,8 @@ $(SAN_DIR)/build/tests/%.t: tests/c/%.c tests/c/tap.h $(wildcard tests/fuzz/*.[c
 
 sanitize-build: all
 	@flock build/.lock $(MAKE) --no-print-directory $(SAN_DIR)/bin/outlierlab $(SAN_CTESTS)
-	@cd $(SAN_DIR) && rm -rf $(SAN_COPY)
-	@tar -cf - $(SAN_COPY) | tar -xf - -C $(SAN_DIR)
+	@cd $(SAN_DIR) && rm -rf $(SAN_TOP)
+	@set -o pipefail; tar -cf - $(SAN_COPY) | tar -xf - -C $(SAN_DIR)
 
 check-sanitize: sanitize-build
 	cd $(SAN_DIR) && $(SAN_ENV) prove --exec 'sh tests/exec.sh' $(PROVE_FLAGS) \
