@@ -13,7 +13,7 @@
 -- no window between creating the lock and naming its owner. The file holds the owner's pid
 -- and host for messages only. A lock directory of older versions (".lock/" with a "pid"
 -- file) is taken over when its pid is dead, or when it has no pid after a grace period
--- (10 s; $OUTLIERLAB_LOCK_GRACE seconds if set).
+-- (5 s: the window it covers is a few milliseconds; $OUTLIERLAB_LOCK_GRACE seconds if set).
 local ffi = require "ffi"
 
 local M = {}
@@ -129,7 +129,7 @@ end
 -- ("pid 123 on host"), or raises an error when the lock cannot be created at all.
 function M.try_lock(path, opts)
   opts = opts or {}
-  local grace = opts.grace or tonumber(os.getenv("OUTLIERLAB_LOCK_GRACE") or "") or 10
+  local grace = opts.grace or tonumber(os.getenv("OUTLIERLAB_LOCK_GRACE") or "") or 5
   for _ = 1, 5 do   -- retries after taking over an old lock, or when the file was replaced
     if is_dir(path) then
       local removed, pid = old_lock_dir(path, grace)
