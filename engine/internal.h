@@ -112,6 +112,7 @@ int64_t ol__numel(int32_t ndim, const int64_t *shape);
 enum { OL_PROF_MATMUL = 0, OL_PROF_BACKWARD = 1, OL_PROF_ATTENTION_BWD = 2, OL_PROF_N = 3 };
 extern int g_prof_on;
 void ol__prof_add(int what, double seconds);
+void ol__zero(float *p, int64_t n);   /* parallel memset of n floats (core.c) */
 
 /* OpenMP: parallelise loops with at least this many elements of work. */
 #define OL_PAR_MIN 32768

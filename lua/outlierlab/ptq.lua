@@ -200,7 +200,9 @@ end
 
 -- ---------------------------------------------------------------- outlier statistics
 -- Streams the probe points over n batches: per (point, layer) the per-sequence max |x| and
--- Pearson kurtosis averaged over sequences; summary as QT's tables (analysis.summarize).
+-- kurtosis averaged over sequences; summary as QT's tables (analysis.summarize). o.kurtosis =
+-- "pearson" (default) | "qt_code" (QT's μ₄/(σ⁴ + 1e-6)), o.median = "mean" (default) | "lower"
+-- (torch.median, SO's code): docs/METRICS.md.
 -- Returns { max_inf_norm, avg_kurtosis, n, per = { {point, layer, max_inf_norm, kurtosis,
 -- topk = {3 values}, median} } }.
 function M.outlier_stats(ctx, m, o)
@@ -214,7 +216,7 @@ function M.outlier_stats(ctx, m, o)
       if not s then
         local nd = x.ndim
         s = analysis.Stats{ T = x:size(nd - 2), C = x:size(nd - 1), V = 0, topk = o.topk or 3,
-                            rule = analysis.rule{ kind = "none" } }
+                            rule = analysis.rule{ kind = "none" }, kurtosis = o.kurtosis, median = o.median }
         L.stats[layer] = s
       end
       s:update_batch(x, batch)
@@ -431,7 +433,9 @@ M.QT_POINTS = { bert = { "ffn_out", "ln1", "ln2" }, opt = { "h", "ffn_out", "att
 function M.qt_row(spec, handle, family, o)
   local ctx, m, L = M.load(spec, handle)
   local fp = M.evaluate(ctx, m, { metric = L.metric, loader = L.val, n = o.n_eval })
-  local st = M.outlier_stats(ctx, m, { loader = L.val, n = o.n_stats or o.n_eval, points = M.QT_POINTS[family] })
+  -- QT's own code's kurtosis μ₄/(σ⁴ + 1e-6) where the paper's numbers are compared (docs/METRICS.md)
+  local st = M.outlier_stats(ctx, m, { loader = L.val, n = o.n_stats or o.n_eval, points = M.QT_POINTS[family],
+                                       kurtosis = o.kurtosis or "qt_code" })
   local q = M.w8a8(ctx, m, { metric = L.metric, loader = L.val, n = o.n_eval, calib_loader = L.calib,
                              n_calib = o.n_calib or 16, wbits = o.wbits or 8, abits = o.abits or 8,
                              weight_range = o.weight_range, estimator = o.estimator, percentile = o.percentile })
