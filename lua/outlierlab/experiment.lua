@@ -210,7 +210,12 @@ function Run:model(spec, trainer)
   self:log("model %s: %s", hash, resumed and "resuming from its checkpoint" or "training")
   local t0 = progress.now()
   local ok, info = pcall(trainer, dir, ckpt)
-  if lead then os.execute("rm -rf '" .. dir .. "/.lock'") end
+  -- the lock is released only after done.lua is written (a waiting run then finds the model
+  -- done), or now when there will be no done.lua
+  local function unlock()
+    if lead and self._locks and self._locks[dir] then self._locks[dir]:release(); self._locks[dir] = nil end
+  end
+  if not ok or type(info) ~= "table" or info.stopped_by_signal then unlock() end
   if not ok then error(info, 0) end
   if type(info) ~= "table" then error("run:model: the trainer must return a table (training facts)", 2) end
   if info.stopped_by_signal then
@@ -222,6 +227,7 @@ function Run:model(spec, trainer)
   info.train_seconds = (info.train_seconds or 0) + (progress.now() - t0)
   info.resumed = resumed
   if lead then save_data(dir .. "/done.lua", info) end
+  unlock()
   if dist.size() > 1 then dist.barrier() end   -- done.lua is there before any rank reads it
   return { dir = dir, ckpt = ckpt, info = info, cached = false, hash = hash }
 end

@@ -362,7 +362,9 @@ end
 function M.train(run, spec)
   local E = require "outlierlab.experiment"
   if spec.batch.kind ~= "image" then return E.train_model(run, spec) end
+  E.check_run(spec)   -- sizes and recipe, before the cache lock (outlierlab.bounds)
   return run:model(spec, function(dir, ckpt)
+    E.check_memory(spec)
     local models = require "outlierlab.models"
     local train = require "outlierlab.train"
     local ctx = ol.Context{ seed = spec.seed }
