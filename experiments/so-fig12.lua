@@ -1,18 +1,51 @@
 -- SO Fig. 12 — training loss of GPT-2 with each attention variant.
 --
--- Method (SO §5, Fig. 12): the six GPT-2-style models of so-fig11 ((a) default softmax,
--- (b) fixed bias, (c) context-aware bias, (d) attention bias, (e) context-aware scaling,
--- sigmoid attention; same data, recipe and seed) — their per-step training loss, as recorded
--- by the trainer (shared models: nothing is retrained). SO reports that the context-aware
--- scaling factor converges faster early in training. Checked here: mean training loss over
--- the first 20 % of the steps, and over the last 10 %.
+-- Method (SO §5, Fig. 12): the GPT-2-style models of so-fig11 ((a) default softmax, (b) fixed
+-- bias, (c) context-aware bias, (d) attention bias, (e) context-aware scaling, sigmoid
+-- attention; same data and recipe, cfg.n_seeds seeds each) — their per-step training loss, as
+-- recorded by the trainer (shared models: nothing is retrained). SO reports that the
+-- context-aware scaling factor converges faster early in training. Checked here: mean
+-- training loss over the first 20 % of the steps, and over the last 10 %, mean ± sd over the
+-- seeds; a difference counts only beyond the seed spread (outlierlab.seeds).
 local ptq = require "outlierlab.ptq"
+local seeds = require "outlierlab.seeds"
+local figure = require "outlierlab.figure"
 
--- one model per variant; under MPI the variants spread over groups of ranks (run:sweep)
+local FIG = figure.declare{
+  title = "Training loss by attention variant (SO Fig. 12, reproduced; mean over {=n_seeds} seed(s))",
+  dims = {
+    { "variant", long_name = "attention variant", labels = true },
+    { "step", long_name = "optimizer step (1-based)" },
+    { "seed", long_name = "training seed" },
+  },
+  vars = {
+    { "train_loss", dims = { "variant", "step" }, long_name = "training cross-entropy loss per step, mean over seeds", units = "nat" },
+    { "train_loss_per_seed", dims = { "variant", "seed", "step" }, long_name = "training cross-entropy loss per step", units = "nat" },
+    { "running_mean_loss", dims = { "variant", "step" }, long_name = "running mean over the last window steps of the seed-mean training loss", units = "nat" },
+    { "early_loss", dims = { "variant" }, long_name = "mean training loss over the first 20 percent of the steps, mean over seeds", units = "nat", label = "first 20 % of steps" },
+    { "early_loss_sd", dims = { "variant" }, long_name = "mean training loss over the first 20 percent of the steps, sample standard deviation over seeds", units = "nat" },
+    { "early_loss_per_seed", dims = { "variant", "seed" }, long_name = "mean training loss over the first 20 percent of the steps, per seed", units = "nat" },
+    { "late_loss", dims = { "variant" }, long_name = "mean training loss over the last 10 percent of the steps, mean over seeds", units = "nat", label = "last 10 % of steps" },
+    { "late_loss_sd", dims = { "variant" }, long_name = "mean training loss over the last 10 percent of the steps, sample standard deviation over seeds", units = "nat" },
+    { "late_loss_per_seed", dims = { "variant", "seed" }, long_name = "mean training loss over the last 10 percent of the steps, per seed", units = "nat" },
+    { "window", dims = {}, long_name = "steps of the running mean in the figure", units = "1", type = "int" },
+    { "n_seeds", dims = {}, long_name = "training seeds per variant", units = "1", type = "int" },
+  },
+  panels = {
+    { kind = "line", x = "step", series = "variant", y = "running_mean_loss", title = "training loss, running mean over {=window} step(s)",
+      xlabel = "training step", ylabel = "loss (nat)" },
+    { kind = "bars", x = "variant", y = "early_loss", err = "early_loss_sd", values = "%.4f", title = "mean loss over the first 20 % of the steps",
+      ylabel = "loss (nat)", note = "mean ± sd over {=n_seeds} seed(s)" },
+    { kind = "bars", x = "variant", y = "late_loss", err = "late_loss_sd", values = "%.4f", title = "mean loss over the last 10 % of the steps",
+      ylabel = "loss (nat)", note = "mean ± sd over {=n_seeds} seed(s)" },
+  },
+}
+
+-- one model per (variant, seed); under MPI the models spread over groups of ranks (run:sweep)
 local function train(run)
-  return run:sweep(ptq.SO_VARIANTS, function(var)
-    local h = ptq.train(run, ptq.so_spec(run.cfg, var, 1))
-    return { variant = var, losses = h.info.losses, seconds = h.info.train_seconds }
+  return run:sweep(seeds.members(ptq.SO_VARIANTS, run.cfg), function(it)
+    local h = ptq.train(run, ptq.so_spec(run.cfg, it.variant, it.seed))
+    return { variant = it.variant, seed = it.seed, losses = h.info.losses, seconds = h.info.train_seconds }
   end)
 end
 
@@ -23,65 +56,70 @@ local function window_mean(xs, i0, i1)
 end
 
 local function analyze(run)
-  local res = {}
+  local per = {}
+  local ns = 0
   for _, t in ipairs(run.out.train) do
-    local n = #t.losses
-    res[#res + 1] = { variant = t.variant, losses = t.losses, early = window_mean(t.losses, 1, math.max(1, math.floor(0.2 * n))),
-                      late = window_mean(t.losses, n - math.max(1, math.floor(0.1 * n)) + 1, n) }
+    per[t.variant] = per[t.variant] or {}
+    per[t.variant][t.seed] = t.losses
+    ns = math.max(ns, #t.losses)
   end
-  return { variants = res }
-end
-
-local function plot(run)
-  local a = run.out.analyze
-  local nv, ns = #a.variants, #a.variants[1].losses
-  local nc = run:netcdf()
+  local sl = seeds.list(run.cfg)
+  local w = math.max(1, math.floor(ns / 50))   -- the figure's running mean (the raw losses are in the file)
+  local v = { train_loss = {}, train_loss_per_seed = {}, running_mean_loss = {}, early_loss = {}, early_loss_sd = {},
+              early_loss_per_seed = {}, late_loss = {}, late_loss_sd = {}, late_loss_per_seed = {}, window = w, n_seeds = #sl }
   local labels = {}
-  for i, v in ipairs(a.variants) do labels[i] = i - 1 .. " " .. ptq.SO_LABELS[v.variant] end
-  nc:dim("variant", nv, nil, { long_name = "attention variant index: " .. table.concat(labels, ", ") })
+  for vi, var in ipairs(ptq.SO_VARIANTS) do
+    labels[vi] = ptq.SO_LABELS[var]
+    local curves, early, late = {}, {}, {}
+    for k, s in ipairs(sl) do
+      local l = per[var][s]
+      local n = #l
+      curves[k] = l
+      early[k] = window_mean(l, 1, math.max(1, math.floor(0.2 * n)))
+      late[k] = window_mean(l, n - math.max(1, math.floor(0.1 * n)) + 1, n)
+    end
+    local mean = {}
+    for i = 1, ns do
+      local s = 0
+      for k = 1, #sl do s = s + (curves[k][i] or 0 / 0) end
+      mean[i] = s / #sl
+    end
+    local run_mean = {}
+    for i = 1, ns do run_mean[i] = window_mean(mean, i - w + 1, i) end
+    v.train_loss[vi], v.train_loss_per_seed[vi], v.running_mean_loss[vi] = mean, curves, run_mean
+    v.early_loss_per_seed[vi], v.late_loss_per_seed[vi] = early, late
+    v.early_loss[vi], v.early_loss_sd[vi] = seeds.stats(early)
+    v.late_loss[vi], v.late_loss_sd[vi] = seeds.stats(late)
+  end
   local steps = {}
-  for s = 1, ns do steps[s] = s end
-  nc:dim("step", ns, steps, { long_name = "optimizer step (1-based)" })
-  local v, early, late = {}, {}, {}
-  for i, x in ipairs(a.variants) do
-    for s = 1, ns do v[(i - 1) * ns + s] = x.losses[s] end
-    early[i], late[i] = x.early, x.late
-  end
-  nc:var("train_loss", { "variant", "step" }, v, { long_name = "training cross-entropy loss per step", units = "nat", type = "double" })
-  nc:var("early_loss", { "variant" }, early, { long_name = "mean training loss over the first 20 percent of the steps", units = "nat", type = "double" })
-  nc:var("late_loss", { "variant" }, late, { long_name = "mean training loss over the last 10 percent of the steps", units = "nat", type = "double" })
-  nc:close()
-  -- the figure shows a running mean over w steps (the raw losses are in the NetCDF file)
-  local w = math.max(1, math.floor(ns / 50))
-  local blocks = {}
-  for _, x in ipairs(a.variants) do
-    local rows = {}
-    for s = 1, ns do rows[s] = { s, window_mean(x.losses, s - w + 1, s) } end
-    blocks[#blocks + 1] = { columns = { "step", ptq.SO_LABELS[x.variant] }, rows = rows }
-  end
-  run:figure(run.id, "so-fig12", blocks)
+  for i = 1, ns do steps[i] = i end
+  return { coords = { variant = labels, step = steps, seed = sl }, vars = v }
 end
 
 local function summary(run)
-  local a = run.out.analyze
-  local r = {}
-  for _, v in ipairs(a.variants) do r[v.variant] = v end
+  local v = figure.values(FIG, run.out.analyze)
+  local ns = v.n_seeds
+  local idx = {}
+  for i, var in ipairs(ptq.SO_VARIANTS) do idx[var] = i end
+  local function pm(name, var) return seeds.pm_of(v[name][idx[var]], v[name .. "_sd"][idx[var]], ns, "%.4f") end
+  local function per_seed(name, var)
+    local xs = {}
+    for s = 1, ns do xs[s] = v[name .. "_per_seed"](idx[var], s) end
+    return xs
+  end
   local lines = { "| variant | mean loss, first 20 % of steps | mean loss, last 10 % |", "|---|---|---|" }
   for _, var in ipairs(ptq.SO_VARIANTS) do
-    lines[#lines + 1] = string.format("| %s | %.4f | %.4f |", ptq.SO_LABELS[var], r[var].early, r[var].late)
+    lines[#lines + 1] = string.format("| %s | %s | %s |", ptq.SO_LABELS[var], pm("early_loss", var), pm("late_loss", var))
   end
-  -- one seed: a difference below 0.02 nats is within the run-to-run noise -> inconclusive
-  local d = r.ca_scale.early - r.softmax.early
-  local faster
-  if math.abs(d) >= 0.02 then faster = d < 0 end
+  local c = seeds.compare(per_seed("early_loss", "ca_scale"), per_seed("early_loss", "softmax"))
   return {
     paper = "the context-aware scaling factor (e) converges faster than the default attention early in training (GPT-2, Fig. 12)",
-    reproduced = string.format("first 20 %% of steps: ca_scale %.4f vs softmax %.4f (difference %+.4f); last 10 %%: %.4f vs %.4f",
-      r.ca_scale.early, r.softmax.early, r.ca_scale.early - r.softmax.early, r.ca_scale.late, r.softmax.late),
-    holds = faster,
-    notes = table.concat({ table.concat(lines, "\n"), "",
-      "Criterion: ca_scale's mean training loss over the first 20 % of the steps is below the default model's by at least 0.02 nats (above by 0.02: does not hold; in between: inconclusive). One seed per variant, so differences of the order of the step-to-step noise are not significant.",
-      "The figure plots a running mean of the per-step loss; the raw losses are the NetCDF variable train_loss." }, "\n"),
+    reproduced = string.format("first 20 %% of steps: ca_scale %s vs softmax %s (%s); last 10 %%: %s vs %s",
+      pm("early_loss", "ca_scale"), pm("early_loss", "softmax"), seeds.word(c, "lower", "higher"), pm("late_loss", "ca_scale"), pm("late_loss", "softmax")),
+    holds = seeds.verdict{ seeds.outcome(c, -1) },
+    notes = table.concat({ "Mean ± sd over " .. ns .. " seed(s).", "", table.concat(lines, "\n"), "",
+      "Criterion: ca_scale's mean training loss over the first 20 % of the steps is below the default model's beyond the seed spread (holds), above it beyond the spread (does not hold), or within the spread (inconclusive). Seed rule: " .. seeds.RULE .. ".",
+      "The figure plots a running mean of the seed-mean per-step loss; the raw losses are the NetCDF variables train_loss (mean over seeds) and train_loss_per_seed." }, "\n"),
   }
 end
 
@@ -91,6 +129,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 12",
              claim = "The context-aware scaling factor converges faster than the default attention early in training." },
   profiles = ptq.so_profiles(),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", plot } },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
   summary = summary,
 }

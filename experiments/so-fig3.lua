@@ -12,6 +12,7 @@
 local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.analysis"
 local probes = require "outlierlab.probes"
+local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig6: one trained model
 
@@ -19,79 +20,101 @@ local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)
 
 local CATS = analysis.categories   -- initial, delimiter, weak, other
 
+local FIG = figure.declare{
+  title = "Activation outliers in the layer outputs h_l (SO Fig. 3, reproduced; τ = {@tau})",
+  dims = {
+    { "layer", long_name = "transformer layer (0-based)" },
+    { "rank", long_name = "rank of the value among the largest |h| of a sequence (1 = largest)" },
+    { "category", long_name = "token category", labels = true },
+    { "channel", long_name = "hidden dimension (0-based)" },
+  },
+  vars = {
+    { "top_abs", dims = { "layer", "rank" }, long_name = "k-th largest |h| of the layer output per sequence, averaged", units = "1", label = "top-{rank}" },
+    { "median_abs", dims = { "layer" }, long_name = "median |h| of the layer output per sequence, averaged", units = "1", label = "median" },
+    { "outlier_tokens", dims = { "layer" }, long_name = "tokens with an activation outlier (|h| > tau mean|h| of the sequence)", units = "1", type = "int" },
+    { "outlier_tokens_by_category", dims = { "category" }, long_name = "outlier tokens over all layers by token category", units = "1", type = "int" },
+    { "outlier_count_by_channel", dims = { "channel" }, long_name = "activation outlier elements over all layers by hidden dimension", units = "1", type = "int" },
+    { "peak_ratio", dims = {}, long_name = "max over layers of top-1 / median |h|", units = "1" },
+    { "peak_layer", dims = {}, long_name = "layer where the top-1 |h| peaks", units = "1", type = "int" },
+    { "peak_top1", dims = {}, long_name = "top-1 |h| at its peak layer", units = "1" },
+    { "last_top1", dims = {}, long_name = "top-1 |h| of the last layer", units = "1" },
+    { "total_outlier_tokens", dims = {}, long_name = "outlier tokens over all layers", units = "1", type = "int" },
+    { "initial_weak_share", dims = {}, long_name = "share of the outlier tokens at the initial token or weak-semantic tokens (undefined without outliers)", units = "1" },
+    { "outlier_channels", dims = {}, long_name = "hidden dimensions holding at least one outlier element", units = "1", type = "int" },
+    { "top_channel", dims = {}, long_name = "hidden dimension with the most outlier elements (undefined without outliers)", units = "1", type = "int" },
+  },
+  panels = {
+    { kind = "line", x = "layer", y = { "top_abs", "median_abs" }, logy = true, title = "largest and median |h| per layer",
+      xlabel = "layer", ylabel = "|h| (log scale)" },
+    { kind = "bars", x = "layer", y = "outlier_tokens", title = "outlier tokens per layer", xlabel = "layer", ylabel = "outlier tokens",
+      zero_is_empty = true, why_empty = "no outlier token at τ = {@tau} in any layer" },
+    { kind = "bars", x = "category", y = "outlier_tokens_by_category", title = "outlier tokens by category", ylabel = "outlier tokens",
+      values = "%d", zero_is_empty = true, why_empty = "no outlier token at τ = {@tau}" },
+    { kind = "bars", x = "channel", y = "outlier_count_by_channel", title = "outlier elements by hidden dimension", xlabel = "hidden dimension",
+      ylabel = "outlier elements", zero_is_empty = true, why_empty = "no outlier element at τ = {@tau}" },
+  },
+}
+
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
   local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
   local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local C = m.cfg.d_model
   local rule = analysis.rule{ kind = "tau_mean", tau = cfg.tau, scope = "sequence" }
-  local stats = analysis.LayerStats{ T = cfg.seq_len, C = m.cfg.d_model, V = cfg.vocab_size, topk = 3,
+  local stats = analysis.LayerStats{ T = cfg.seq_len, C = C, V = cfg.vocab_size, topk = 3,
                                      rule = rule, category = corpus.category }
   local P = probes.new{ points = { "h" } }
   P:attach("h", stats)
   exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
   local res = stats:result()
-  local out = { layers = {}, top = {}, median = {}, by_category = { 0, 0, 0, 0 }, by_channel = {},
-                tokens = 0, ntok = 0, d_model = m.cfg.d_model, tau = cfg.tau, per_layer_tokens = {} }
-  for c = 1, m.cfg.d_model do out.by_channel[c] = 0 end
+  local layers, top, med, ntok = {}, {}, {}, {}
+  local bycat, bych = { 0, 0, 0, 0 }, {}
+  for c = 1, C do bych[c] = 0 end
+  local total, ratio, peak, peak_l = 0, 0, -1, nil
   for i, l in ipairs(res.layers) do
     local r = res[l]
-    out.layers[i] = l
-    out.top[i] = { r.avg_topk[1], r.avg_topk[2], r.avg_topk[3] }
-    out.median[i] = r.avg_median
-    out.per_layer_tokens[i] = r.outliers.tokens
-    out.tokens = out.tokens + r.outliers.tokens
-    out.ntok = r.ntok
-    for j, cat in ipairs(CATS) do out.by_category[j] = out.by_category[j] + r.outliers.tokens_by_category[cat] end
-    for c = 1, m.cfg.d_model do out.by_channel[c] = out.by_channel[c] + r.outliers.by_channel[c] end
+    layers[i] = l
+    top[i] = { r.avg_topk[1], r.avg_topk[2], r.avg_topk[3] }
+    med[i] = r.avg_median
+    ntok[i] = r.outliers.tokens
+    total = total + r.outliers.tokens
+    ratio = math.max(ratio, r.avg_topk[1] / r.avg_median)
+    if r.avg_topk[1] > peak then peak, peak_l = r.avg_topk[1], l end
+    for j, cat in ipairs(CATS) do bycat[j] = bycat[j] + r.outliers.tokens_by_category[cat] end
+    for c = 1, C do bych[c] = bych[c] + r.outliers.by_channel[c] end
   end
-  return out
-end
-
-local function plot(run)
-  local a = run.out.analyze
-  local nc = run:netcdf()
-  nc:dim("layer", #a.layers, a.layers, { long_name = "transformer layer (0-based)" })
-  nc:dim("rank", 3, { 1, 2, 3 }, { long_name = "rank of the value among the largest |h| of a sequence" })
-  nc:dim("category", 4, nil, { long_name = "token category index: 0 initial, 1 delimiter, 2 weak-semantic, 3 other" })
-  nc:dim("channel", a.d_model, nil, { long_name = "hidden dimension (0-based)" })
-  nc:var("top_abs", { "layer", "rank" }, a.top, { long_name = "k-th largest |h| of the layer output per sequence, averaged", units = "1" })
-  nc:var("median_abs", { "layer" }, a.median, { long_name = "median |h| of the layer output per sequence, averaged", units = "1" })
-  nc:var("outlier_tokens", { "layer" }, a.per_layer_tokens, { long_name = "tokens with an activation outlier (|h| > tau mean|h|)", units = "1", type = "int" })
-  nc:var("outlier_tokens_by_category", { "category" }, a.by_category, { long_name = "outlier tokens over all layers by token category", units = "1", type = "int" })
-  nc:var("outlier_count_by_channel", { "channel" }, a.by_channel, { long_name = "activation outlier elements over all layers by hidden dimension", units = "1", type = "int" })
-  nc:attr("tau", a.tau)
-  nc:close()
-  local rows = {}
-  for i, l in ipairs(a.layers) do rows[i] = { l, a.top[i][1], a.top[i][2], a.top[i][3], a.median[i] } end
-  local crows = {}
-  for j, c in ipairs(CATS) do crows[j] = { c, a.by_category[j] } end
-  local chrows = {}
-  for c = 1, #a.by_channel do chrows[c] = { c - 1, a.by_channel[c] } end
-  run:figure(run.id, "so-fig3", {
-    { columns = { "layer", "top-1", "top-2", "top-3", "median" }, rows = rows },
-    { columns = { "category", string.format("outlier tokens (tau = %g)", a.tau) }, rows = crows },
-    { columns = { "channel", "outlier elements" }, rows = chrows },
-  })
+  local nch, top_ch, best = 0, 0 / 0, 0
+  for c, n in ipairs(bych) do
+    if n > 0 then nch = nch + 1 end
+    if n > best then best, top_ch = n, c - 1 end
+  end
+  return {
+    coords = { layer = layers, rank = { 1, 2, 3 }, category = CATS, channel = C },
+    vars = { top_abs = top, median_abs = med, outlier_tokens = ntok, outlier_tokens_by_category = bycat,
+             outlier_count_by_channel = bych, peak_ratio = ratio, peak_layer = peak_l, peak_top1 = peak,
+             last_top1 = top[#top][1], total_outlier_tokens = total,
+             initial_weak_share = total > 0 and (bycat[1] + bycat[3]) / total or 0 / 0,
+             outlier_channels = nch, top_channel = top_ch },
+    attrs = { tau = cfg.tau },
+  }
 end
 
 local function summary(run)
   local a = run.out.analyze
-  local peak, peak_l, ratio = 0, 0, 0
-  for i, t in ipairs(a.top) do
-    if t[1] > peak then peak, peak_l = t[1], a.layers[i] end
-    ratio = math.max(ratio, t[1] / a.median[i])
-  end
-  local last = a.top[#a.top][1]
-  local share = a.tokens > 0 and (a.by_category[1] + a.by_category[3]) / a.tokens or 0
-  local nch, top_ch = 0, 0
-  for c, n in ipairs(a.by_channel) do if n > 0 then nch = nch + 1 end if n > a.by_channel[top_ch + 1] then top_ch = c - 1 end end
-  local holds = a.tokens > 0 and share > 0.5 and last < peak
+  local v = figure.values(FIG, a)
+  local none = v.total_outlier_tokens == 0
+  local holds   -- without an outlier at this τ there is nothing to locate: inconclusive
+  if not none then holds = v.initial_weak_share > 0.5 and v.last_top1 < v.peak_top1 end
+  local where = none and string.format("no outlier token at τ = %g", a.attrs.tau)
+    or string.format("%d outlier tokens at τ = %g (%.0f %% initial or weak-semantic) in %d channel(s), most in #%d",
+                     v.total_outlier_tokens, a.attrs.tau, 100 * v.initial_weak_share, v.outlier_channels, v.top_channel)
   return {
     paper = "GPT-2 / LLaMA: top-1 |h| in the thousands against a median below 1 from the shallow layers on, vanishing in the last layers; outliers at the initial token and weak-semantic tokens, in a few fixed channels",
-    reproduced = string.format("max over layers of top-1/median = %.1f; top-1 |h| peaks at layer %d (%.3g), last layer %.3g; %d outlier tokens at τ = %g (%.0f %% initial or weak-semantic) in %d channel(s), most in #%d",
-      ratio, peak_l, peak, last, a.tokens, a.tau, 100 * share, nch, top_ch),
+    reproduced = string.format("max over layers of top-1/median = %.1f; top-1 |h| peaks at layer %d (%.3g), last layer %.3g; %s",
+      v.peak_ratio, v.peak_layer, v.peak_top1, v.last_top1, where),
     holds = holds,
-    notes = "Criterion: at least one outlier token at this τ, more than half of them initial or weak-semantic, and the last layer's top-1 below the peak.",
+    notes = "Criterion: at least one outlier token at this τ, more than half of them initial or weak-semantic, and the last layer's top-1 below the peak." ..
+      (none and " No element exceeds τ·mean|h| here (verdict inconclusive): the token and channel panels say so instead of showing empty bars." or ""),
   }
 end
 
@@ -101,6 +124,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 3",
              claim = "Activation outliers in h appear in shallow layers, persist through the middle layers and vanish in the last ones; they sit at the initial token and weak-semantic tokens, in a few fixed channels." },
   profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", plot } },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
   summary = summary,
 }

@@ -13,6 +13,7 @@
 -- last two layers; Fig. 5(b, c) show the per-column detail of those layers.
 local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.analysis"
+local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3/so-fig6/so-table1: one trained model
 
@@ -28,29 +29,6 @@ end
 
 local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
 
-local function analyze(run)
-  local cfg, spec = run.cfg, model_spec(run.cfg)
-  local _, m = exp_runner.load_model(spec, run.out.train)
-  local out = { layers = {}, modules = MODULES, col = {}, row = {}, ext_col = {}, n_out = {}, down_cols = {},
-                down_outlier_cols = {}, d_ff = m.cfg.d_ff, tau_w = cfg.tau_w }
-  for l, blk in exp_runner.blocks(m) do   -- a streamed model loads each layer in turn
-    out.layers[l] = l - 1
-    out.col[l], out.row[l], out.ext_col[l], out.n_out[l] = {}, {}, {}, {}
-    for k, name in ipairs(MODULES) do
-      local r = analysis.weight_stats(module_weight(blk, name), { tau = cfg.tau_w })
-      out.col[l][k] = r.extremal_ratio
-      out.row[l][k] = r.row_extremal_ratio
-      out.ext_col[l][k] = r.extremal_col
-      out.n_out[l][k] = r.n_outliers
-      if name == "down" then
-        out.down_cols[l] = r.col_ratio
-        out.down_outlier_cols[l] = #r.outlier_cols
-      end
-    end
-  end
-  return out
-end
-
 local function median(xs)
   local s = {}
   for i, v in ipairs(xs) do s[i] = v end
@@ -61,82 +39,105 @@ local function median(xs)
   return (s[n / 2] + s[n / 2 + 1]) / 2
 end
 
--- the numbers the verdict and the figure use, computed from the analysis
-local function derive(a)
-  local d = { best = -math.huge, down_best = -math.huge, others = {}, down_layers = {} }
-  local DOWN = #MODULES
-  for l = 1, #a.layers do
-    for k = 1, #MODULES do
-      local v = a.col[l][k]
-      if v > d.best then d.best, d.best_l, d.best_k = v, a.layers[l], MODULES[k] end
-      if k == DOWN then
-        if v > d.down_best then d.down_best, d.down_l = v, a.layers[l] end
-      else
-        d.others[#d.others + 1] = v
-      end
+local FIG_DIMS = {
+  { "layer", long_name = "transformer layer (0-based)" },
+  { "module", long_name = "linear module of the block (attention q, k, v, o projections; SwiGLU gate, up, down projections)", labels = true },
+  { "ff_column", long_name = "column of W_down = input dimension of the down projection (x_down channel, 0-based)" },
+}
+local FIG_VARS = {
+  { "extremal_ratio", dims = { "layer", "module" }, long_name = "extremal ratio: max over columns of (max |W| / mean |W|) within the column", units = "1", label = "{module}" },
+  { "row_extremal_ratio", dims = { "layer", "module" }, long_name = "max over rows of (max |W| / mean |W|) within the row", units = "1" },
+  { "extremal_column", dims = { "layer", "module" }, long_name = "column (input dimension, 0-based) holding the extremal ratio", units = "1", type = "int" },
+  { "weight_outliers", dims = { "layer", "module" }, long_name = "weight outliers: elements with |w_ij| > tau_w times the row mean of |w|", units = "1", type = "int" },
+  { "down_column_ratio", dims = { "layer", "ff_column" }, long_name = "max |W_down| / mean |W_down| within each column of the down projection", units = "1", label = "max|W| / mean|W|" },
+  { "down_above_factor", dims = { "layer" }, long_name = "1 where the layer's W_down ratio exceeds FACTOR times the median ratio of the other modules", units = "1", type = "int" },
+  { "best_ratio", dims = {}, long_name = "largest extremal ratio over all layers and modules", units = "1" },
+  { "best_layer", dims = {}, long_name = "layer of the largest extremal ratio", units = "1", type = "int" },
+  { "best_module", dims = {}, long_name = "module code (coordinate module) of the largest extremal ratio", units = "1", type = "int" },
+  { "down_best_ratio", dims = {}, long_name = "largest W_down extremal ratio", units = "1" },
+  { "down_best_layer", dims = {}, long_name = "layer of the largest W_down extremal ratio", units = "1", type = "int" },
+  { "others_median_ratio", dims = {}, long_name = "median extremal ratio of the other modules (q, k, v, o, gate, up) over all layers", units = "1" },
+  { "down_factor", dims = {}, long_name = "largest W_down ratio divided by the median ratio of the other modules", units = "1" },
+  { "weight_outliers_total", dims = {}, long_name = "weight outliers over all layers and modules", units = "1", type = "int" },
+  { "weight_outliers_down", dims = {}, long_name = "weight outliers in W_down over all layers", units = "1", type = "int" },
+}
+
+local FIG = figure.declare{
+  title = "Weight outliers: extremal ratio per layer and module (SO Fig. 5, reproduced)",
+  dims = FIG_DIMS, vars = FIG_VARS,
+  panels = function(data)
+    local li = 0   -- the layer of the largest W_down ratio, as an index of the layer coordinate
+    for i, l in ipairs(data.coords.layer) do if l == data.vars.down_best_layer then li = i - 1 end end
+    return {
+      { kind = "bars", x = "layer", y = "extremal_ratio", title = "column extremal ratio per layer and module", xlabel = "layer",
+        ylabel = "max over columns of max|W| / mean|W|" },
+      { kind = "heatmap", z = "extremal_ratio", title = "the same, layer × module", xlabel = "module", ylabel = "layer",
+        cblabel = "extremal ratio", values = "%.1f" },
+      { kind = "bars", x = "ff_column", y = "down_column_ratio", at = { layer = li }, title = "W_down of layer {layer} (largest ratio): per column",
+        xlabel = "column of W_down (x_down channel)", ylabel = "max|W| / mean|W| in the column" },
+    }
+  end,
+}
+
+local function analyze(run)
+  local cfg, spec = run.cfg, model_spec(run.cfg)
+  local _, m = exp_runner.load_model(spec, run.out.train)
+  local layers, col, row, ext, nout, down = {}, {}, {}, {}, {}, {}
+  for l, blk in exp_runner.blocks(m) do   -- a streamed model loads each layer in turn
+    layers[l] = l - 1
+    col[l], row[l], ext[l], nout[l] = {}, {}, {}, {}
+    for k, name in ipairs(MODULES) do
+      local r = analysis.weight_stats(module_weight(blk, name), { tau = cfg.tau_w })
+      col[l][k], row[l][k], ext[l][k], nout[l][k] = r.extremal_ratio, r.row_extremal_ratio, r.extremal_col, r.n_outliers
+      if name == "down" then down[l] = r.col_ratio end
     end
   end
-  d.others_median = median(d.others)
-  d.factor = d.down_best / d.others_median
-  for l = 1, #a.layers do
-    if a.col[l][DOWN] > FACTOR * d.others_median then d.down_layers[#d.down_layers + 1] = a.layers[l] end
+  -- the numbers the verdict uses
+  local DOWN = #MODULES
+  local best, best_l, best_k, down_best, down_l = -math.huge, nil, nil, -math.huge, nil
+  local others, total, ndown = {}, 0, 0
+  for l = 1, #layers do
+    for k = 1, DOWN do
+      local v = col[l][k]
+      if v > best then best, best_l, best_k = v, layers[l], k - 1 end
+      if k == DOWN then
+        if v > down_best then down_best, down_l = v, layers[l] end
+        ndown = ndown + nout[l][k]
+      else others[#others + 1] = v end
+      total = total + nout[l][k]
+    end
   end
-  return d
-end
-
-local function plot(run)
-  local a = run.out.analyze
-  local L, K = #a.layers, #MODULES
-  local nc = run:netcdf()
-  nc:dim("layer", L, a.layers, { long_name = "transformer layer (0-based)" })
-  nc:dim("module", K, nil, { long_name = "module index: 0 q_proj, 1 k_proj, 2 v_proj, 3 o_proj, 4 mlp gate_proj, 5 mlp up_proj, 6 mlp down_proj" })
-  nc:dim("ff_column", a.d_ff, nil, { long_name = "column of W_down = input dimension of the down projection (x_down channel, 0-based)" })
-  nc:var("extremal_ratio", { "layer", "module" }, a.col, { long_name = "extremal ratio: max over columns of (max |W| / mean |W|) within the column", units = "1", type = "double" })
-  nc:var("row_extremal_ratio", { "layer", "module" }, a.row, { long_name = "max over rows of (max |W| / mean |W|) within the row", units = "1", type = "double" })
-  nc:var("extremal_column", { "layer", "module" }, a.ext_col, { long_name = "column (input dimension, 0-based) holding the extremal ratio", units = "1", type = "int" })
-  nc:var("weight_outliers", { "layer", "module" }, a.n_out, { long_name = "weight outliers: elements with |w_ij| > tau_w times the row mean of |w|", units = "1", type = "int" })
-  nc:var("down_column_ratio", { "layer", "ff_column" }, a.down_cols, { long_name = "max |W_down| / mean |W_down| within each column of the down projection", units = "1", type = "double" })
-  nc:attr("tau_w", a.tau_w)
-  nc:close()
-  local d = derive(a)
-  -- (a) grouped bars layer × module; (b) heat map of the same; (c) W_down per column at the
-  -- layer with the largest down ratio
-  local rows = {}
-  for l = 1, L do
-    local r = { "layer " .. a.layers[l] }
-    for k = 1, K do r[k + 1] = a.col[l][k] end
-    rows[l] = r
-  end
-  local cols = { "layer" }
-  for k, nm in ipairs(MODULES) do cols[k + 1] = nm end
-  local li
-  for l = 1, L do if a.layers[l] == d.down_l then li = l end end
-  local crows = {}
-  for j, v in ipairs(a.down_cols[li]) do crows[j] = { j - 1, v } end
-  run:figure(run.id, "so-fig5", {
-    { columns = cols, rows = rows },
-    { matrix = a.col },
-    { columns = { "column", string.format("W_down layer %d: max/mean per column", d.down_l) }, rows = crows },
-  })
+  local med = median(others)
+  local above = {}
+  for l = 1, #layers do above[l] = col[l][DOWN] > FACTOR * med and 1 or 0 end
+  return {
+    coords = { layer = layers, module = MODULES, ff_column = m.cfg.d_ff },
+    vars = { extremal_ratio = col, row_extremal_ratio = row, extremal_column = ext, weight_outliers = nout,
+             down_column_ratio = down, down_above_factor = above, best_ratio = best, best_layer = best_l, best_module = best_k,
+             down_best_ratio = down_best, down_best_layer = down_l, others_median_ratio = med, down_factor = down_best / med,
+             weight_outliers_total = total, weight_outliers_down = ndown },
+    attrs = { tau_w = cfg.tau_w, factor = FACTOR },
+  }
 end
 
 local function summary(run)
   local a = run.out.analyze
-  local d = derive(a)
-  local holds = d.best_k == "down" and d.factor >= FACTOR
+  local v = figure.values(FIG, a)
+  local holds = MODULES[v.best_module + 1] == "down" and v.down_factor >= FACTOR
   local lines = { "| layer | " .. table.concat(MODULES, " | ") .. " |", "|---" .. string.rep("|---", #MODULES) .. "|" }
-  for l = 1, #a.layers do
+  local above = {}
+  for l, layer in ipairs(a.coords.layer) do
     local cells = {}
-    for k = 1, #MODULES do cells[k] = string.format("%.2f", a.col[l][k]) end
-    lines[#lines + 1] = "| " .. a.layers[l] .. " | " .. table.concat(cells, " | ") .. " |"
+    for k = 1, #MODULES do cells[k] = string.format("%.2f", v.extremal_ratio(l, k)) end
+    lines[#lines + 1] = "| " .. layer .. " | " .. table.concat(cells, " | ") .. " |"
+    if v.down_above_factor[l] == 1 then above[#above + 1] = tostring(layer) end
   end
-  local nout, ndown = 0, 0
-  for l = 1, #a.layers do for k = 1, #MODULES do nout = nout + a.n_out[l][k] end ndown = ndown + a.n_out[l][#MODULES] end
   return {
     paper = "LLaMA2-7B: weight outliers concentrated in W_down of the second layer and the last two layers (extremal ratio far above every other module)",
-    reproduced = string.format("largest extremal ratio %.2f in %s of layer %d; largest W_down ratio %.2f (layer %d) = ×%.2f the median %.2f of the other modules; W_down above ×%g that median in layer(s) [%s]; %d weight outliers at τ_w = %g (%d in W_down)",
-      d.best, d.best_k, d.best_l, d.down_best, d.down_l, d.factor, d.others_median, FACTOR,
-      table.concat(d.down_layers, ", "), nout, a.tau_w, ndown),
+    reproduced = string.format("largest extremal ratio %.2f in %s of layer %d; largest W_down ratio %.2f (layer %d) = ×%.2f the median %.2f of the other modules; W_down above ×%g that median in %s; %d weight outliers at τ_w = %g (%d in W_down)",
+      v.best_ratio, MODULES[v.best_module + 1], v.best_layer, v.down_best_ratio, v.down_best_layer, v.down_factor, v.others_median_ratio,
+      FACTOR, #above > 0 and ("layer(s) " .. table.concat(above, ", ")) or "no layer", v.weight_outliers_total, a.attrs.tau_w,
+      v.weight_outliers_down),
     holds = holds,
     notes = table.concat({
       string.format("Criterion: the largest column extremal ratio (max over columns of max|W|/mean|W| in the column) over all layers and modules is in a down-projection, and the largest W_down ratio is at least ×%g the median ratio of the other modules (q, k, v, o, gate, up over all layers).", FACTOR),
@@ -156,6 +157,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 5",
              claim = "Weight outliers (columns whose largest |w| is far above the column mean) sit in the MLP down-projection W_down of a few shallow and deep layers." },
   profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau_w = 5 }, default = { tau_w = 5 }, paper = { tau_w = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", plot } },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
   summary = summary,
 }

@@ -30,6 +30,7 @@
 local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.analysis"
 local probes = require "outlierlab.probes"
+local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3/so-fig5/so-fig6: one trained model
 
@@ -53,6 +54,71 @@ local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)
 
 local function tau_rule(tau) return analysis.rule{ kind = "tau_mean", tau = tau, scope = "sequence" } end
 local function nan_if_nil(v) if v == nil then return 0 / 0 end return v end
+
+local FIG = figure.declare{
+  title = "Consistency between outlier types (SO Table 1, reproduced; τ_h = {@tau_h}, τ_x = {@tau_x}, τ_att = {@tau_att}, τ_w = {@tau_w})",
+  dims = {
+    { "row", long_name = "pair of outlier types (rows 0-3: SO Table 1; 4: row 3 with the code's attention rule; 5, 6: x_down against attention)", labels = true },
+    { "tau", long_name = "activation outlier threshold tau of the sweep (|x| > tau mean|x| per sequence)" },
+    { "layer", long_name = "transformer layer (0-based)" },
+  },
+  vars = {
+    { "consistency", dims = { "row" }, long_name = "consistency |type1 and type2| / |type1| (undefined: no type-1 outliers)", units = "1", label = "reproduced" },
+    { "consistency_reverse", dims = { "row" }, long_name = "reverse fraction |type1 and type2| / |type2| (feature rows; x_down vs h: over h outlier tokens)", units = "1" },
+    { "paper_consistency", dims = { "row" }, long_name = "SO Table 1 consistency (LLaMA2-7B; undefined: row not in the paper)", units = "1", label = "SO Table 1" },
+    { "chance_level", dims = { "row" }, long_name = "consistency random positions or channels would give (fraction of weight-outlier dims, h-outlier tokens, attention-outlier keys)", units = "1", label = "chance" },
+    { "n_terms", dims = { "row" }, long_name = "terms averaged: activation-outlier channels (feature rows), samples x layers (x_down vs h), samples x heads x layers (attention rows)", units = "1", type = "int" },
+    { "h_outlier_tokens", dims = { "tau" }, long_name = "activation outlier tokens in h summed over layers and sequences", units = "1", type = "int", label = "h" },
+    { "x_down_outlier_tokens", dims = { "tau" }, long_name = "activation outlier tokens in x_down summed over layers and sequences", units = "1", type = "int", label = "x_down" },
+    { "overlap_h_attention", dims = { "tau" }, long_name = "overlap of h outlier tokens with attention outlier keys per head (tau_att rule; undefined without h outliers)", units = "1", label = "h ~ A" },
+    { "overlap_x_down_attention", dims = { "tau" }, long_name = "overlap of x_down outlier tokens with attention outlier keys per head (tau_att rule; undefined without x_down outliers)", units = "1", label = "x_down ~ A" },
+    { "overlap_h_attention_by_layer", dims = { "layer" }, long_name = "overlap of h outlier tokens with attention outlier keys (tau_h, tau_att) per layer; undefined without h outliers", units = "1" },
+    { "w_down_outlier_columns", dims = { "layer" }, long_name = "W_down columns holding a weight outlier (|w| > tau_w row mean)", units = "1", type = "int" },
+    { "x_down_outlier_channels", dims = { "layer" }, long_name = "x_down channels holding an activation outlier (tau_x)", units = "1", type = "int" },
+    { "h_outlier_channels", dims = { "layer" }, long_name = "h channels holding an activation outlier (tau_h)", units = "1", type = "int" },
+    { "percentile_x_down", dims = {}, long_name = "mean percentile rank of the x_down outlier channels among their W_down column extremal ratios (undefined without outliers)", units = "1" },
+    { "percentile_h", dims = {}, long_name = "mean percentile rank of the h outlier channels among the W_down row ratios, max over layers (undefined without outliers)", units = "1" },
+    { "n_sequences", dims = {}, long_name = "held-out sequences analysed", units = "1", type = "int" },
+    { "tokens_per_sequence", dims = {}, long_name = "tokens per held-out sequence", units = "1", type = "int" },
+  },
+  panels = {
+    { kind = "bars", x = "row", y = { "consistency", "paper_consistency", "chance_level" }, title = "consistency per pair of outlier types",
+      ylabel = "consistency (fraction)", values = "%.2f", note = "n/a: undefined (no type-1 outliers, or no number in SO)" },
+    { kind = "line", x = "tau", y = { "overlap_h_attention", "overlap_x_down_attention" }, logx = true,
+      title = "overlap with attention outliers (τ_att = {@tau_att}) over τ", xlabel = "activation threshold τ (|x| > τ·mean|x|)",
+      ylabel = "overlap (fraction)", why_empty = "no activation outlier at any τ of the sweep (down to 2)" },
+    { kind = "line", x = "tau", y = { "h_outlier_tokens", "x_down_outlier_tokens" }, logx = true, logy = true,
+      title = "activation-outlier tokens over τ", note = "τ without outlier tokens not drawn", xlabel = "activation threshold τ (|x| > τ·mean|x|)",
+      ylabel = "outlier tokens (log scale)", why_empty = "no activation outlier token at any τ of the sweep (down to 2)" },
+  },
+}
+
+-- the figure's data from the analysis' numbers
+local function to_data(o)
+  local v = { consistency = {}, consistency_reverse = {}, paper_consistency = {}, chance_level = {}, n_terms = {},
+              h_outlier_tokens = {}, x_down_outlier_tokens = {}, overlap_h_attention = {}, overlap_x_down_attention = {},
+              overlap_h_attention_by_layer = o.rows.h_a.by_layer, w_down_outlier_columns = {}, x_down_outlier_channels = {},
+              h_outlier_channels = {}, percentile_x_down = o.rows.w_x.percentile, percentile_h = o.rows.w_h.percentile,
+              n_sequences = o.nseq, tokens_per_sequence = o.T }
+  local labels, taus, layers = {}, {}, {}
+  for i, r in ipairs(ROWS) do
+    local x = o.rows[r.key]
+    labels[i] = r.label
+    v.consistency[i], v.consistency_reverse[i], v.paper_consistency[i] = x.value, x.reverse, r.paper or 0 / 0
+    v.chance_level[i], v.n_terms[i] = x.chance, x.n
+  end
+  for i, s in ipairs(o.sweep) do
+    taus[i] = s.tau
+    v.h_outlier_tokens[i], v.x_down_outlier_tokens[i] = s.h_tokens, s.x_tokens
+    v.overlap_h_attention[i], v.overlap_x_down_attention[i] = s.h_overlap, s.x_overlap
+  end
+  for l, y in ipairs(o.layers) do
+    layers[l] = y.layer
+    v.w_down_outlier_columns[l], v.x_down_outlier_channels[l], v.h_outlier_channels[l] = y.w_cols, y.x_channels, y.h_channels
+  end
+  return { coords = { row = labels, tau = taus, layer = layers }, vars = v,
+           attrs = { tau_h = o.tau_h, tau_x = o.tau_x, tau_att = o.tau_att, tau_w = o.tau_w } }
+end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
@@ -207,106 +273,60 @@ local function analyze(run)
     local rh, rx = sweep_h[i]:result(), sweep_x[i]:result()
     out.sweep[i] = { tau = tau, h_tokens = cnt_h[i], x_tokens = cnt_x[i], h_overlap = rh.overall, x_overlap = rx.overall }
   end
-  return out
+  return to_data(out)
 end
 
 local function pct(v) if v ~= v then return "undefined" end return string.format("%.0f %%", 100 * v) end
 
-local function largest_tau(a, field)
-  for _, s in ipairs(a.sweep) do if s[field] > 0 then return s.tau end end
-  return nil
-end
-
-local function plot(run)
-  local a = run.out.analyze
-  local nc = run:netcdf()
-  local R, G, L = #ROWS, #a.sweep, a.L
-  local taus, layers = {}, {}
-  for i, s in ipairs(a.sweep) do taus[i] = s.tau end
-  for l = 1, L do layers[l] = l - 1 end
-  nc:dim("row", R, nil, { long_name = "table row: 0 W_down columns vs x_down channels (feature), 1 W_down rows vs h channels (feature), 2 x_down vs h tokens (sequence), 3 h vs attention per head, tau rule (sequence), 4 h vs attention per head, 0.1 T rule, 5 x_down vs attention, tau rule, 6 x_down vs attention, 0.1 T rule" })
-  nc:dim("tau", G, taus, { long_name = "activation outlier threshold tau of the sweep (|x| > tau mean|x| per sequence)" })
-  nc:dim("layer", L, layers, { long_name = "transformer layer (0-based)" })
-  local v, rev, paper, chance, n = {}, {}, {}, {}, {}
-  for i, r in ipairs(ROWS) do
-    local x = a.rows[r.key]
-    v[i], rev[i], paper[i], chance[i], n[i] = x.value, x.reverse, r.paper or 0 / 0, x.chance, x.n
-  end
-  nc:var("consistency", { "row" }, v, { long_name = "consistency |type1 and type2| / |type1| (NaN: no type-1 outliers, undefined)", units = "1", type = "double" })
-  nc:var("consistency_reverse", { "row" }, rev, { long_name = "reverse fraction |type1 and type2| / |type2| (feature rows; x_down vs h: over h outlier tokens)", units = "1", type = "double" })
-  nc:var("paper_consistency", { "row" }, paper, { long_name = "SO Table 1 consistency (LLaMA2-7B; NaN: row not in the paper)", units = "1", type = "double" })
-  nc:var("chance_level", { "row" }, chance, { long_name = "consistency random positions or channels would give (fraction of weight-outlier dims, h-outlier tokens, attention-outlier keys)", units = "1", type = "double" })
-  nc:var("n_terms", { "row" }, n, { long_name = "terms averaged: activation-outlier channels (feature rows), samples x layers (x_down vs h), samples x heads x layers (attention rows)", units = "1", type = "int" })
-  local sh, sx, oh, ox = {}, {}, {}, {}
-  for i, s in ipairs(a.sweep) do sh[i], sx[i], oh[i], ox[i] = s.h_tokens, s.x_tokens, s.h_overlap, s.x_overlap end
-  nc:var("h_outlier_tokens", { "tau" }, sh, { long_name = "activation outlier tokens in h summed over layers and sequences", units = "1", type = "int" })
-  nc:var("x_down_outlier_tokens", { "tau" }, sx, { long_name = "activation outlier tokens in x_down summed over layers and sequences", units = "1", type = "int" })
-  nc:var("overlap_h_attention", { "tau" }, oh, { long_name = "overlap of h outlier tokens with attention outlier keys per head (tau_att rule); NaN undefined", units = "1", type = "double" })
-  nc:var("overlap_x_down_attention", { "tau" }, ox, { long_name = "overlap of x_down outlier tokens with attention outlier keys per head (tau_att rule); NaN undefined", units = "1", type = "double" })
-  local bl, wc, xc, hc = {}, {}, {}, {}
-  for l = 1, L do bl[l] = a.rows.h_a.by_layer[l] wc[l] = a.layers[l].w_cols xc[l] = a.layers[l].x_channels hc[l] = a.layers[l].h_channels end
-  nc:var("overlap_h_attention_by_layer", { "layer" }, bl, { long_name = "overlap of h outlier tokens with attention outlier keys (tau_h, tau_att) per layer; NaN undefined", units = "1", type = "double" })
-  nc:var("w_down_outlier_columns", { "layer" }, wc, { long_name = "W_down columns holding a weight outlier (|w| > tau_w row mean)", units = "1", type = "int" })
-  nc:var("x_down_outlier_channels", { "layer" }, xc, { long_name = "x_down channels holding an activation outlier (tau_x)", units = "1", type = "int" })
-  nc:var("h_outlier_channels", { "layer" }, hc, { long_name = "h channels holding an activation outlier (tau_h)", units = "1", type = "int" })
-  for _, k in ipairs{ "tau_h", "tau_x", "tau_att", "tau_w" } do nc:attr(k, a[k]) end
-  nc:close()
-  local rows = {}
-  for i, r in ipairs(ROWS) do rows[i] = { r.label, 100 * v[i], 100 * paper[i], 100 * chance[i] } end
-  local srows = {}
-  for i, s in ipairs(a.sweep) do srows[i] = { s.tau, 100 * s.h_overlap, 100 * s.x_overlap, s.h_tokens, s.x_tokens } end
-  run:figure(run.id, "so-table1", {
-    { columns = { "pair", "reproduced", "SO Table 1", "chance" }, rows = rows },
-    { columns = { "tau", string.format("h ~ A (tau_att = %g)", a.tau_att), string.format("x_down ~ A (tau_att = %g)", a.tau_att),
-                  "h outlier tokens", "x_down outlier tokens" }, rows = srows },
-  })
-end
-
 local function summary(run)
   local a = run.out.analyze
+  local v = figure.values(FIG, a)
+  local at = a.attrs
   local lines = { "| outlier type 1 | outlier type 2 | dimension | SO Table 1 | reproduced | reverse | chance | terms |", "|---|---|---|---|---|---|---|---|" }
   local undefined, ok = {}, true
   for i, r in ipairs(ROWS) do
-    local x = a.rows[r.key]
     lines[#lines + 1] = string.format("| %s | %s | %s | %s | %s | %s | %s | %d |", r.type1, r.type2, r.dim,
-      r.paper and string.format("%.0f %%", 100 * r.paper) or "—", pct(x.value), pct(x.reverse), pct(x.chance), x.n)
+      r.paper and pct(v.paper_consistency[i]) or "—", pct(v.consistency[i]), pct(v.consistency_reverse[i]), pct(v.chance_level[i]), v.n_terms[i])
     if i <= PAPER_ROWS then
-      if x.value ~= x.value then undefined[#undefined + 1] = r.label
-      elseif not (x.value >= MIN_CONSISTENCY and x.value > x.chance) then ok = false end
+      local x = v.consistency[i]
+      if x ~= x then undefined[#undefined + 1] = r.label
+      elseif not (x >= MIN_CONSISTENCY and x > v.chance_level[i]) then ok = false end
     end
   end
   local sweep = { "| τ | h outlier tokens | x_down outlier tokens | h ~ A overlap | x_down ~ A overlap |", "|---|---|---|---|---|" }
-  for _, s in ipairs(a.sweep) do
-    sweep[#sweep + 1] = string.format("| %g | %d | %d | %s | %s |", s.tau, s.h_tokens, s.x_tokens, pct(s.h_overlap), pct(s.x_overlap))
+  local th, tx
+  for i, tau in ipairs(a.coords.tau) do
+    sweep[#sweep + 1] = string.format("| %g | %d | %d | %s | %s |", tau, v.h_outlier_tokens[i], v.x_down_outlier_tokens[i],
+      pct(v.overlap_h_attention[i]), pct(v.overlap_x_down_attention[i]))
+    if not th and v.h_outlier_tokens[i] > 0 then th = tau end
+    if not tx and v.x_down_outlier_tokens[i] > 0 then tx = tau end
   end
-  local th, tx = largest_tau(a, "h_tokens"), largest_tau(a, "x_tokens")
   local function from(t) return t and string.format("τ = %g", t) or "no τ of the sweep (down to 2)" end
   local where = string.format("Largest τ of the sweep at which activation outliers exist: %s for h, %s for x_down%s.",
     from(th), from(tx), ((th or 0) >= 1000 and (tx or 0) >= 1000) and "" or "; at SO's τ = 1000 at least one of them has none, so that row is undefined at the paper's threshold")
   local holds
   if #undefined == 0 then holds = ok end
-  local r = a.rows
+  local c, ch = v.consistency, v.chance_level
   return {
     paper = "LLaMA2-7B: W_down ~ x_down (feature) 100 %, W_down ~ h (feature) 100 %, x_down ~ h (sequence) 100 %, h ~ attention (sequence) 95 %",
     reproduced = string.format("W_down ~ x_down %s, W_down ~ h %s, x_down ~ h %s, h ~ A %s (code rule %s) at τ_h = %g, τ_x = %g, τ_att = %g, τ_w = %g; chance %s / %s / %s / %s",
-      pct(r.w_x.value), pct(r.w_h.value), pct(r.x_h.value), pct(r.h_a.value), pct(r.h_a_code.value), a.tau_h, a.tau_x, a.tau_att, a.tau_w,
-      pct(r.w_x.chance), pct(r.w_h.chance), pct(r.x_h.chance), pct(r.h_a.chance)),
+      pct(c[1]), pct(c[2]), pct(c[3]), pct(c[4]), pct(c[5]), at.tau_h, at.tau_x, at.tau_att, at.tau_w, pct(ch[1]), pct(ch[2]), pct(ch[3]), pct(ch[4])),
     holds = holds,
     notes = table.concat({
       string.format("Criterion: each of Table 1's four rows is defined (its type-1 set is not empty at this τ), at least %.0f %% and above its chance level. An undefined row makes the verdict inconclusive.%s",
         100 * MIN_CONSISTENCY, #undefined > 0 and (" Undefined here: " .. table.concat(undefined, "; ") .. " (no activation outliers at this τ).") or ""),
       "",
       string.format("Over %d held-out sequences of %d tokens; activation rule |x| > τ·mean|x| per sequence with τ_h = %g (h), τ_x = %g (x_down); attention rule Â_j > τ_att·mean Â per head with τ_att = %g (and the code's Â_j ≥ 0.1·T, per head); weight rule |w_ij| > τ_w·row-mean with τ_w = %g. h_ℓ is paired with A_ℓ (shift 0). The feature rows use the activation set as denominator; \"reverse\" is |W ∩ A| / |W|.",
-        a.nseq, a.T, a.tau_h, a.tau_x, a.tau_att, a.tau_w),
+        v.n_sequences, v.tokens_per_sequence, at.tau_h, at.tau_x, at.tau_att, at.tau_w),
       "",
       table.concat(lines, "\n"),
       "",
       string.format("Scale-free check of the feature rows (no τ_w): mean percentile rank of the activation-outlier channels among their W_down's column extremal ratios: %s for x_down; among the W_down row ratios (max over layers): %s for h. 50 %% = no relation, 100 %% = they are the most extreme weight columns/rows.",
-        pct(r.w_x.percentile), pct(r.w_h.percentile)),
+        pct(v.percentile_x_down), pct(v.percentile_h)),
       "",
       where,
       "",
-      string.format("τ sweep of the activation rule (attention rule fixed at τ_att = %g):", a.tau_att),
+      string.format("τ sweep of the activation rule (attention rule fixed at τ_att = %g):", at.tau_att),
       "",
       table.concat(sweep, "\n"),
     }, "\n"),
@@ -323,6 +343,6 @@ return {
     default = { tau_h = 10, tau_x = 100, tau_att = 10, tau_w = 5 },
     paper = { tau_h = 1000, tau_x = 1000, tau_att = 1000, tau_w = 1000 },
   }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", plot } },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
   summary = summary,
 }

@@ -94,7 +94,8 @@ local function save_data(path, v) plot.write_atomic(path, M.serialize(v)) end
 -- files listed here, which only write, draw, list or print results and cannot change a
 -- number that is cached. Computed once per process (docs/EXPERIMENTS.md, "Caching").
 M.CODE_EXCLUDE = { ["plot.lua"] = true, ["results.lua"] = true, ["slurm.lua"] = true, ["gallery.lua"] = true,
-                   ["history.lua"] = true, ["tap.lua"] = true, ["progress.lua"] = true, ["cli.lua"] = true }
+                   ["history.lua"] = true, ["tap.lua"] = true, ["progress.lua"] = true, ["cli.lua"] = true,
+                   ["figure.lua"] = true }
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 

@@ -13,17 +13,42 @@ os.remove(tmp)
 os.execute("mkdir -p " .. tmp)
 local base = "bin/outlierlab run experiments/%s.lua --profile=quick --out=" .. tmp .. "/results --cache=" .. tmp .. "/cache"
 
--- what each figure's file must hold
+-- what each figure's file must hold (categorical coordinates carry their labels as CF flags)
 local expect = {
   ["qt-fig1"] = { "int outlier_count_by_channel(layer, channel)", "int outlier_count_by_category(layer, category)",
-                  "double delimiter_share(layer)" },
-  ["qt-fig2"] = { "float attention_probs(query, key)", "float values(key, head_dim)", "float output(query, head_dim)" },
-  ["so-fig3"] = { "float top_abs(layer, rank)", "float median_abs(layer)", "int outlier_tokens_by_category(category)",
-                  "int outlier_count_by_channel(channel)" },
+                  "double delimiter_share(layer)", "double max_abs_sigma(layer)", "int n_tokens ;",
+                  'category:flag_meanings = "initial delimiter weak other" ;' },
+  ["qt-fig2"] = { "double attention_probs(query, key)", "double values(key, head_dim)", "double output(query, head_dim)",
+                  "int outlier_head ;", "double value_norm_delimiter ;" },
+  ["qt-fig3"] = { "int outlier_count(patch_row, patch_col)", "double attention_enrichment(head)", "int example_image(y, x, channel)",
+                  'patch_set:flag_meanings = "background border_ring" ;', "int total_outlier_elements ;" },
+  ["so-fig3"] = { "double top_abs(layer, rank)", "double median_abs(layer)", "int outlier_tokens_by_category(category)",
+                  "int outlier_count_by_channel(channel)", "double initial_weak_share ;" },
+  ["so-fig5"] = { "double extremal_ratio(layer, module)", "double down_column_ratio(layer, ff_column)",
+                  'module:flag_meanings = "q k v o gate up down" ;' },
   ["so-fig6"] = { "int attention_outliers(layer)", "int attention_outliers_by_head(layer, head)",
-                  "int attention_outliers_by_category(category)" },
-  ["emergence"] = { "double max_inf_norm(variant, step)", "double avg_kurtosis(variant, step)" },
+                  "int attention_outliers_by_category(category)", "double initial_weak_share ;" },
+  ["so-table1"] = { "double consistency(row)", "double chance_level(row)", "int h_outlier_tokens(tau)", "double overlap_h_attention(tau)" },
+  ["emergence"] = { "double max_inf_norm(variant, step)", "double avg_kurtosis(variant, step)",
+                    "double max_inf_norm_per_seed(variant, seed, step)", "int n_seeds ;" },
 }
+-- a share of zero outliers is undefined (fill value), and the summary says there are none
+local undefined_without = {
+  ["qt-fig1"] = { count = "outlier_count", share = "delimiter_share" },
+  ["so-fig3"] = { count = "total_outlier_tokens", share = "initial_weak_share", none = "no outlier token", never = { "most in #", "0 % initial" } },
+  ["so-fig6"] = { count = "total_outliers", share = "initial_weak_share", none = "no attention outlier key", never = { "0 % initial" } },
+}
+-- the figures whose summaries say undefined numbers in words
+local declared = {}
+for _, id in ipairs({ "qt-fig1", "qt-fig2", "qt-fig3", "qt-table1", "qt-table2", "so-fig3", "so-fig5", "so-fig6", "so-fig11",
+                      "so-fig12", "so-table1", "so-table3", "emergence" }) do declared[id] = true end
+-- the comparisons between variants state the seed rule (outlierlab.seeds) in their summary
+local seeded = { ["qt-table1"] = true, ["qt-table2"] = true, ["so-fig11"] = true, ["so-fig12"] = true, ["so-table3"] = true,
+                 ["emergence"] = true }
+local function values_of(file, var)
+  local d = sh("ncdump -v " .. var .. " " .. file)
+  return (d:match("\n " .. var .. " = ([^;]*);") or ""):gsub("%s", "")
+end
 
 local ids = {}
 for f in io.popen("ls experiments/*.lua"):lines() do ids[#ids + 1] = f:match("([^/]+)%.lua$") end
@@ -44,6 +69,24 @@ for _, id in ipairs(ids) do
   local md = slurp(dir .. "/summary.md") or ""
   t.ok(md:find("## Claim", 1, true) and md:find("Verdict: **no verdict (quick profile", 1, true) and md:find("Profile: quick", 1, true),
        id .. ": summary.md with claim, profile and no verdict (quick profile)", md)
+  if declared[id] then
+    t.ok(not md:find("%f[%a]nan%f[%A]"), id .. ": summary.md quotes no nan (an undefined number is said in words)", md)
+  end
+  if seeded[id] then
+    t.ok(md:find("sd_a + sd_b", 1, true) and md:find("seed(s)", 1, true), id .. ": the summary states the seed rule and the seed count", md)
+  end
+  local u = undefined_without[id]
+  if u then
+    local nc = dir .. "/" .. id .. ".nc"
+    local counts, shares = values_of(nc, u.count), values_of(nc, u.share)
+    if not counts:find("[1-9]") then
+      t.ok(shares:match("^[_,]+$") ~= nil, id .. ": without outliers " .. u.share .. " is undefined (" .. shares .. ")")
+      if u.none then t.ok(md:find(u.none, 1, true), id .. ": the summary says there is none", md) end
+      for _, w in ipairs(u.never or {}) do t.ok(not md:find(w, 1, true), id .. ": the summary does not say '" .. w .. "'", md) end
+    else
+      t.ok(shares:find("%d") ~= nil, id .. ": with outliers " .. u.share .. " is defined (" .. shares .. ")")
+    end
+  end
 end
 
 -- caching: a rerun reuses the model and the analysis; a changed setting retrains

@@ -73,6 +73,61 @@ t.is(#blocks, 2, "only the panels with data get a data block")
 t.ok(script:find("rows = 2; cols = 3", 1, true) and script:find("load panels . 'empty.gp'", 1, true), "panel script: layout and empty template", script)
 t.ok(script:find("empty_msg = 'no outlier anywhere'", 1, true), "panel script: the empty panel says why")
 
+-- series over a dim, a var with one more dim than x, error bars, value labels, fixed slices,
+-- "{=var}" / "{@attr}" in titles, one y axis for all the panels of a declaration
+local F2 = figure.declare{
+  title = "peak at layer {=peak}, τ = {@tau}",
+  dims = { { "variant", labels = true }, { "layer" }, { "rank" } },
+  vars = {
+    { "top", dims = { "variant", "layer", "rank" }, long_name = "top", units = "1", label = "top-{rank}" },
+    { "top_sd", dims = { "variant", "layer", "rank" }, long_name = "sd", units = "1" },
+    { "loss", dims = { "variant", "layer" }, long_name = "loss", units = "1" },
+    { "ratio", dims = { "variant" }, long_name = "ratio", units = "1" },
+    { "peak", dims = {}, long_name = "peak", units = "1", type = "int" },
+  },
+  panels = {
+    { kind = "line", x = "layer", y = "top", err = "top_sd", each = "variant", same_y = true, title = "{variant}: ratio {=ratio}" },
+    { kind = "line", x = "layer", series = "variant", y = "loss", title = "loss" },
+    { kind = "bars", x = "layer", y = "top", at = { variant = 1, rank = 0 }, values = "%.1f", title = "{variant}, rank {rank}" },
+  },
+}
+local D2 = { coords = { variant = { "softmax", "50 % sparse" }, layer = { 0, 1, 2 }, rank = { 1, 2 } },
+             vars = { top = { { { 10, 5 }, { 20, 6 }, { 0 / 0, 0 / 0 } }, { { 1, 0.5 }, { 2, 1 }, { 3, 2 } } },
+                      top_sd = { { { 1, 1 }, { 1, 1 }, { 0 / 0, 0 / 0 } }, { { 0, 0 }, { 0, 0 }, { 0, 0 } } },
+                      loss = { { 3, 2, 1 }, { 4, 3, 2 } }, ratio = { 2.5, 0 / 0 }, peak = 1 }, attrs = { tau = 7 } }
+local b2, s2, p2 = F2:render_plan(D2, F2.panels)
+t.is(#p2, 4, "each variant + one series panel + one fixed slice")
+t.is(p2[1].title, "softmax: ratio 2.5", "{=var} takes the panel's slice of a var")
+t.is(p2[2].title, "50 % sparse: ratio n/a", "an undefined value in a title is n/a")
+t.is(p2[4].title, "50 % sparse, rank 1", "at fixes a slice; its labels name it")
+t.ok(s2:find("fig_title = 'peak at layer 1, τ = 7'", 1, true), "{=scalar} and {@attr} in the figure title", s2)
+t.is(table.concat(b2[1].columns, "|"), "layer|top-1|top-2|sd top-1|sd top-2", "one series per coordinate of the extra dim, then the sds")
+t.is(b2[1].rows[3][2] ~= b2[1].rows[3][2] and "NaN" or "defined", "NaN", "an undefined point stays undefined")
+t.ok(s2:find("xmin = 0; xmax = 1;", 1, true), "a line's x axis spans only the points drawn (layer 2 undefined in panel 1)", s2)
+local ylos = {}
+for lo, hi in s2:gmatch("yset = 1\n[^\n]*\nylo = ([^;]+); yhi = ([^;]+);") do ylos[#ylos + 1] = lo .. ":" .. hi end
+t.ok(#ylos == 2 and ylos[1] == ylos[2], "same_y: both variant panels get one y range (" .. table.concat(ylos, " ") .. ")")
+t.is(table.concat(b2[3].columns, "|"), "layer|softmax|50 % sparse", "series = dim: one line per coordinate, named by its label")
+t.is(b2[4].rows[2][4], "2.0", "values: each bar's value as text")
+t.ok(s2:find("'50 %% sparse' 1", 1, true) == nil, "no categorical x axis in these panels")
+local v2 = figure.values(F2, D2)
+t.is(v2.top(2, 3, 1), 3, "values: an array var indexed by its dims, 1-based")
+ok, err = pcall(function() return v2.top(3, 1, 1) end)
+t.ok(not ok and tostring(err):find("out of 1..2", 1, true), "values: an index out of range is an error", err)
+-- a categorical axis: % in a label is escaped (gnuplot formats tick labels), long labels are broken
+local F3 = figure.declare{ title = "x", dims = { { "setting", labels = true } },
+  vars = { { "ppl", dims = { "setting" }, long_name = "p", units = "1" } },
+  panels = { { kind = "bars", x = "setting", y = "ppl" } } }
+local _, s3 = F3:render_plan({ coords = { setting = { "FP", "50 % sparse, per layer" } }, vars = { ppl = { 20, 25 } } }, F3.panels)
+t.ok(s3:find("''50 %% sparse, per layer'' 1", 1, true), "a tick label: % doubled (a label is a format)", s3)
+_, s3 = F3:render_plan({ coords = { setting = { "a", "b", "c", "d", "e", "50 % sparse, per layer" } }, vars = { ppl = { 1, 2, 3, 4, 5, 6 } } }, F3.panels)
+t.ok(s3:find([["50 %%\nsparse,\nper layer" 5]], 1, true), "six labels: the long one broken at spaces into lines", s3)
+-- a constant heat map keeps its value (its colour scale does not centre on it)
+local F4 = figure.declare{ title = "x", dims = { { "r" }, { "c" } },
+  vars = { { "z", dims = { "r", "c" }, long_name = "z", units = "1" } }, panels = { { kind = "heatmap", z = "z" } } }
+local _, s4 = F4:render_plan({ coords = { r = 2, c = 2 }, vars = { z = { { 0, 0 }, { 0, 0 } } } }, F4.panels)
+t.ok(s4:find("zmin = 0; zmax = 0;", 1, true), "a constant map: zmin = zmax (heatmap.gp then scales from 0)", s4)
+
 -- NetCDF: categorical labels, undefined values, empty dims, scalars
 local tmp = os.tmpname()
 os.remove(tmp)
@@ -166,9 +221,11 @@ for i, val in ipairs({ 1, -7, 2, 3,   0, 1, -1, 5 }) do w4.data[i - 1] = val end
 local pooled, nr, nc = overview.pool_abs(w4, 1, 2)
 t.is(nr .. "x" .. nc .. ":" .. table.concat(pooled, ","), "1x2:7,5", "pool_abs: max |w| per block")
 
--- every new experiment declares its figure (plot stage is figure.stage) and loads
+-- every experiment with a figure declaration loads and has a plot stage (organism's is its own)
 for _, id in ipairs({ "qt-fig10", "qt-fig14", "qt-fig15", "qt-fig16", "so-fig1", "so-fig4", "so-fig7", "so-fig8",
-                      "so-fig9", "so-fig10", "so-fig23", "so-fig24", "so-app-d3", "blog-noop" }) do
+                      "so-fig9", "so-fig10", "so-fig23", "so-fig24", "so-app-d3", "blog-noop",
+                      "qt-fig1", "qt-fig2", "qt-fig3", "qt-table1", "qt-table2", "so-fig3", "so-fig5", "so-fig6",
+                      "so-fig11", "so-fig12", "so-table1", "so-table3", "emergence" }) do
   local chunk, lerr = loadfile(OUTLIERLAB_ROOT .. "/experiments/" .. id .. ".lua")
   local eok, exp = pcall(chunk or error, lerr)
   t.ok(eok and exp.id == id and exp.profiles.quick and exp.stages[3][1] == "plot", id .. ": loads, has a quick profile and a plot stage", exp)

@@ -1,6 +1,6 @@
 -- test_results_plot — the gnuplot side of the results: .dat export (blocks, quoting,
--- number format), every plots/*.gp renders a PNG and a PDF from a small hand-made input,
--- and the same input gives a byte-identical PNG.
+-- number format), plots/figure.gp renders every panel kind of a declared figure to a PNG and
+-- a PDF from a small hand-made input, and the same input gives a byte-identical PNG.
 local t = require "outlierlab.tap"
 local plot = require "outlierlab.plot"
 
@@ -27,58 +27,59 @@ t.throws(function() plot.write_dat(dir .. "/y.dat", { { columns = { "a", "b" }, 
          "row 1 has 1 cells for 2 columns", "ragged row is an error")
 t.ok(slurp(dir .. "/x.dat.tmp") == nil, "no temporary .dat left")
 
--- hand-made inputs for every figure script
+-- the figures: plots/figure.gp draws a declaration's panels (every panel template once, an
+-- empty panel among them) from a small hand-made input; the same input gives the same PNG
+local figure = require "outlierlab.figure"
 local function seq(n, f) local r = {} for i = 1, n do r[i] = f(i) end return r end
-local inputs = {
-  ["qt-fig1"] = {
-    { columns = { "token", "layer 2" }, rows = { { "[SEP]", 40 }, { ".", 22 }, { ",", 5 } } },
-    { columns = { "channel", "layer 2" }, rows = seq(16, function(i) return { i - 1, i == 7 and 60 or 1 } end) },
-    { columns = { "token", "layer 3" }, rows = { { "[SEP]", 30 }, { "the", 2 } } },
-    { columns = { "channel", "layer 3" }, rows = seq(16, function(i) return { i - 1, i == 7 and 30 or 0 } end) },
+local FIG = figure.declare{
+  title = "hand-made panels",
+  dims = { { "layer" }, { "category", labels = true }, { "q" }, { "k" }, { "y" }, { "x" }, { "channel" }, { "bin" }, { "pt" } },
+  vars = {
+    { "top", dims = { "layer" }, long_name = "top", units = "1", label = "top-1" },
+    { "median", dims = { "layer" }, long_name = "median", units = "1", label = "median" },
+    { "count", dims = { "category" }, long_name = "count", units = "1", label = "count" },
+    { "count_sd", dims = { "category" }, long_name = "sd", units = "1" },
+    { "A", dims = { "q", "k" }, long_name = "attention", units = "1" },
+    { "img", dims = { "y", "x", "channel" }, long_name = "image", units = "1", type = "int" },
+    { "hist", dims = { "bin" }, long_name = "histogram", units = "1" },
+    { "px", dims = { "pt" }, long_name = "x", units = "1" },
+    { "py", dims = { "pt" }, long_name = "y", units = "1" },
+    { "none", dims = { "layer" }, long_name = "zeros", units = "1" },
   },
-  ["qt-fig2"] = {
-    { matrix = seq(6, function(i) return seq(6, function(j) return j == 1 and 0.8 or 0.04 end) end) },
-    { matrix = seq(6, function(i) return seq(4, function(j) return (i == 1 and 0.01 or 1) * (j % 2 == 0 and 1 or -1) end) end) },
-    { matrix = seq(6, function(i) return seq(4, function(j) return 0.2 * j end) end) },
-    { columns = { "key", "token", "attention received", "value norm", "delimiter" },
-      rows = seq(6, function(i) return { i - 1, i == 1 and "[SEP]" or "w", i == 1 and 0.8 or 0.04, i == 1 and 0.02 or 2, i == 1 and 1 or 0 } end) },
-  },
-  ["so-fig3"] = {
-    { columns = { "layer", "top1", "top2", "top3", "median" },
-      rows = seq(4, function(i) return { i - 1, 100 * i, 50 * i, 20, 0.5 } end) },
-    { columns = { "category", "outlier tokens" }, rows = { { "initial", 8 }, { "delimiter", 3 }, { "weak", 2 }, { "other", 0 } } },
-    { columns = { "channel", "outlier count" }, rows = seq(8, function(i) return { i - 1, i == 3 and 9 or 0 } end) },
-  },
-  ["so-fig6"] = {
-    { columns = { "layer", "attention outliers" }, rows = seq(4, function(i) return { i - 1, i } end) },
-    { columns = { "category", "attention outliers" }, rows = { { "initial", 8 }, { "delimiter", 2 }, { "weak", 0 }, { "other", 0 } } },
-    { matrix = seq(4, function(i) return seq(2, function(j) return i + j end) end) },
-  },
-  ["emergence"] = {
-    { columns = { "step", "softmax", "softmax" }, rows = seq(5, function(i) return { i * 10, 2 ^ i, 3 + i } end) },
-    { columns = { "step", "clipped_softmax", "clipped_softmax" }, rows = seq(5, function(i) return { i * 10, 2 + i, 3 } end) },
+  panels = {
+    { kind = "line", x = "layer", y = { "top", "median" }, logy = true, title = "line" },
+    { kind = "bars", x = "category", y = "count", err = "count_sd", values = "%.3g", title = "bars" },
+    { kind = "heatmap", z = "A", marks = "hist", title = "heatmap", cblabel = "p", values = "%.1f" },
+    { kind = "rgb", z = "img", title = "rgb" },
+    { kind = "histogram", x = "bin", y = "hist", title = "histogram" },
+    { kind = "scatter", x = "px", y = "py", title = "scatter" },
+    { kind = "bars", x = "layer", y = "none", zero_is_empty = true, why_empty = "nothing here", title = "empty" },
   },
 }
-local names = {}
-for name in pairs(inputs) do names[#names + 1] = name end
-table.sort(names)
-for _, name in ipairs(names) do
-  local ok, files = pcall(plot.figure, dir, name, name, inputs[name])
-  t.ok(ok, name .. ": renders", files)
-  local png = slurp(dir .. "/" .. name .. ".png") or ""
-  local pdf = slurp(dir .. "/" .. name .. ".pdf") or ""
-  t.ok(png:sub(1, 8) == "\137PNG\r\n\26\n" and #png > 10000, name .. ": PNG magic and non-trivial size (" .. #png .. " bytes)")
-  t.ok(pdf:sub(1, 5) == "%PDF-" and #pdf > 2000, name .. ": PDF magic and size (" .. #pdf .. " bytes)")
-  plot.render(name, dir .. "/" .. name .. ".dat", dir .. "/" .. name .. "-again", { "png" })
-  t.ok(slurp(dir .. "/" .. name .. "-again.png") == png, name .. ": same input gives a byte-identical PNG")
-end
+local DATA = {
+  coords = { layer = { 0, 1, 2, 3 }, category = { "initial", "delimiter", "weak", "other" }, q = 4, k = 4, y = 4, x = 4,
+             channel = { "r", "g", "b" }, bin = { 0.1, 0.3, 0.5, 0.7 }, pt = 5 },
+  vars = { top = { 100, 200, 150, 20 }, median = { 0.5, 0.4, 0.6, 0.5 }, count = { 8, 3, 2, 0 / 0 }, count_sd = { 1, 0.5, 0, 0 / 0 },
+           A = seq(4, function(i) return seq(4, function(j) return j == 1 and 0.7 or 0.1 end) end),
+           img = seq(4, function(i) return seq(4, function(j) return { 60 * i, 60 * j, 128 } end) end),
+           hist = { 5, 0, 1, 0 }, px = { 1, 2, 3, 4, 5 }, py = { 2, 4, 5, 4, 5 }, none = { 0, 0, 0, 0 } },
+}
+local ok, files = pcall(figure.draw, dir, "figure", FIG, DATA)
+t.ok(ok, "plots/figure.gp renders every panel kind", files)
+local png = slurp(dir .. "/figure.png") or ""
+local pdf = slurp(dir .. "/figure.pdf") or ""
+t.ok(png:sub(1, 8) == "\137PNG\r\n\26\n" and #png > 10000, "figure: PNG magic and non-trivial size (" .. #png .. " bytes)")
+t.ok(pdf:sub(1, 5) == "%PDF-" and #pdf > 2000, "figure: PDF magic and size (" .. #pdf .. " bytes)")
+plot.render("figure", dir .. "/figure.dat", dir .. "/figure-again", { "png" })
+t.ok(slurp(dir .. "/figure-again.png") == png, "figure: same input gives a byte-identical PNG")
+-- (plots/history.gp and plots/organism.gp are drawn by the experiment runs of test_experiments.lua)
 t.ok(not (io.popen("ls -a " .. dir):read("*a")):find(".tmp-", 1, true), "no temporary figure files left")
 t.throws(function() plot.render("no-such-figure", dir .. "/x.dat", dir .. "/z") end, "no gnuplot script",
          "unknown script is an error")
-t.throws(function() plot.render("qt-fig1", dir .. "/missing.dat", dir .. "/z", { "png" }) end, "no data file",
+t.throws(function() plot.render("figure", dir .. "/missing.dat", dir .. "/z", { "png" }) end, "no data file",
          "missing data file is an error")
 local bad = plot.write_dat(dir .. "/bad.dat", { { columns = { "a" }, rows = { { "x" } } } })
-t.throws(function() plot.render("emergence", bad, dir .. "/z", { "png" }) end, "gnuplot failed",
+t.throws(function() plot.render("history", bad, dir .. "/z", { "png" }) end, "gnuplot failed",
          "gnuplot failure is reported with its message")
 t.ok(slurp(dir .. "/z.png") == nil, "a failed render leaves no figure")
 

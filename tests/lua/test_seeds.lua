@@ -1,0 +1,45 @@
+-- test_seeds — outlierlab.seeds, the rule by which a difference between variants counts
+-- (|mean_a − mean_b| > sd_a + sd_b over at least 2 seeds each), on hand-computed cases.
+local t = require "outlierlab.tap"
+local seeds = require "outlierlab.seeds"
+
+local function near(a, b, msg) t.ok(math.abs(a - b) <= 1e-12, string.format("%s: %.15g vs %.15g", msg, a, b)) end
+
+t.is(table.concat(seeds.list({ n_seeds = 3 }), ","), "1,2,3", "list: seeds 1..n_seeds")
+t.is(table.concat(seeds.list({ n_seeds = 2, seed = 5 }), ","), "5,6", "list: from cfg.seed on")
+t.is(table.concat(seeds.list({}), ","), "1", "list: one seed by default")
+
+-- {1, 2, 3}: mean 2, sample sd 1; {4, 6}: mean 5, sd √2
+local mu, sd, n = seeds.stats({ 1, 2, 3 })
+near(mu, 2, "stats: mean") near(sd, 1, "stats: sample sd (n − 1)") t.is(n, 3, "stats: count")
+mu, sd = seeds.stats({ 7 })
+t.ok(mu == 7 and sd == 0, "stats: one value has sd 0")
+mu = seeds.stats({ 1, 0 / 0 })
+t.ok(mu ~= mu, "stats: an undefined value makes the mean undefined")
+
+local c = seeds.compare({ 1, 2, 3 }, { 4, 6 })
+near(c.diff, -3, "compare: difference of the means") near(c.spread, 1 + math.sqrt(2), "compare: spread sd_a + sd_b")
+t.is(c.sign, -1, "compare: 3 > 1 + √2, a below b beyond the spread")
+t.is(seeds.compare({ 1, 2, 3 }, { 2.5, 4.5 }).sign, 0, "compare: |2 − 3.5| = 1.5 < 1 + √2: within the spread")
+t.is(seeds.compare({ 10, 11 }, { 1, 2 }).sign, 1, "compare: a above b beyond the spread")
+t.is(seeds.compare({ 1 }, { 5 }).sign, nil, "compare: one seed: the spread is unknown, no sign")
+t.is(seeds.compare({ 1, 0 / 0 }, { 5, 6 }).sign, nil, "compare: an undefined mean: no sign")
+t.is(seeds.below({ 1, 2, 3 }, { 4, 6 }), true, "below: true beyond the spread")
+t.is(seeds.below({ 1, 2, 3 }, { 2.5, 4.5 }), nil, "below: nil within the spread")
+
+t.is(seeds.outcome(c, -1), "as claimed", "outcome: claimed below, found below")
+t.is(seeds.outcome(c, 1), "against", "outcome: claimed above, found below")
+t.is(seeds.outcome(seeds.compare({ 1 }, { 5 }), -1), "unresolved", "outcome: one seed is unresolved")
+t.is(seeds.verdict({ "as claimed", "as claimed" }), true, "verdict: all as claimed")
+t.is(seeds.verdict({ "as claimed", "unresolved" }), nil, "verdict: one unresolved: inconclusive")
+t.is(seeds.verdict({ "unresolved", "against" }), false, "verdict: one against: does not hold")
+t.is(seeds.verdict({}), nil, "verdict: nothing compared: inconclusive")
+
+t.is(seeds.pm({ 1, 2, 3 }, "%.2f"), "2.00 ± 1.00", "pm: mean ± sd")
+t.is(seeds.pm({ 4 }, "%.2f"), "4.00", "pm: one value alone")
+t.is(seeds.pm_of(2, 1, 3, "%.1f"), "2.0 ± 1.0", "pm_of: from stored mean and sd")
+t.is(seeds.word(c, "lower", "higher"), "lower", "word: beyond the spread")
+t.is(seeds.word(seeds.compare({ 1, 2, 3 }, { 2.5, 4.5 })), "within the seed spread", "word: within")
+t.is(table.concat(seeds.scale({ 2, 4 }, 0.5), ","), "1,2", "scale")
+
+return t.done()
