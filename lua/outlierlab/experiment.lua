@@ -96,33 +96,42 @@ local function save_data(path, v) plot.write_atomic(path, M.serialize(v)) end
 M.CODE_EXCLUDE = { ["plot.lua"] = true, ["results.lua"] = true, ["slurm.lua"] = true, ["gallery.lua"] = true,
                    ["history.lua"] = true, ["tap.lua"] = true, ["progress.lua"] = true, ["cli.lua"] = true,
                    ["figure.lua"] = true }
+-- Modules that only analyse or import trained models (never on the training path): they are
+-- left out of the trained-model hash (editing a figure's analysis does not retrain its model)
+-- but are part of the cached-stage hash (the analysis is recomputed).
+M.ANALYSIS_ONLY = { ["inspect.lua"] = true, ["overview.lua"] = true, ["seeds.lua"] = true, ["compress.lua"] = true,
+                    ["pretrained.lua"] = true, ["hf.lua"] = true, ["tokenizers.lua"] = true, ["stream.lua"] = true }
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
--- the hashed source files under root, sorted, as paths relative to root
-function M.code_files(root)
+-- the hashed source files under root, sorted, as paths relative to root; what = "model" (the
+-- default: the code a training runs through) or "stage" (also the analysis-only modules)
+function M.code_files(root, what)
   root = root or ol.root
   local p = io.popen("cd " .. quote(root) .. " && find engine -maxdepth 2 \\( -name '*.c' -o -name '*.h' \\) " ..
                      "2>/dev/null; cd " .. quote(root) .. " && find lua/outlierlab -name '*.lua' 2>/dev/null")
   local out = {}
   for f in p:lines() do
-    if not M.CODE_EXCLUDE[f:match("([^/]+)$")] or not f:match("^lua/outlierlab/[^/]+$") then out[#out + 1] = f end
+    local base, top = f:match("([^/]+)$"), f:match("^lua/outlierlab/[^/]+$") ~= nil
+    local skip = top and (M.CODE_EXCLUDE[base] or (what ~= "stage" and M.ANALYSIS_ONLY[base]))
+    if not skip then out[#out + 1] = f end
   end
   p:close()
   table.sort(out)
   return out
 end
 
--- content hash of the code under root (memoised per root)
+-- content hash of the code under root (memoised per root and what)
 local code_hashes = {}
-function M.code_hash(root)
+function M.code_hash(root, what)
   root = root or ol.root
-  if not code_hashes[root] then
+  local key = root .. "\0" .. (what or "model")
+  if not code_hashes[key] then
     local parts = {}
-    for _, f in ipairs(M.code_files(root)) do parts[#parts + 1] = f .. "\0" .. M.hash(read_file(root .. "/" .. f) or "") end
-    code_hashes[root] = M.hash(table.concat(parts, "\n"))
+    for _, f in ipairs(M.code_files(root, what)) do parts[#parts + 1] = f .. "\0" .. M.hash(read_file(root .. "/" .. f) or "") end
+    code_hashes[key] = M.hash(table.concat(parts, "\n"))
   end
-  return code_hashes[root]
+  return code_hashes[key]
 end
 
 -- Source outside the package that a model's training runs through: the file that defines the
@@ -576,7 +585,7 @@ function M.run_file(exp, file)
       -- the models the earlier stages trained or loaded are part of the key: a retrained
       -- model (new code) gives a new analysis
       local h = M.hash(results.canonical_json({ cfg = cfg, profile = run.profile, engine = ol.version(),
-                                                code = M.code_hash(), file = ftext, stage = st.name,
+                                                code = M.code_hash(nil, "stage"), file = ftext, stage = st.name,
                                                 models = model_list(run),
                                                 pretrained = pretrained and pretrained.fingerprint }))
       cpath = run.cache_root .. "/stages/" .. exp.id .. "/" .. st.name .. "-" .. h .. ".lua"

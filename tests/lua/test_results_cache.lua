@@ -143,6 +143,11 @@ local function changed(rel)
 end
 local after_plot = changed("lua/outlierlab/plot.lua")
 t.is(after_plot, base, "editing plot.lua keeps the code hash")
+local stage0 = dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/experiment.lua").code_hash(root, "stage")
+local after_inspect = changed("lua/outlierlab/inspect.lua")
+t.is(after_inspect, base, "editing an analysis-only module (inspect.lua) keeps the trained-model hash")
+t.ok(dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/experiment.lua").code_hash(root, "stage") ~= stage0,
+     "... and changes the cached-stage hash (the analysis is recomputed)")
 local after_model = changed("lua/outlierlab/models/gpt2.lua")
 t.ok(after_model ~= base, "editing a model file changes the code hash")
 local after_c = changed("engine/attention.c")
