@@ -37,6 +37,7 @@ local FIG = figure.declare{
     { "max_abs_sigma", dims = { "layer" }, long_name = "max |x| of the FFN output in units of its standard deviation", units = "1" },
     { "avg_kurtosis", dims = { "layer" }, long_name = "Pearson kurtosis of the FFN output per sequence, averaged", units = "1" },
     { "avg_max_inf_norm", dims = { "layer" }, long_name = "max |x| of the FFN output per sequence, averaged", units = "1" },
+    { "tokens_by_category", dims = { "category" }, long_name = "held-out tokens analysed per token category", units = "1", type = "int" },
     { "n_tokens", dims = {}, long_name = "held-out tokens analysed", units = "1", type = "int" },
   },
   panels = {
@@ -102,6 +103,8 @@ local function analyze(run)
     v.max_abs[i], v.std[i], v.max_abs_sigma[i] = r.max_abs, r.std, r.max_abs / r.std
     v.avg_kurtosis[i], v.avg_max_inf_norm[i] = r.avg_kurtosis, r.avg_max_inf_norm
     v.n_tokens = r.ntok
+    v.tokens_by_category = {}
+    for j, c in ipairs(CATS) do v.tokens_by_category[j] = (r.tokens_by_category or {})[c] or 0 end
   end
   v.outlier_count_by_token = by_token
   return { coords = { layer = layers, channel = C, category = CATS, token = labels, rank = { 1, 2 } }, vars = v,
@@ -129,15 +132,20 @@ local function summary(run)
       parts[#parts + 1] = string.format("layer %d: no 6σ outlier (max |x| %.3g = %.1f σ)", l, v.max_abs[i], v.max_abs_sigma[i])
     end
   end
-  local holds   -- without an outlier there is nothing to locate: inconclusive
-  for _, c in ipairs(checks) do if holds == nil then holds = c else holds = holds and c end end
+  local holds   -- without an outlier (or without a delimiter token) there is nothing to locate: inconclusive
+  local delimiters = v.tokens_by_category[2]
+  if delimiters > 0 then
+    for _, c in ipairs(checks) do if holds == nil then holds = c else holds = holds and c end end
+  end
   return {
     paper = "BERT-base, layers 10 and 11: > 97 % of 6σ outliers at delimiter tokens, concentrated in dims #180 and #720",
     reproduced = table.concat(parts, "; ") .. string.format(" (%d tokens analysed)", v.n_tokens),
     holds = holds,
     notes = "Criterion used here: in each of the last two layers that has 6σ outliers, > 90 % of them at delimiters and > 50 % in the top two dimensions." ..
       (#checks == 0 and " Neither layer has a 6σ outlier here, so there is nothing to locate (verdict inconclusive); the panels say so instead of showing empty bars." or "") ..
-      (#checks == 1 and " Only one of the two layers has 6σ outliers; the verdict rests on it." or ""),
+      (#checks == 1 and " Only one of the two layers has 6σ outliers; the verdict rests on it." or "") ..
+      (delimiters == 0 and " The held-out data hold no delimiter token, so the claim cannot be tested (verdict inconclusive)."
+        or string.format(" %d of the %d held-out tokens are delimiters.", delimiters, v.n_tokens)),
   }
 end
 

@@ -41,7 +41,7 @@ local function measure(cfg, spec, ctx, m, thr)
   if lo < 0 or lo > L - 2 then error(string.format("qt-fig3: layer %d must leave a next layer (n_layer %d)", lo, L), 0) end
   local la = lo + 1
   local loader = data.ImageLoader{ n = spec.data.n, size = H, classes = spec.data.classes, seed = spec.data.seed,
-                                   B = spec.batch.B, split = "val", patch = Pz }
+                                   B = spec.batch.B, split = "val", patch = Pz, style = spec.data.style }   -- the images it was trained on
   local function is_border(p) local r, c = math.floor(p / G), p % G; return r == 0 or c == 0 or r == G - 1 or c == G - 1 end
 
   -- accumulators
@@ -217,7 +217,7 @@ local function top_threshold(cfg, spec, ctx, m, lo)
   local H, Pz = spec.data.size, spec.batch.patch
   local T = (H / Pz) ^ 2 + 1
   local loader = data.ImageLoader{ n = spec.data.n, size = H, classes = spec.data.classes, seed = spec.data.seed,
-                                   B = spec.batch.B, split = "val", patch = Pz }
+                                   B = spec.batch.B, split = "val", patch = Pz, style = spec.data.style }   -- the images it was trained on
   local vals = {}
   local P = probes.new{ points = { "h" }, layers = { lo } }
   P:attach("h", function(x)

@@ -55,7 +55,7 @@ local FIG = figure.declare{
   panels = {
     { kind = "bars", x = "setting", series = "variant", y = "ppl_mean", err = "ppl_sd", values = "%.4g",
       title = "held-out perplexity", ylabel = "perplexity", note = "mean ± sd over {=n_seeds} seed(s)" },
-    { kind = "bars", x = "compression", series = "variant", y = "ratio_mean", err = "ratio_sd", values = "%.3g",
+    { kind = "bars", x = "compression", series = "variant", y = "ratio_mean", err = "ratio_sd", values = "%.3f",
       title = "perplexity relative to full precision", ylabel = "perplexity / FP perplexity", note = "mean ± sd over {=n_seeds} seed(s)" },
   },
 }

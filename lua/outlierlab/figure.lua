@@ -48,9 +48,10 @@
 --              over a coarse grid {rows, cols} laid on the image: a circle on each cell > 0
 --              (circles_title: its key; circles_none: the note when no cell is marked)
 -- line and bars: a y var with one dim besides x gives a series per coordinate of that dim ("{dim}"
--- in the var's label names each); series = dim draws one line (or one bar of each cluster) per coordinate of that
--- dim, y then being one var over {series, x}; err = var (or list, parallel to y) of standard
--- deviations: error bars; values = "%.3g" writes each bar's value above it ("n/a" where undefined).
+-- in the var's label names each); series = dim draws one line (or one bar of each cluster) per
+-- coordinate of that dim, y then being one var over {series, x}; err = var (or list, parallel to
+-- y) of standard deviations: error bars; values = "%.3g" writes each bar's value above it ("n/a"
+-- where undefined).
 -- same_y = true (line, bars): every panel of the declaration (each, at) gets the same y axis.
 -- every panel: title, note (a second title line), xlabel, ylabel, each = dim or {dims} (one panel
 -- per coordinate value; the vars are sliced there), at = {dim = index} (a fixed slice, 0-based),
@@ -59,8 +60,9 @@
 -- note and why_empty "{dim}" is the coordinate label of the slice, "{=var}" a scalar var's value
 -- (or a var whose dims the panel's slice fixes) and "{@attr}" a global attribute.
 -- Axes end at the data: a line's x axis spans the points where some series is defined, bars
--- start at zero (or the most negative bar), integer axes get integer tick steps, a constant
--- heat map gets a colour scale that starts at its value; an empty panel is a frame with its reason.
+-- start at zero (or the most negative bar), integer axes get integer tick steps, short log axes
+-- 1-2-5 ticks, a constant heat map a colour scale from zero to its value; long category labels are
+-- broken into lines or turned upright; an empty panel is a frame with its reason.
 local results = require "outlierlab.results"
 local plot = require "outlierlab.plot"
 local json = require "cjson"
@@ -643,6 +645,13 @@ function Fig:plan_xy(data, p, at, pi, lines, shared)
     if hi > 0 then hi = hi + (vfmt and 8 or 2) * pad end
     if lo < 0 then lo = lo - (vfmt and 8 or 2) * pad end
   end
+  -- counts: integer ticks on the y axis
+  local int_y = not p.logy
+  for _, s in ipairs(series) do
+    for _, y in ipairs(s.y) do if finite(y) and y ~= math.floor(y) then int_y = false end end
+    if s.e then int_y = false end
+  end
+  if int_y then lines[#lines + 1] = string.format("ystep = %.17g", int_step(math.min(0, lo), hi)) end
   local xstep = (all_int and not p.logx and p.kind ~= "histogram") and int_step(xmin, xmax) or 0
   lines[#lines + 1] = string.format("nseries = %d; npts = %d; has_err = %d; has_vals = %d; has_labels = %d; xmin = %.17g; xmax = %.17g; xstep = %.17g",
                                     #series, #xs, has_err and 1 or 0, vfmt and 1 or 0, xlabels and 1 or 0, xmin, xmax, xstep)
@@ -660,7 +669,7 @@ function Fig:plan_xy(data, p, at, pi, lines, shared)
     if not fits then wrapped = xlabels end
     local long = 0
     for _, l in ipairs(wrapped) do long = math.max(long, width(l)) end
-    local rot = fits and (long > w and " font ',8'" or "") or #xlabels > 16 and " rotate by 90 right font ',7'" or " rotate by 90 right font ',8'"
+    local rot = fits and ((long > w or #xlabels >= 5) and " font ',8'" or "") or #xlabels > 16 and " rotate by 90 right font ',7'" or " rotate by 90 right font ',8'"
     local nl = 1
     for _, l in ipairs(wrapped) do local _, k = l:gsub("\n", "") nl = math.max(nl, k + 1) end
     lines[#lines + 1] = "xtics_cmd = " .. gq("set xtics " .. tics(wrapped, p.max_labels or 48) .. rot ..

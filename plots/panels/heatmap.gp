@@ -25,7 +25,10 @@ if (strlen(marks) > 0) {
   do for [m in marks] { set arrow from (m + 0), graph 0 to (m + 0), graph 1 nohead lc rgb "#204a87" dt 2 lw 1 front }
 }
 if (strlen(cell_fmt) > 0) {
-  plot in index idx matrix with image notitle, in index idx matrix using 1:2:(sprintf(cell_fmt, $3)) with labels font ",9" notitle
+  # white text on the dark end of the scale
+  dark(z) = symmetric ? (abs(z) > 0.6 * zm) : ((z - lo) > 0.6 * (hi - lo))
+  plot in index idx matrix with image notitle, \
+       in index idx matrix using 1:2:(sprintf(cell_fmt, $3)):(dark($3) ? 0xffffff : 0x000000) with labels font ",9" tc rgb variable notitle
 } else {
   plot in index idx matrix with image notitle
 }

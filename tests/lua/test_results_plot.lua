@@ -45,12 +45,13 @@ local FIG = figure.declare{
     { "px", dims = { "pt" }, long_name = "x", units = "1" },
     { "py", dims = { "pt" }, long_name = "y", units = "1" },
     { "none", dims = { "layer" }, long_name = "zeros", units = "1" },
+    { "marked", dims = { "q", "k" }, long_name = "cells to circle", units = "1", type = "int" },
   },
   panels = {
     { kind = "line", x = "layer", y = { "top", "median" }, logy = true, title = "line" },
     { kind = "bars", x = "category", y = "count", err = "count_sd", values = "%.3g", title = "bars" },
     { kind = "heatmap", z = "A", marks = "hist", title = "heatmap", cblabel = "p", values = "%.1f" },
-    { kind = "rgb", z = "img", title = "rgb" },
+    { kind = "rgb", z = "img", circles = "marked", circles_title = "marked cell", title = "rgb" },
     { kind = "histogram", x = "bin", y = "hist", title = "histogram" },
     { kind = "scatter", x = "px", y = "py", title = "scatter" },
     { kind = "bars", x = "layer", y = "none", zero_is_empty = true, why_empty = "nothing here", title = "empty" },
@@ -62,7 +63,8 @@ local DATA = {
   vars = { top = { 100, 200, 150, 20 }, median = { 0.5, 0.4, 0.6, 0.5 }, count = { 8, 3, 2, 0 / 0 }, count_sd = { 1, 0.5, 0, 0 / 0 },
            A = seq(4, function(i) return seq(4, function(j) return j == 1 and 0.7 or 0.1 end) end),
            img = seq(4, function(i) return seq(4, function(j) return { 60 * i, 60 * j, 128 } end) end),
-           hist = { 5, 0, 1, 0 }, px = { 1, 2, 3, 4, 5 }, py = { 2, 4, 5, 4, 5 }, none = { 0, 0, 0, 0 } },
+           hist = { 5, 0, 1, 0 }, px = { 1, 2, 3, 4, 5 }, py = { 2, 4, 5, 4, 5 }, none = { 0, 0, 0, 0 },
+           marked = { { 1, 0, 0, 0 }, { 0, 0, 0, 0 }, { 0, 0, 2, 0 }, { 0, 0, 0, 0 } } },
 }
 local ok, files = pcall(figure.draw, dir, "figure", FIG, DATA)
 t.ok(ok, "plots/figure.gp renders every panel kind", files)
