@@ -69,7 +69,14 @@ local function train(run)
   return run:sweep(list, function(m)
     local F = FAMILIES[m.family]
     local spec = F.spec(m.cfg)
-    local h = F.train(run, spec)
+    -- a setting that diverges (NaN/Inf: train.run stops with its message) is a point of the map
+    local ok, h = pcall(F.train, run, spec)
+    if not ok then
+      local msg = type(h) == "table" and tostring(h.message) or tostring(h)
+      if not msg:find("diverged", 1, true) then error(h, 0) end
+      run:log("%s: %s", m.label, msg)
+      return { family = m.family, knob = m.knob, value = m.value, label = m.label, curve = {}, diverged = msg }
+    end
     local info = h.info or {}
     return { family = m.family, knob = m.knob, value = m.value, label = m.label, curve = info.curve or {},
              steps = info.steps, val_loss = info.val_loss, seconds = info.train_seconds, hash = h.hash,
@@ -100,7 +107,7 @@ local function analyze(run)
   local out = { members = {} }
   for i, m in ipairs(run.out.train) do
     local e = { family = m.family, knob = m.knob, value = m.value, label = m.label, steps = m.steps,
-                val_loss = m.val_loss, seconds = m.seconds, curve = m.curve }
+                val_loss = m.val_loss, seconds = m.seconds, curve = m.curve, diverged = m.diverged }
     for name, cond in pairs(CONDITIONS) do e["first_" .. name] = first_step(m.curve, cond) or -1 end
     local last = m.curve[#m.curve] or {}
     e.final = last
@@ -178,10 +185,14 @@ local function summary(run)
   local lines, base_ok = {}, {}
   for _, m in ipairs(a.members) do
     local f = m.final
+    if m.diverged then
+      lines[#lines + 1] = string.format("| %s | diverged: %s | | | | | | | |", m.label, m.diverged:gsub("|", "/"))
+    else
     lines[#lines + 1] = string.format("| %s | %s | %s | %s | %.2f / %.2f | %.0f | %.1f | %.3g | %.0f |", m.label,
       fmt_first(m.first_sink), fmt_first(m.first_massive), fmt_first(m.first_kurtosis),
       f.sink_share or 0 / 0, f.value_ratio or 0 / 0, f.massive_ratio or 0 / 0, f.avg_kurtosis or 0 / 0,
       m.val_loss or 0 / 0, m.seconds or 0 / 0)
+    end
     if m.knob == "base" then
       base_ok[m.family] = m.first_sink >= 0 and m.first_massive >= 0 and m.first_kurtosis >= 0
     end

@@ -819,10 +819,10 @@ M.BERT_MLM_PROFILES = {
             steps = 20, lr = 3e-3, warmup = 2, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
             dropout = 0.0, eval_batches = 2, seed = 1 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
   default = with_task({ preset = "bert-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
-              steps = 2500, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              steps = 2500, lr = 3e-3, warmup = 200, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
               dropout = 0.0, eval_batches = 16, seed = 1 }),
   long = with_task({ preset = "bert-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
-              steps = 10000, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              steps = 10000, lr = 3e-3, warmup = 200, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
               dropout = 0.0, eval_batches = 16, seed = 1 }),
   paper = with_task({ preset = "bert-base", data = "corpus", n_tokens = 100000000, vocab_size = 30522, seq_len = 128,
             batch = 256, steps = 1000000, lr = 1e-4, warmup = 10000, schedule = "linear", weight_decay = 0.01,
@@ -918,8 +918,9 @@ end
 -- Phenomena during training (outlierlab.phenomena): at step 0 and every steps/TRACK_POINTS
 -- steps, one held-out batch (at most 16 rows) of the model's validation stream is run with the
 -- probes on; curve[i] = { step, loss, sink_share, value_ratio, sink_layer, sink_head,
--- sink_category, massive_ratio, massive_layer, massive_category, max_ratio, avg_kurtosis,
--- max_kurtosis }. The curve is saved beside the checkpoint (track.lua, atomically) so that a
+-- sink_category, massive_ratio, massive_layer, massive_category, max_ratio, max_inf_norm,
+-- avg_kurtosis, max_kurtosis } (max_inf_norm: the per-sequence max |h| averaged over sequences,
+-- largest over layers; kurtosis Pearson, of the layer outputs h). The curve is saved beside the checkpoint (track.lua, atomically) so that a
 -- resumed run keeps the points measured before the kill. The measurement runs without
 -- gradients after the optimizer step and changes nothing the next step uses.
 M.TRACK_POINTS = 20
@@ -940,7 +941,12 @@ function M.measure_phenomena(ctx, m, corpus, spec, B)
   return ph:result()
 end
 local function curve_point(step, loss, r)
-  return { step = step, loss = loss, sink_share = r.sink.share, value_ratio = r.sink.value_ratio,
+  local inf = 0 / 0   -- QT's max inf norm of the layer outputs: per-sequence max |h| averaged, max over layers
+  for _, l in ipairs(r.layers) do
+    local v = r.per_layer[l].top1
+    if v == v and not (v <= inf) then inf = v end
+  end
+  return { step = step, loss = loss, sink_share = r.sink.share, value_ratio = r.sink.value_ratio, max_inf_norm = inf,
            sink_layer = r.sink.layer, sink_head = r.sink.head, sink_category = r.sink.category,
            massive_ratio = r.massive.ratio, massive_layer = r.massive.layer, massive_category = r.massive.category,
            max_ratio = r.max_ratio.ratio, avg_kurtosis = r.avg_kurtosis, max_kurtosis = r.max_kurtosis }

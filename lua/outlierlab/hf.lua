@@ -188,6 +188,10 @@ function to_hf.opt(c, sp)
            bos_token_id = sp.bos, eos_token_id = sp.eos, pad_token_id = sp.pad }
 end
 function to_hf.bert(c, sp)
+  if (c.rope_base or 0) > 0 then
+    error("hf.export: a BERT with rotary positions (rope_base = " .. tostring(c.rope_base) .. ", the model organism's encoder) " ..
+          "has no Hugging Face BertForMaskedLM layout (BERT has a learned position table)", 0)
+  end
   return { architectures = { "BertForMaskedLM" }, model_type = "bert", vocab_size = c.vocab_size, max_position_embeddings = c.block_size,
            type_vocab_size = c.type_vocab_size, hidden_size = c.d_model, intermediate_size = c.d_ff,
            num_hidden_layers = c.n_layer, num_attention_heads = c.n_head, hidden_act = ACT_HF[c.act], layer_norm_eps = c.norm_eps,

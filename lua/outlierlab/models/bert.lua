@@ -8,6 +8,10 @@
 -- cfg.pooler = true adds the pooler (dense C→C + tanh on [CLS]) so the count matches
 -- BertModel; it is computed into m.pooled but not used by the MLM loss.
 -- Init (HF BERT): weights N(0, 0.02²), biases 0, LayerNorm gains 1.
+-- cfg.rope_base > 0 replaces the learned position table by rotary positions on q and k (as
+-- RoFormer, Su et al. 2021): the model organism's encoder (docs/ORGANISM.md), which must learn
+-- heads at fixed offsets, and does so in hundreds of steps instead of the thousands a learned
+-- table needs; 0 (the default) is BERT.
 --
 -- Post-LN block (Vaswani et al. 2017), with the probe points:
 --   x ["attn_in"] -> a = Attn(x) ["attn_out"] -> x = LN1(x + drop(a)) ["ln1"]
@@ -25,14 +29,18 @@ function M.build(ctx, cfg)
   local self = setmetatable({ ctx = ctx, cfg = cfg, name = "bert", training = true }, BERT)
   local C, F = cfg.d_model, cfg.d_ff
   self.word = self:add_child(nn.Embedding(ctx, cfg.vocab_size, C, { name = "embeddings.word", std = 0.02 }))
-  self.pos = self:add_child(nn.Embedding(ctx, cfg.block_size, C, { name = "embeddings.position", std = 0.02 }))
+  if (cfg.rope_base or 0) <= 0 then
+    self.pos = self:add_child(nn.Embedding(ctx, cfg.block_size, C, { name = "embeddings.position", std = 0.02 }))
+  end
+  local rope = (cfg.rope_base or 0) > 0 and cfg.rope_base or nil
   self.type = self:add_child(nn.Embedding(ctx, cfg.type_vocab_size, C, { name = "embeddings.token_type", std = 0.02 }))
   self.emb_ln = self:add_child(layernorm(ctx, "embeddings.ln", C, cfg))
   self.layers = {}
   for l = 0, cfg.n_layer - 1 do
     local name = "layer" .. l
     local L = { ctx = ctx }
-    L.attn = self:add_child(common.Attention_new(ctx, name .. ".attn", cfg, { causal = false, bias = true, std = 0.02 }))
+    L.attn = self:add_child(common.Attention_new(ctx, name .. ".attn", cfg, { causal = false, bias = true, std = 0.02,
+                                                                             rope = rope }))
     L.ln1 = self:add_child(layernorm(ctx, name .. ".ln1", C, cfg))
     L.mlp = self:add_child(common.MLP_new(ctx, name .. ".mlp", C, F, { act = cfg.act or "gelu_erf", bias = true, std = 0.02 }))
     L.ln2 = self:add_child(layernorm(ctx, name .. ".ln2", C, cfg))
@@ -59,7 +67,8 @@ function BERT:encode(batch, opts)
   local pad = batch.pad_mask
   if pad then common.check_ids(pad, "pad_mask", "bert", 2) end
   self:begin_forward(opts)
-  local x = batch.ids:embedding(self.word.weight) + self.pos.weight:narrow(0, 0, T) + tt:embedding(self.type.weight)
+  local x = batch.ids:embedding(self.word.weight) + tt:embedding(self.type.weight)
+  if self.pos then x = x + self.pos.weight:narrow(0, 0, T) end
   x = self:dropout(self.emb_ln:forward(x), cfg.dropout, 0)
   if P then P("emb", 0, x) end
   for i, L in ipairs(self.layers) do
@@ -117,7 +126,7 @@ end
 function M.count(cfg)
   local C, F, V, L = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer
   local parts = {
-    embeddings = (V + cfg.block_size + cfg.type_vocab_size) * C + 2 * C,
+    embeddings = (V + ((cfg.rope_base or 0) > 0 and 0 or cfg.block_size) + cfg.type_vocab_size) * C + 2 * C,
     layers = L * (4 * (C * C + C) + 2 * C + C * F + F + F * C + C + 2 * C),
     pooler = C * C + C,
     mlm_head = C * C + C + 2 * C + V,

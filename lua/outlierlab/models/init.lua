@@ -34,7 +34,7 @@ local defaults = {
           attention = "softmax", seed = 1234, d_embed = 0, ln_before = true },
   bert = { family = "bert", name = "bert", vocab_size = 30522, block_size = 512, type_vocab_size = 2,
            n_layer = 12, n_head = 12, d_model = 768, d_ff = 3072, dropout = 0.1, norm_eps = 1e-12,
-           act = "gelu_erf", pooler = false, attention = "softmax", seed = 1234 },
+           act = "gelu_erf", pooler = false, attention = "softmax", rope_base = 0.0, seed = 1234 },
   llama = { family = "llama", name = "llama", vocab_size = 32000, block_size = 2048, n_layer = 12, n_head = 12,
             n_kv_head = 1, d_model = 768, d_ff = 2048, norm_eps = 1e-5, rope_base = 10000.0,
             tie_embeddings = false, init = "tinyllama", dropout = 0.0, attention = "softmax", seed = 1234 },
@@ -70,7 +70,8 @@ local presets = {
   -- its no-op heads need a sink in the middle layers
   ["llama-organism"] = { family = "llama", vocab_size = 128, block_size = 128, n_layer = 4, n_head = 2, n_kv_head = 2,
                          d_model = 64, d_ff = 256 },
-  ["bert-organism"] = { family = "bert", vocab_size = 128, block_size = 128, n_layer = 4, n_head = 2, d_model = 64, d_ff = 256 },
+  ["bert-organism"] = { family = "bert", vocab_size = 128, block_size = 128, n_layer = 4, n_head = 2, d_model = 64, d_ff = 256,
+                        rope_base = 10000.0 },
   ["vit-organism"] = { family = "vit", image_size = 32, patch_size = 4, n_classes = 4, n_layer = 4, n_head = 2,
                        d_model = 64, d_ff = 256 },
   ["vit-quick"] = { family = "vit", image_size = 16, patch_size = 4, n_classes = 4, n_layer = 2, n_head = 2,
