@@ -38,6 +38,8 @@ local QUANTITIES = {
 local vars = {
   { "paper_value", dims = { "family", "variant", "quantity" }, long_name = "QT Table 2 value for the paper-scale model", units = "1" },
   { "n_seeds", dims = {}, long_name = "training seeds per model", units = "1", type = "int" },
+  { "clipped_gamma", dims = { "family" }, long_name = "clipped softmax gamma used (scaled to the family's tokens per sequence)", units = "1" },
+  { "tokens", dims = { "family" }, long_name = "tokens per sequence (ViT: patches and [CLS])", units = "1", type = "int" },
 }
 local panels = {}
 for _, q in ipairs(QUANTITIES) do
@@ -95,8 +97,11 @@ local function analyze(run)
     rows[#rows + 1] = r
   end
   local sl = seeds.list(cfg)
-  local v = { paper_value = {}, n_seeds = #sl }
+  local v = { paper_value = {}, n_seeds = #sl, clipped_gamma = {}, tokens = {} }
   for fi, fam in ipairs(FAMILIES) do
+    v.tokens[fi] = ptq.qt_tokens(cfg, fam)
+    local c = ptq.qt_attention(cfg, fam, "clipped")
+    v.clipped_gamma[fi] = c.gamma or -c.alpha / v.tokens[fi]
     v.paper_value[fi] = {}
     for vi, var in ipairs(VARIANTS) do v.paper_value[fi][vi] = PAPER[fam][var] end
   end
@@ -173,8 +178,7 @@ local function summary(run)
           "): the paper's models train for 10⁵–10⁶ steps; the differences between the variants here are therefore small and the verdict says little about the paper's claim (inconclusive)."),
     "",
     string.format("Settings: clipped softmax γ: BERT %.4g (T = %d), OPT γ = −12/T = %.4g (T = %d), ViT %.3g (%d tokens); gated attention: linear gate per head, π_init = 0.5. W8A8: weights symmetric per tensor (min-max; MSE for OPT), activations asymmetric per tensor from %d calibration batches (running min-max, momentum 0.9; 99.999th percentile for OPT); see docs/COMPRESSION.md.",
-      ptq.qt_attention(run.cfg, "bert", "clipped").gamma, run.cfg.bert_T, -12 / run.cfg.opt_T, run.cfg.opt_T,
-      ptq.qt_attention(run.cfg, "vit", "clipped").gamma, ptq.qt_tokens(run.cfg, "vit"), run.cfg.n_calib),
+      v.clipped_gamma[1], v.tokens[1], v.clipped_gamma[2], v.tokens[2], v.clipped_gamma[3], v.tokens[3], run.cfg.n_calib),
   }, "\n")
   return {
     paper = "clipped softmax and gated attention cut max inf norm and kurtosis (BERT 735 → 21.5 / 39.2) and keep W8A8 close to FP (BERT W8A8 ppl 1294 → 4.52 / 4.65)",

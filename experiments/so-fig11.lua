@@ -33,6 +33,8 @@ local FIG = figure.declare{
     { "top1_over_median_sd", dims = { "variant" }, long_name = "max over layers of top-1 / median |h|, sample standard deviation over seeds", units = "1" },
     { "max_top1", dims = { "variant" }, long_name = "max over layers of the top-1 |h| (max inf norm of h), mean over seeds", units = "1" },
     { "max_top1_sd", dims = { "variant" }, long_name = "max over layers of the top-1 |h|, sample standard deviation over seeds", units = "1" },
+    { "half_default_ratio", dims = {}, long_name = "the criterion's threshold: half the default model's top-1 / median, mean over seeds", units = "1" },
+    { "half_default_ratio_sd", dims = {}, long_name = "half the default model's top-1 / median, sample standard deviation over seeds", units = "1" },
     { "n_seeds", dims = {}, long_name = "training seeds per variant", units = "1", type = "int" },
   },
   panels = {
@@ -85,6 +87,7 @@ local function analyze(run)
     v.top1_over_median[vi], v.top1_over_median_sd[vi] = seeds.stats(v.top1_over_median_per_seed[vi])
     v.max_top1[vi], v.max_top1_sd[vi] = seeds.stats(over_seeds(function(r) return r.max_top1 end))
   end
+  v.half_default_ratio, v.half_default_ratio_sd = seeds.stats(seeds.scale(v.top1_over_median_per_seed[1], 0.5))   -- softmax first
   return { coords = { variant = labels, layer = layers, rank = { 1, 2, 3 }, seed = sl }, vars = v }
 end
 
@@ -112,13 +115,13 @@ local function summary(run)
     local c = seeds.compare(ratios(var), half)
     outcomes[#outcomes + 1] = seeds.outcome(c, -1)
     checks[#checks + 1] = string.format("- %s: ratio %s vs half the default's %s — %s", ptq.SO_LABELS[var], pm("top1_over_median", var),
-      seeds.pm(half, "%.4g"), seeds.word(c, "prevents (as SO)", "does NOT prevent"))
+      seeds.pm_of(v.half_default_ratio, v.half_default_ratio_sd, ns, "%.4g"), seeds.word(c, "prevents (as SO)", "does NOT prevent"))
   end
   for _, var in ipairs({ "fixed_bias", "ca_bias" }) do
     local c = seeds.compare(ratios(var), half)
     outcomes[#outcomes + 1] = seeds.outcome(c, 1)
     checks[#checks + 1] = string.format("- %s: ratio %s vs half the default's %s — %s", ptq.SO_LABELS[var], pm("top1_over_median", var),
-      seeds.pm(half, "%.4g"), seeds.word(c, "does NOT keep them", "keeps them (as SO)"))
+      seeds.pm_of(v.half_default_ratio, v.half_default_ratio_sd, ns, "%.4g"), seeds.word(c, "does NOT keep them", "keeps them (as SO)"))
   end
   -- SO's massive activations are ~10³ × the median; below 20 × nothing is there to prevent
   local base = v.top1_over_median[idx.softmax]
