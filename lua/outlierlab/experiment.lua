@@ -900,17 +900,15 @@ function M.train_model(run, spec)
     tcfg.progress = tcfg.progress or "plain"
     tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
     run:log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, spec.batch.B, spec.batch.T)
-    -- the model organism's models record their sinks, drains and massive activations as they train
-    local track = corpus.kind == "organism" and M.tracker(spec, dir, function()
-      return M.measure_phenomena(ctx, m, corpus, spec)
-    end) or nil
+    -- every model records its sinks, drains, massive activations and kurtosis as it trains
+    local track = M.tracker(spec, dir, function() return M.measure_phenomena(ctx, m, corpus, spec) end)
     local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va, cfg = tcfg, ckpt = ckpt,
-                           on_step = track and track.on_step }
+                           on_step = track.on_step }
     local val = res.val[#res.val]
     -- the per-step curves go into the model's training history (outlierlab.history)
     return { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
              val_loss = val and val.loss or nil, steps = res.step,
-             stopped_by_signal = res.stopped_by_signal, curve = track and track.curve,
+             stopped_by_signal = res.stopped_by_signal, curve = track.curve,
              params = m:num_params(), describe = m:describe() }
   end)
 end

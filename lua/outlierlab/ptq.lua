@@ -377,16 +377,14 @@ function M.train(run, spec)
     tcfg.progress = tcfg.progress or "plain"
     tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
     run:log("%s, %d steps of %d images", m:describe(), spec.train.steps, spec.batch.B)
-    -- the model organism's ViTs (flat backgrounds) record their phenomena as they train
-    local track = spec.data.style == "flat" and E.tracker(spec, dir, function()
-      return M.measure_vit_phenomena(ctx, m, spec)
-    end) or nil
+    -- every ViT records its sinks, drains, massive activations and kurtosis as it trains
+    local track = E.tracker(spec, dir, function() return M.measure_vit_phenomena(ctx, m, spec) end)
     local res = train.run{ ctx = ctx, model = m, loader = image_loader(spec, "train", true),
                            val_loader = image_loader(spec, "val"), cfg = tcfg, ckpt = ckpt,
-                           on_step = track and track.on_step }
+                           on_step = track.on_step }
     local val = res.val[#res.val]
     return { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
-             val_loss = val and val.loss or nil, steps = res.step, curve = track and track.curve,
+             val_loss = val and val.loss or nil, steps = res.step, curve = track.curve,
              stopped_by_signal = res.stopped_by_signal, params = m:num_params(), describe = m:describe() }
   end)
 end

@@ -16,6 +16,10 @@
 -- few likely successors per token), then two kinds of frequent, uninformative tokens are mixed
 -- in: every row gives mass p_delim to the n_delim delimiters and p_weak to the n_weak weak
 -- tokens, whose own rows are flat (Dirichlet(1)): after them the next token is hard to guess.
+-- With p_trigger > 0 the triggers are not part of the Dirichlet draw: every row gives them the
+-- fixed mass p_trigger (split evenly), so that about that share of the positions follow a
+-- trigger; drawn with the rest (p_trigger = 0, Guo et al.'s task) a token whose likely
+-- successor is a trigger falls into copy loops (a T a T ...) and triggers fill 40 % of a sequence.
 -- A head that serves the copy is needed only right after a trigger; on every other token it
 -- must add nothing to the residual stream: the no-op the papers tie outliers to.
 --
@@ -37,7 +41,7 @@ M.special = { pad = 0, bos = 1, cls = 2, sep = 3, mask = 4 }
 local FIRST = #M.SPECIALS
 local DELIM_NAMES = { ".", ",", ";", ":", "!", "?", "\n", "-" }
 
-M.defaults = { vocab_size = 64, n_triggers = 8, groups = 1, alpha = 0.1, n_delim = 0, p_delim = 0.1,
+M.defaults = { vocab_size = 64, n_triggers = 8, groups = 1, alpha = 0.1, p_trigger = 0, n_delim = 0, p_delim = 0.1,
                n_weak = 0, p_weak = 0.1, seed = 1 }
 
 local function check_int(v, lo, hi, what)
@@ -78,7 +82,7 @@ end
 M.gamma = gamma
 
 -- ---------------------------------------------------------------- the task
--- task{vocab_size=, n_triggers=, groups=, alpha=, n_delim=, p_delim=, n_weak=, p_weak=, seed=}
+-- task{vocab_size=, n_triggers=, groups=, alpha=, p_trigger=, n_delim=, p_delim=, n_weak=, p_weak=, seed=}
 function M.task(o)
   o = o or {}
   for k in pairs(o) do
@@ -98,11 +102,11 @@ function M.task(o)
   check_int(t.n_weak, 0, V, "n_weak")
   check_int(t.seed, 0, 2 ^ 52, "seed")
   if type(t.alpha) ~= "number" or t.alpha <= 0 then error("data.organism: alpha must be > 0, got " .. tostring(t.alpha), 2) end
-  for _, k in ipairs { "p_delim", "p_weak" } do
+  for _, k in ipairs { "p_delim", "p_weak", "p_trigger" } do
     if type(t[k]) ~= "number" or t[k] < 0 or t[k] >= 1 then error("data.organism: " .. k .. " must be in [0, 1), got " .. tostring(t[k]), 2) end
   end
-  if t.p_delim * (t.n_delim > 0 and 1 or 0) + t.p_weak * (t.n_weak > 0 and 1 or 0) >= 0.9 then
-    error("data.organism: p_delim + p_weak must stay below 0.9", 2)
+  if t.p_delim * (t.n_delim > 0 and 1 or 0) + t.p_weak * (t.n_weak > 0 and 1 or 0) + t.p_trigger >= 0.9 then
+    error("data.organism: p_delim + p_weak + p_trigger must stay below 0.9", 2)
   end
   local n_chain = V - FIRST
   local n_ord = n_chain - t.n_delim - t.n_weak - t.n_triggers
@@ -147,17 +151,21 @@ function M.task(o)
     for j = 0, n_chain - 1 do
       local jd = FIRST + j
       local g = 0
-      if jd >= t.ord0 or (jd >= t.trig0 and jd < t.ord0) then g = gamma(a, t.seed * 7 + 11, r * n_chain + j) end
+      local trig = jd >= t.trig0 and jd < t.ord0
+      if jd >= t.ord0 or (trig and t.p_trigger == 0) then g = gamma(a, t.seed * 7 + 11, r * n_chain + j) end
       p[j] = g
       s = s + g
     end
     local rest = 1
     if t.n_delim > 0 then rest = rest - t.p_delim end
     if t.n_weak > 0 then rest = rest - t.p_weak end
+    local fixed_trig = t.p_trigger > 0 and t.n_triggers > 0
+    if fixed_trig then rest = rest - t.p_trigger end
     for j = 0, n_chain - 1 do
       local jd = FIRST + j
       if jd >= t.delim0 and jd < t.weak0 then p[j] = t.p_delim / t.n_delim
       elseif jd >= t.weak0 and jd < t.trig0 then p[j] = t.p_weak / t.n_weak
+      elseif fixed_trig and jd >= t.trig0 and jd < t.ord0 then p[j] = t.p_trigger / t.n_triggers
       else p[j] = s > 0 and rest * p[j] / s or 0 end
     end
     local acc, h = 0, 0
