@@ -102,7 +102,7 @@ local function summary(run)
     return xs
   end
   local function pm(name, var, fmt) return seeds.pm_of(v[name][idx[var]], v[name .. "_sd"][idx[var]], ns, fmt or "%.4g") end
-  local lines = { "| variant | max top-1 |h| | max over layers of top-1 / median | SO finds |", "|---|---|---|---|" }
+  local lines = { "| variant | max top-1 \\|h\\| | max over layers of top-1 / median | SO finds |", "|---|---|---|---|" }
   local expect = { softmax = "massive activations", fixed_bias = "massive activations", ca_bias = "massive activations",
                    attn_bias = "none", ca_scale = "none", sigmoid = "none" }
   for _, var in ipairs(ptq.SO_VARIANTS) do
@@ -139,6 +139,7 @@ local function summary(run)
       "Checks (criterion: \"prevents\" = ratio below half the default model's, \"keeps\" = above half of it, each beyond the seed spread; seed rule: " .. seeds.RULE .. "):", "",
       table.concat(checks, "\n"), "",
       "The claim holds when every check comes out as SO finds, does not hold when one comes out the other way beyond the spread, and is inconclusive otherwise.",
+      "",
       strong and "The default model has massive activations here (top-1 ≥ 20 × median), so the comparison tests the claim."
         or string.format("The default model has no massive activations at this scale (top-1 only %.3g × the median; SO's are ~10³ ×), so the claim cannot be tested here (verdict inconclusive).", base),
       "", "The models are shared with so-fig12 and (softmax, ca_scale) with so-table3." }, "\n"),
