@@ -739,7 +739,7 @@ function Batcher:next(ctx)
 end
 
 -- The model organism's data (outlierlab.data.organism, docs/DATA.md): a spec's data =
--- { kind = "organism", vocab_size =, n_triggers =, groups =, alpha =, n_delim =, p_delim =,
+-- { kind = "organism", vocab_size =, n_triggers =, groups =, alpha =, p_trigger =, n_delim =, p_delim =,
 -- n_weak =, p_weak =, seed = } instead of the corpus' { seed =, n_tokens =, vocab_size = }.
 -- The task stands in for a corpus everywhere: vocab, special, category, vocab_size; its
 -- batches are generated, never cut from a stream (kind "lm" or "mlm").
@@ -762,8 +762,8 @@ end
 function M.data_spec(cfg)
   if cfg.data == "organism" then
     return { kind = "organism", vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups,
-             alpha = cfg.alpha, n_delim = cfg.n_delim, p_delim = cfg.p_delim, n_weak = cfg.n_weak,
-             p_weak = cfg.p_weak, seed = cfg.data_seed }
+             alpha = cfg.alpha, p_trigger = cfg.p_trigger, n_delim = cfg.n_delim, p_delim = cfg.p_delim,
+             n_weak = cfg.n_weak, p_weak = cfg.p_weak, seed = cfg.data_seed }
   end
   return { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size }
 end
@@ -774,10 +774,10 @@ end
 
 -- Every shared profile carries the settings of both data sources, so that --data=corpus or
 -- --data=organism switches a profile's data from the command line: the organism task
--- (data.organism: vocab_size, n_triggers, groups, alpha, n_delim, p_delim, n_weak, p_weak) and
+-- (data.organism: vocab_size, n_triggers, groups, alpha, p_trigger, n_delim, p_delim, n_weak, p_weak) and
 -- the generated corpus (n_tokens, vocab_size). data_seed seeds either.
-local ORGANISM_TASK = { vocab_size = 128, n_triggers = 24, groups = 6, alpha = 0.1, n_delim = 0, p_delim = 0.1,
-                        n_weak = 0, p_weak = 0.1, data_seed = 1 }
+local ORGANISM_TASK = { vocab_size = 128, n_triggers = 24, groups = 6, alpha = 0.1, p_trigger = 0.12, n_delim = 0,
+                        p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1 }
 local function with_task(t, task)
   local o = config.deep_copy(ORGANISM_TASK)
   for k, v in pairs(task or {}) do o[k] = v end
@@ -845,10 +845,10 @@ M.LLAMA_LM_PROFILES = {
             steps = 20, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
             eval_batches = 2, seed = 1 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
   default = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 128, batch = 16,
-              steps = 2500, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              steps = 3000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
               eval_batches = 16, seed = 1 }),
   long = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 128, batch = 16,
-              steps = 10000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              steps = 12000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
               eval_batches = 16, seed = 1 }),
   paper = with_task({ preset = "tinyllama-120m", data = "corpus", n_tokens = 100000000, vocab_size = 32000,
             seq_len = 1024, batch = 480, steps = 50000, lr = 6e-4, warmup = 2000, schedule = "cosine",
