@@ -224,10 +224,13 @@ return {
              claim = "In a small model trained on a task whose heads must often do nothing, attention sinks with value drains, massive activations at the sink token and heavy-tailed activations emerge within minutes of training." },
   profiles = {
     quick = { families = { "llama" }, llama_vary = { "lr=0.003" }, bert_vary = {}, vit_vary = {}, steps_scale = 1 },
+    -- the default map: every family's default recipe over 3 seeds, and for the decoder the knobs
+    -- that make or break the phenomena (a 4x higher learning rate, no weight decay, the single
+    -- back-copy of the original task); the long map varies every knob, 4x longer
     default = { families = { "llama", "bert", "vit" }, steps_scale = 1,
-                llama_vary = { "lr=0.003", "lr=0.03", "weight_decay=0", "depth=2", "groups=1", "seed=2", "seed=3" },
-                bert_vary = { "weight_decay=0", "groups=1", "seed=2", "seed=3" },
-                vit_vary = { "weight_decay=0", "seed=2", "seed=3" } },
+                llama_vary = { "lr=0.03", "weight_decay=0", "groups=1", "seed=2", "seed=3" },
+                bert_vary = { "seed=2", "seed=3" },
+                vit_vary = { "seed=2", "seed=3" } },
     long = { families = { "llama", "bert", "vit" }, steps_scale = 4,
              llama_vary = { "lr=0.003", "lr=0.03", "weight_decay=0", "weight_decay=0.3", "depth=2", "depth=6", "groups=1", "groups=3", "seed=2", "seed=3" },
              bert_vary = { "lr=0.003", "weight_decay=0", "depth=2", "groups=1", "seed=2", "seed=3" },
