@@ -157,8 +157,10 @@ local function summary(run)
   if v.sink_heads > 0 then holds = sphere and v.gap_holds > 0.99 and ma[1] < ma[2] end
   return {
     paper = "BLOG: a no-op needs e^M/(e^M + n − 1) ≈ 1, a large score gap M; after LayerNorm without γ, β every token has norm √d (γ scales the sphere to about ‖γ‖), so the gap must come from directions: W_q and W_k share dominant singular directions",
-    reproduced = string.format("(1) %d sink heads; %.1f %% of their queries have a gap at least the required M (median required M %.2f); (2) ‖x̂‖/√d within %.2g of 1 at every token and layer; (3) smallest principal angle between W_q and W_k top-%d subspaces %.1f° for sink heads, %.1f° for the others",
-      v.sink_heads, 100 * (v.gap_holds == v.gap_holds and v.gap_holds or 0), v.median_required_gap, v.max_norm_error, RANK, ma[1], ma[2]),
+    reproduced = v.sink_heads > 0 and string.format("(1) %d sink heads; %.1f %% of their queries have a gap at least the required M (median required M %.2f); (2) ‖x̂‖/√d within %.2g of 1 at every token and layer; (3) smallest principal angle between W_q and W_k top-%d subspaces %.1f° for sink heads, %.1f° for the others",
+      v.sink_heads, 100 * (v.gap_holds == v.gap_holds and v.gap_holds or 0), v.median_required_gap, v.max_norm_error, RANK, ma[1], ma[2])
+      or string.format("(1) no sink head (no head puts more than half of its attention on the initial token); (2) ‖x̂‖/√d within %.2g of 1 at every token and layer; (3) smallest principal angle between W_q and W_k top-%d subspaces %.1f° for the heads (no sink head to compare)",
+      v.max_norm_error, RANK, ma[2]),
     holds = holds,
     notes = "Criteria: (2) every normalised token within 5 % of √d; with sink heads also (1) at least 99 % of their queries obey gap >= M and (3) their W_q/W_k subspaces closer than the other heads'." ..
       (v.sink_heads == 0 and " No head puts more than half of its attention on the initial token here: checks (1) and (3) have no sink head to test, the verdict rests on (2)." or ""),

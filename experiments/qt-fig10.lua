@@ -148,8 +148,9 @@ local function summary(run)
   end
   return {
     paper = "BERT-base: the heads owning outlier dims #180 and #720 (heads #3 and #12) put almost all of their attention on [SEP], '.' and ',' in layers #10 and #11 (vertical stripes, small product); heads without outliers (#1, #7, #8, #10) spread their attention; in the first eight layers head #3 goes from a diagonal to stripes",
-    reproduced = string.format("%d 6σ outliers at the FFN output of the last two layers; delimiter share %.2f for their outlier heads, %.2f for the last layer's ordinary head, %.2f for the same head index in the earlier layers; outlier heads' |A·V| = %.2f × the other heads'",
-      v.total_outliers, v.outlier_head_share, v.ordinary_head_share, v.early_share, v.outlier_head_product),
+    reproduced = string.format("%d 6σ outliers at the FFN output of the last two layers; delimiter share %.2f for their outlier heads, %.2f for the last layer's ordinary head, %s for the same head index in the earlier layers; outlier heads' |A·V| = %.2f × the other heads'",
+      v.total_outliers, v.outlier_head_share, v.ordinary_head_share,
+      v.early_share == v.early_share and string.format("%.2f", v.early_share) or "undefined (no earlier layer shown)", v.outlier_head_product),
     holds = holds,
     notes = "Criterion: 6σ outliers in the last two layers, their outlier heads put more than half of their attention on delimiters, more than the ordinary head and than the early layers." ..
       (found and "" or " No 6σ outlier at the FFN output of the last two layers: no head owns an outlier dimension, so the heads shown as 'outlier heads' are the most delimiter-bound ones."),

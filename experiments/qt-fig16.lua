@@ -71,7 +71,7 @@ local function analyze(run)
   local want = {}
   for _, l in ipairs(pairs_) do want[l] = true end
   local loader = data.ImageLoader{ n = spec.data.n, size = H, classes = spec.data.classes, seed = spec.data.seed,
-                                   B = spec.batch.B, split = "val", patch = Pz }
+                                   B = spec.batch.B, split = "val", patch = Pz, style = spec.data.style }
   local hs, As, Vs, batch = {}, {}, {}, nil
   local P = probes.new{ points = { "h", "attn_probs", "v" } }
   P:attach("h", function(t, l) if want[l] then hs[l] = t end end)
@@ -163,8 +163,9 @@ local function summary(run)
   if v.outlier_patches > 0 then holds = v.background_share > v.background_patches and v.enrichment > 1 and v.value_ratio < 1 end
   return {
     paper = "ViT-S/16 layers #10 and #11 on eight ImageNet images: outliers at background patches near the border; head #1 of the next layer puts its cumulative attention on a few of them (vertical stripes); outlier patches have smaller values (Fig. 3: ~0.5 against ~2–2.5; the appendix figures vary by image)",
-    reproduced = string.format("%d outlier patches over the shown images and layers, %.0f %% background (background is %.0f %% of the patches); the chosen heads' attention on outlier patches is %.2f × their share; mean ‖v‖ of outlier patches = %.2f × the other patches'",
-      v.outlier_patches, 100 * v.background_share, 100 * v.background_patches, v.enrichment, v.value_ratio),
+    reproduced = v.outlier_patches > 0 and string.format("%d outlier patches over the shown images and layers, %.0f %% background (background is %.0f %% of the patches); the chosen heads' attention on outlier patches is %.2f × their share; mean ‖v‖ of outlier patches = %.2f × the other patches'",
+      v.outlier_patches, 100 * v.background_share, 100 * v.background_patches, v.enrichment, v.value_ratio)
+      or string.format("no 6σ outlier patch over the shown images and layers (background is %.0f %% of the patches)", 100 * v.background_patches),
     holds = holds,
     notes = "Criterion: outlier patches are background more often than patches in general, the next layer's chosen head attends to them more than their share, and their values are smaller." ..
       (v.outlier_patches == 0 and " No 6σ outlier in the shown layers: the outlier panels say so and the verdict is inconclusive." or ""),
