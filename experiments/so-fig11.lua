@@ -58,7 +58,8 @@ local function analyze(run)
   local layers
   for _, t in ipairs(run.out.train) do
     local ctx, m, L = ptq.load(t.spec, t.handle)
-    local s = ptq.outlier_stats(ctx, m, { loader = L.val, n = run.cfg.n_eval, points = { "h" }, topk = 3 })
+    -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/METRICS.md)
+    local s = ptq.outlier_stats(ctx, m, { loader = L.val, n = run.cfg.n_eval, points = { "h" }, topk = 3, median = "lower" })
     local r = { top = {}, median = {}, ratio = 0, max_top1 = s.max_inf_norm }
     layers = {}
     for i, p in ipairs(s.per) do

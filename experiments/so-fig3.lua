@@ -61,8 +61,9 @@ local function analyze(run)
   local ctx, m = exp_runner.load_model(spec, run.out.train)
   local C = m.cfg.d_model
   local rule = analysis.rule{ kind = "tau_mean", tau = cfg.tau, scope = "sequence" }
+  -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/METRICS.md)
   local stats = analysis.LayerStats{ T = cfg.seq_len, C = C, V = cfg.vocab_size, topk = 3,
-                                     rule = rule, category = corpus.category }
+                                     rule = rule, category = corpus.category, median = "lower" }
   local P = probes.new{ points = { "h" } }
   P:attach("h", stats)
   exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
