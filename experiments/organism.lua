@@ -28,6 +28,8 @@ local KNOBS = {
   depth = function(c, v) c.n_layer = v end,
   groups = function(c, v) c.groups = v; c.n_triggers = math.min(c.n_triggers, 4 * v) end,
   seed = function(c, v) c.seed = v end,
+  -- an attention variant by name (docs/ATTENTION.md): set on the spec (see members)
+  attention = function() end,
 }
 
 -- family -> { base profile of the shared recipe, spec builder, trainer }
@@ -45,12 +47,16 @@ local function members(cfg, profile)
     local base = F.profiles[profile] or F.profiles.default
     out[#out + 1] = { family = fam, knob = "base", value = 0, label = fam .. " default" }
     for _, kv in ipairs(cfg[fam .. "_vary"] or {}) do
-      local k, v = tostring(kv):match("^([%w_]+)=([%d%.eE%-]+)$")
-      if not k or not KNOBS[k] or not tonumber(v) then
-        error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s", fam, tostring(kv),
-          "lr, weight_decay, depth, groups, seed"), 0)
+      local k, v = tostring(kv):match("^([%w_]+)=([%w%.%-]+)$")
+      if k == "attention" and v then
+        out[#out + 1] = { family = fam, knob = k, value = 0, attention = v, label = string.format("%s attention=%s", fam, v) }
+      else
+        if not k or not KNOBS[k] or not tonumber(v) then
+          error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>", fam,
+            tostring(kv), "lr, weight_decay, depth, groups, seed"), 0)
+        end
+        out[#out + 1] = { family = fam, knob = k, value = tonumber(v), label = string.format("%s %s=%s", fam, k, v) }
       end
-      out[#out + 1] = { family = fam, knob = k, value = tonumber(v), label = string.format("%s %s=%s", fam, k, v) }
     end
     for _, m in ipairs(out) do
       if m.family == fam and not m.cfg then
@@ -69,6 +75,7 @@ local function train(run)
   return run:sweep(list, function(m)
     local F = FAMILIES[m.family]
     local spec = F.spec(m.cfg)
+    if m.attention then spec.model.overrides.attention = m.attention end
     -- a setting that diverges (NaN/Inf: train.run stops with its message) is a point of the map
     local ok, h = pcall(F.train, run, spec)
     if not ok then
@@ -228,11 +235,11 @@ return {
     -- that make or break the phenomena (a 4x higher learning rate, no weight decay, the single
     -- back-copy of the original task); the long map varies every knob, 4x longer
     default = { families = { "llama", "bert", "vit" }, steps_scale = 1,
-                llama_vary = { "lr=0.03", "weight_decay=0", "groups=1", "seed=2", "seed=3" },
+                llama_vary = { "lr=0.03", "weight_decay=0", "groups=1", "seed=2", "seed=3", "attention=softmax1" },
                 bert_vary = { "seed=2", "seed=3" },
                 vit_vary = { "seed=2", "seed=3" } },
     long = { families = { "llama", "bert", "vit" }, steps_scale = 4,
-             llama_vary = { "lr=0.003", "lr=0.03", "weight_decay=0", "weight_decay=0.3", "depth=2", "depth=6", "groups=1", "groups=3", "seed=2", "seed=3" },
+             llama_vary = { "lr=0.003", "lr=0.03", "weight_decay=0", "weight_decay=0.3", "depth=2", "depth=6", "groups=1", "groups=3", "seed=2", "seed=3", "attention=softmax1" },
              bert_vary = { "lr=0.003", "weight_decay=0", "depth=2", "groups=1", "seed=2", "seed=3" },
              vit_vary = { "lr=0.0003", "weight_decay=0", "depth=2", "seed=2", "seed=3" } },
   },
