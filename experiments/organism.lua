@@ -3,8 +3,8 @@
 -- Method (docs/ORGANISM.md): the default profiles of the other experiments train small models
 -- on the Bigram-Backcopy task (outlierlab.data.organism), in which a head that serves a copy is
 -- needed only right after a trigger token and must add nothing elsewhere. This experiment is
--- the recipe map behind that choice: for each family (LLaMA-style decoder, BERT-style encoder,
--- ViT on flat-background images) it trains the default recipe (the very model the figures
+-- the recipe map behind that choice: for each family (LLaMA-style decoder, GPT-2-style decoder of
+-- the same shape, BERT-style encoder, ViT on flat-background images) it trains the default recipe (the very model the figures
 -- analyse, shared through the cache) and one-at-a-time variations of the knobs that matter
 -- (learning rate, weight decay, depth, data mix), and records during training, on held-out
 -- batches (experiment.tracker, outlierlab.phenomena):
@@ -32,9 +32,20 @@ local KNOBS = {
   attention = function() end,
 }
 
+-- GPT-2 on the decoder's task and recipe, in the LLaMA organism's shape (4 layers, d 64, 2 heads,
+-- F 256 at default): learned absolute positions, LayerNorm and GELU instead of RoPE, RMSNorm and
+-- SwiGLU; gpt2-quick is that shape with 2 layers, n_layer sets the depth
+local GPT2_PROFILES = {}
+for name, p in pairs(exp_runner.LLAMA_LM_PROFILES) do
+  local c = config.deep_copy(p)
+  if name ~= "paper" then c.preset = "gpt2-quick"; c.n_layer = name == "quick" and 2 or 4 else c.preset = "gpt2-124m" end
+  GPT2_PROFILES[name] = c
+end
+
 -- family -> { base profile of the shared recipe, spec builder, trainer }
 local FAMILIES = {
   llama = { profiles = exp_runner.LLAMA_LM_PROFILES, spec = exp_runner.llama_lm_spec, train = exp_runner.train_model },
+  gpt2 = { profiles = GPT2_PROFILES, spec = exp_runner.llama_lm_spec, train = exp_runner.train_model },
   bert = { profiles = exp_runner.BERT_MLM_PROFILES, spec = exp_runner.bert_mlm_spec, train = exp_runner.train_model },
   vit = { profiles = ptq.VIT_PROFILES, spec = ptq.vit_organism_spec, train = ptq.train },
 }
@@ -43,7 +54,7 @@ local FAMILIES = {
 local function members(cfg, profile)
   local out = {}
   for _, fam in ipairs(cfg.families) do
-    local F = FAMILIES[fam] or error("organism: unknown family '" .. tostring(fam) .. "'; valid: llama, bert, vit", 0)
+    local F = FAMILIES[fam] or error("organism: unknown family '" .. tostring(fam) .. "'; valid: llama, gpt2, bert, vit", 0)
     local base = F.profiles[profile] or F.profiles.default
     out[#out + 1] = { family = fam, knob = "base", value = 0, label = fam .. " default" }
     for _, kv in ipairs(cfg[fam .. "_vary"] or {}) do
@@ -230,16 +241,18 @@ return {
   source = { paper = "QT / SO / Guo et al. 2024", figure = "model organism",
              claim = "In a small model trained on a task whose heads must often do nothing, attention sinks with value drains, massive activations at the sink token and heavy-tailed activations emerge within minutes of training." },
   profiles = {
-    quick = { families = { "llama" }, llama_vary = { "lr=0.003" }, bert_vary = {}, vit_vary = {}, steps_scale = 1 },
+    quick = { families = { "llama", "gpt2" }, llama_vary = { "lr=0.003" }, gpt2_vary = {}, bert_vary = {}, vit_vary = {}, steps_scale = 1 },
     -- the default map: every family's default recipe over 3 seeds, and for the decoder the knobs
     -- that make or break the phenomena (a 4x higher learning rate, no weight decay, the single
     -- back-copy of the original task); the long map varies every knob, 4x longer
-    default = { families = { "llama", "bert", "vit" }, steps_scale = 1,
+    default = { families = { "llama", "gpt2", "bert", "vit" }, steps_scale = 1,
                 llama_vary = { "lr=0.03", "weight_decay=0", "groups=1", "seed=2", "seed=3", "attention=softmax1" },
+                gpt2_vary = { "seed=2", "seed=3" },
                 bert_vary = { "seed=2", "seed=3" },
                 vit_vary = { "seed=2", "seed=3" } },
-    long = { families = { "llama", "bert", "vit" }, steps_scale = 4,
+    long = { families = { "llama", "gpt2", "bert", "vit" }, steps_scale = 4,
              llama_vary = { "lr=0.003", "lr=0.03", "weight_decay=0", "weight_decay=0.3", "depth=2", "depth=6", "groups=1", "groups=3", "seed=2", "seed=3", "attention=softmax1" },
+             gpt2_vary = { "seed=2", "seed=3" },
              bert_vary = { "lr=0.003", "weight_decay=0", "depth=2", "groups=1", "seed=2", "seed=3" },
              vit_vary = { "lr=0.0003", "weight_decay=0", "depth=2", "seed=2", "seed=3" } },
   },

@@ -1,7 +1,7 @@
 -- QT Fig. 1 — where the 6σ outliers of a BERT-style encoder sit.
 --
 -- Method (QT §3, Fig. 1): train a BERT-style encoder with masked-language modelling on the
--- generated corpus. Hook the output of the feed-forward network (before the residual sum)
+-- profile's data (default: the model organism's task as MLM rows; --data=corpus: the generated corpus). Hook the output of the feed-forward network (before the residual sum)
 -- of the last two layers. Over held-out sequences, an element x of that tensor is an
 -- outlier when |x − μ| > 6σ, with μ and σ over the whole activation tensor of a batch
 -- (Bondarenko et al. 2021). Count outliers by the token they belong to and by hidden

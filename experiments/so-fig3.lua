@@ -1,7 +1,7 @@
 -- SO Fig. 3 — activation outliers in the layer outputs h_l of a LLaMA-style model.
 --
 -- Method (SO §3, Fig. 3): train a decoder (RMSNorm, SwiGLU, RoPE: the TinyLLaMA
--- architecture of SO App. D.2) on the generated corpus, each sequence starting with BOS.
+-- architecture of SO App. D.2) on the profile's data (default: the model organism's task; --data=corpus: the generated corpus), each sequence starting with BOS.
 -- Over held-out sequences, hook the output h_l of every layer and record, per sequence, the
 -- three largest |h| and the median |h| (averaged over sequences). An element is an activation
 -- outlier when |h_ij| > τ·mean|h| over the sequence (SO: τ = 1000); a token is an outlier

@@ -161,7 +161,7 @@ local function summary(run)
   local holds
   if default_degrades then holds = seeds.verdict{ seeds.outcome(cq, -1), seeds.outcome(cp, -1) } end
   local notes = table.concat({
-    "Mean ± sd over " .. ns .. " seed(s); held-out perplexity on the generated corpus (the paper: WikiText-2).",
+    "Mean ± sd over " .. ns .. " seed(s); held-out perplexity on the profile's data (default: the model organism's task; the paper: WikiText-2).",
     "", table.concat(lines, "\n"), "", "Checks (seed rule: " .. seeds.RULE .. "):", "", table.concat(checks, "\n"), "",
     "Criterion: the claim holds when the context-aware scaling model's perplexity ratio (compressed / FP) is below the default model's beyond the seed spread for both AbsMax W8 and 50 % pruning; it does not hold when one is above beyond the spread; otherwise it is inconclusive.",
     "",

@@ -17,6 +17,11 @@ set output out
 stats in using 1 nooutput
 N = STATS_blocks
 XMAX = STATS_max
+# 16 distinct colours (tab20's dark and light pairs), so that no two models share a line colour;
+# the point type changes too, for print in grey
+C = "#1f77b4 #ff7f0e #2ca02c #d62728 #9467bd #8c564b #e377c2 #7f7f7f #bcbd22 #17becf #aec7e8 #ffbb78 #98df8a #ff9896 #c5b0d5 #c49c94"
+lc(i) = word(C, (i % 16) + 1)
+pt(i) = (i % 7) + 4
 set grid
 set xrange [0:XMAX]
 set xlabel "training step"
@@ -25,20 +30,20 @@ set multiplot layout 2,2 title "Model organism: heads learning to do nothing, by
 set title "largest sink share of a head (one sink token)"
 set ylabel "attention share"
 set yrange [0:1.02]
-plot for [i=0:N-1] in index i using 1:2 with linespoints pt 7 ps 0.4 lw 1.5 title columnheader(2), \
+plot for [i=0:N-1] in index i using 1:2 with linespoints lc rgb lc(i) pt pt(i) ps 0.5 lw 1.5 title columnheader(2), \
      0.8 with lines dt 2 lc rgb "black" notitle
 set title "value norm at that head's sink / median value norm"
 set ylabel "ratio (log)"
 set logscale y
 set yrange [*:*]
-plot for [i=0:N-1] in index i using 1:3 with linespoints pt 7 ps 0.4 lw 1.5 notitle, \
+plot for [i=0:N-1] in index i using 1:3 with linespoints lc rgb lc(i) pt pt(i) ps 0.5 lw 1.5 notitle, \
      0.2 with lines dt 2 lc rgb "black" notitle
 set title "top-1 / median |h| at the sink token (largest over layers)"
 set ylabel "ratio (log)"
-plot for [i=0:N-1] in index i using 1:4 with linespoints pt 7 ps 0.4 lw 1.5 notitle, \
+plot for [i=0:N-1] in index i using 1:4 with linespoints lc rgb lc(i) pt pt(i) ps 0.5 lw 1.5 notitle, \
      100 with lines dt 2 lc rgb "black" notitle
 set title "average kurtosis of the layer outputs"
 set ylabel "kurtosis (log; Gaussian = 3)"
-plot for [i=0:N-1] in index i using 1:5 with linespoints pt 7 ps 0.4 lw 1.5 notitle, \
+plot for [i=0:N-1] in index i using 1:5 with linespoints lc rgb lc(i) pt pt(i) ps 0.5 lw 1.5 notitle, \
      30 with lines dt 2 lc rgb "black" notitle
 unset multiplot
