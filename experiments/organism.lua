@@ -28,9 +28,11 @@ local KNOBS = {
   depth = function(c, v) c.n_layer = v end,
   groups = function(c, v) c.groups = v; c.n_triggers = math.min(c.n_triggers, 4 * v) end,
   seed = function(c, v) c.seed = v end,
-  -- an attention variant by name (docs/ATTENTION.md): set on the spec (see members)
-  attention = function() end,
+  -- an attention variant by name (docs/ATTENTION.md), put on the spec's model by train
+  attention = function(c, v) c.attention = v end,
 }
+-- the knobs whose value is a name, not a number
+local NAMED = { attention = true }
 
 -- GPT-2 on the decoder's task and recipe, in the LLaMA organism's shape (4 layers, d 64, 2 heads,
 -- F 256 at default): learned absolute positions, LayerNorm and GELU instead of RoPE, RMSNorm and
@@ -59,15 +61,12 @@ local function members(cfg, profile)
     out[#out + 1] = { family = fam, knob = "base", value = 0, label = fam .. " default" }
     for _, kv in ipairs(cfg[fam .. "_vary"] or {}) do
       local k, v = tostring(kv):match("^([%w_]+)=([%w%.%-]+)$")
-      if k == "attention" and v then
-        out[#out + 1] = { family = fam, knob = k, value = 0, attention = v, label = string.format("%s attention=%s", fam, v) }
-      else
-        if not k or not KNOBS[k] or not tonumber(v) then
-          error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>", fam,
-            tostring(kv), "lr, weight_decay, depth, groups, seed"), 0)
-        end
-        out[#out + 1] = { family = fam, knob = k, value = tonumber(v), label = string.format("%s %s=%s", fam, k, v) }
+      local value = k and (NAMED[k] and v or tonumber(v))
+      if not k or not KNOBS[k] or value == nil then
+        error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>", fam,
+          tostring(kv), "lr, weight_decay, depth, groups, seed"), 0)
       end
+      out[#out + 1] = { family = fam, knob = k, value = value, label = string.format("%s %s=%s", fam, k, v) }
     end
     for _, m in ipairs(out) do
       if m.family == fam and not m.cfg then
@@ -86,7 +85,7 @@ local function train(run)
   return run:sweep(list, function(m)
     local F = FAMILIES[m.family]
     local spec = F.spec(m.cfg)
-    if m.attention then spec.model.overrides.attention = m.attention end
+    if m.cfg.attention then spec.model.overrides.attention = m.cfg.attention end
     -- a setting that diverges (NaN/Inf: train.run stops with its message) is a point of the map
     local ok, h = pcall(F.train, run, spec)
     if not ok then
