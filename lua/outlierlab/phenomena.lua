@@ -15,7 +15,11 @@
 --                  over tokens of each category ("at that token");
 --   kurtosis       per layer, Pearson kurtosis of each sequence's T·C values of h_l, averaged
 --                  over sequences (QT's definition, outlierlab.analysis); the model's "average
---                  kurtosis" is the mean over layers.
+--                  kurtosis" is the mean over layers; the same without the initial tokens
+--                  (kurtosis_no_initial: how heavy the tail is apart from the sink token);
+--   sink rate      Gu et al. 2025: alpha_h = mean over all queries of A_h[i, 0] (the first key,
+--                  which every query sees); a head is a sink when alpha_h > eps = 0.3; the rate
+--                  is the share of such heads over all layers.
 --
 --   local phenomena = require "outlierlab.phenomena"
 --   local ph = phenomena.new{ category = task.category, T = 128, C = 64, n_head = 4,
@@ -31,7 +35,10 @@
 -- result: { layers = {0..}, per_layer = { [l] = { top1, median, ratio, kurtosis,
 --             ratio_at = {cat = r}, top1_category = {cat = n} } },
 --           heads = { [l] = { [h] = { share = {cat = s}, mass = {cat = m}, value_ratio = {cat = r} } } },
+--           (heads[l][h].alpha_first: Gu et al.'s mean attention on the first key)
 --           sink = { layer, head, category, share, value_ratio },   -- the head with the largest share
+--           sink_rate, sink_heads, n_heads, sink_rate_value_ratio (mean value ratio of those heads),
+--           avg_kurtosis_no_initial, per_layer[l].kurtosis_no_initial, per_layer[l].top1_at[cat],
 --           massive = { layer, category, ratio },                 -- largest ratio_at over sink categories
 --           max_ratio = { layer, ratio }, avg_kurtosis, max_kurtosis }
 local ffi = require "ffi"
@@ -43,6 +50,10 @@ local SINK_CATS = { "initial", "delimiter" }
 M.SINK_CATEGORIES = SINK_CATS
 local CAT_INDEX = {}
 for i, c in ipairs(CATS) do CAT_INDEX[c] = i end
+
+-- Gu et al. 2025's threshold: a head is a sink when its mean attention on the first token,
+-- over the queries that see it, exceeds eps
+M.SINK_EPS = 0.3
 
 local Ph = {}
 Ph.__index = Ph
@@ -98,13 +109,15 @@ function Ph:probe_attn(A, l, batch)
   local mx, mass, wv = ffi.new("double[5]"), ffi.new("double[5]"), ffi.new("double[5]")
   local seen = ffi.new("uint8_t[5]")
   for h = 0, NH - 1 do
-    local H = L[h] or { sum = zeros4(), n = zeros4(), mass = zeros4(), wv = zeros4(), wsum = zeros4() }
+    local H = L[h] or { sum = zeros4(), n = zeros4(), mass = zeros4(), wv = zeros4(), wsum = zeros4(), first_sum = 0, first_n = 0 }
     L[h] = H
     local g = vn and math.floor(h * vn.NKV / NH) or 0
     for b = 0, B - 1 do
       local crow = cats + b * Tk
       for i = 0, Tq - 1 do
         local row = d + ((b * NH + h) * Tq + i) * Tk
+        -- Gu et al.'s alpha(first key): every query sees key 0 (causal or not)
+        H.first_sum, H.first_n = H.first_sum + row[0], H.first_n + 1
         for c = 1, 4 do mx[c], mass[c], wv[c], seen[c] = 0, 0, 0, 0 end
         local jmax = causal and math.min(Tk - 1, i + Tk - Tq) or Tk - 1
         for j = 0, jmax do
@@ -165,11 +178,37 @@ function Ph:probe_h(x, l, batch)
   self.stats:probe(x, l, batch)
   local B, T, C = x:size(0), x:size(1), x:size(2)
   local cats = batch_cats(self, batch)
-  local S = self.act[l] or { at_sum = zeros4(), at_n = zeros4(), top1_cat = zeros4() }
+  local S = self.act[l] or { at_sum = zeros4(), at_n = zeros4(), top1_cat = zeros4(), kni_sum = 0, kni_n = 0 }
   self.act[l] = S
   local d = x.data
   local mx = ffi.new("double[5]")
   for b = 0, B - 1 do
+    -- Pearson kurtosis of the sequence's values without its initial tokens (the token a massive
+    -- activation sits on): how heavy the tail is apart from that one token
+    local n, s1 = 0, 0
+    for t = 0, T - 1 do
+      if cats[b * T + t] ~= 1 then
+        local base = (b * T + t) * C
+        for k = 0, C - 1 do s1 = s1 + d[base + k] end
+        n = n + C
+      end
+    end
+    if n > 1 then
+      local mu, m2, m4 = s1 / n, 0, 0
+      for t = 0, T - 1 do
+        if cats[b * T + t] ~= 1 then
+          local base = (b * T + t) * C
+          for k = 0, C - 1 do
+            local z = d[base + k] - mu
+            local z2 = z * z
+            m2, m4 = m2 + z2, m4 + z2 * z2
+          end
+        end
+      end
+      -- the same convention as analysis.LayerStats: fourth moment over the unbiased variance squared
+      m2, m4 = m2 / (n - 1), m4 / n
+      if m2 > 0 then S.kni_sum, S.kni_n = S.kni_sum + m4 / (m2 * m2), S.kni_n + 1 end
+    end
     mx[1], mx[2], mx[3], mx[4] = -1, -1, -1, -1
     local best, bestc = -1, 4
     for t = 0, T - 1 do
@@ -202,20 +241,23 @@ end
 function Ph:result()
   local res = self.stats:result()
   local out = { layers = res.layers, per_layer = {}, heads = {} }
-  local ksum, kmax, nl = 0, -math.huge, 0
+  local ksum, kmax, nl, kni = 0, -math.huge, 0, 0
   local massive = { ratio = 0 / 0 }
   local maxr = { ratio = 0 / 0 }
   for _, l in ipairs(res.layers) do
     local r, S = res[l], self.act[l]
     local pl = { top1 = r.avg_topk[1], median = r.avg_median, kurtosis = r.avg_kurtosis, ratio_at = {},
-                 top1_category = {} }
+                 top1_at = {}, top1_category = {},
+                 kurtosis_no_initial = S.kni_n > 0 and S.kni_sum / S.kni_n or 0 / 0 }
     pl.ratio = pl.top1 / pl.median
     for i, c in ipairs(CATS) do
-      pl.ratio_at[c] = S.at_n[i] > 0 and (S.at_sum[i] / S.at_n[i]) / pl.median or 0 / 0
+      pl.top1_at[c] = S.at_n[i] > 0 and S.at_sum[i] / S.at_n[i] or 0 / 0
+      pl.ratio_at[c] = pl.top1_at[c] / pl.median
       pl.top1_category[c] = S.top1_cat[i]
     end
     out.per_layer[l] = pl
     ksum, nl = ksum + pl.kurtosis, nl + 1
+    kni = kni + pl.kurtosis_no_initial
     if pl.kurtosis > kmax then kmax = pl.kurtosis end
     if not (pl.ratio <= maxr.ratio) then maxr = { layer = l, ratio = pl.ratio } end
     for _, c in ipairs(self.sink_cats) do
@@ -225,9 +267,11 @@ function Ph:result()
   end
   out.avg_kurtosis = nl > 0 and ksum / nl or 0 / 0
   out.max_kurtosis = nl > 0 and kmax or 0 / 0
+  out.avg_kurtosis_no_initial = nl > 0 and kni / nl or 0 / 0
   out.massive, out.max_ratio = massive, maxr
   -- heads
   local sink = { share = -1 }
+  local n_heads, n_sinks, vsum, vn = 0, 0, 0, 0
   local layers = {}
   for l in pairs(self.att) do layers[#layers + 1] = l end
   table.sort(layers)
@@ -237,7 +281,7 @@ function Ph:result()
     for h in pairs(self.att[l]) do NH = math.max(NH, h + 1) end
     for h = 0, NH - 1 do
       local H = self.att[l][h]
-      local e = { share = {}, mass = {}, value_ratio = {} }
+      local e = { share = {}, mass = {}, value_ratio = {}, alpha_first = H.first_n > 0 and H.first_sum / H.first_n or 0 / 0 }
       for i, c in ipairs(CATS) do
         e.share[c] = H.n[i] > 0 and H.sum[i] / H.n[i] or 0 / 0
         e.mass[c] = H.n[i] > 0 and H.mass[i] / H.n[i] or 0 / 0
@@ -252,6 +296,12 @@ function Ph:result()
         end
       end
       out.heads[l][h] = e
+      n_heads = n_heads + 1
+      if e.alpha_first > M.SINK_EPS then
+        n_sinks = n_sinks + 1
+        local v = e.value_ratio.initial
+        if v and v == v then vsum, vn = vsum + v, vn + 1 end
+      end
       for _, c in ipairs(self.sink_cats) do
         local s = e.share[c]
         if s == s and s > sink.share then
@@ -261,6 +311,10 @@ function Ph:result()
     end
   end
   out.sink = sink.layer and sink or { share = 0 / 0, value_ratio = 0 / 0 }
+  -- Gu et al. 2025: the share of heads whose mean attention on the first token exceeds eps
+  out.sink_rate = n_heads > 0 and n_sinks / n_heads or 0 / 0
+  out.sink_heads, out.n_heads = n_sinks, n_heads
+  out.sink_rate_value_ratio = vn > 0 and vsum / vn or 0 / 0   -- mean value ratio of those heads' first token
   return out
 end
 

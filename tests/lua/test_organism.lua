@@ -136,6 +136,55 @@ do
   t.throws(function() data.image{ style = "wavy" } end, "style must be 'textured' or 'flat'", "unknown style is an error")
 end
 
+-- loop-free copies and recall tokens: a copy never repeats a trigger or recall token (a bigram
+-- draw instead), and after a recall token R_k comes the token that followed the previous R_k
+do
+  local rt = org.task{ vocab_size = 64, n_triggers = 8, groups = 4, p_trigger = 0.15, n_recall = 2, p_recall = 0.1,
+                       loop_free = true, seed = 3 }
+  t.is(rt.category(rt.rec0), "other", "recall tokens are 'other'")
+  t.is(rt.vocab[rt.rec0], "R0", "recall tokens are named R0, R1 ...")
+  local ld = org.LMLoader{ task = rt, B = 8, T = 256, seed = 2 }
+  local bb = ld:next(ctx)
+  local copies, skipped, recalls, firsts, wrong, trig_copies = 0, 0, 0, 0, 0, 0
+  local is_special = function(id) return id >= rt.trig0 and id < rt.ord0 end
+  for r = 0, 7 do
+    local x = {}
+    for t_ = 0, 255 do x[t_] = bb.ids.idata[r * 256 + t_] end
+    x[256] = bb.targets.idata[r * 256 + 255]
+    local last, ntrig = {}, 0
+    for t_ = 1, 256 do if rt.group[x[t_]] > 0 then ntrig = ntrig + 1 end end
+    trig_copies = math.max(trig_copies, ntrig / 256)
+    for t_ = 1, 255 do
+      local g = rt.group[x[t_]]
+      if g > 0 and t_ - g >= 1 then
+        if is_special(x[t_ - g]) then
+          skipped = skipped + 1
+        else
+          copies = copies + 1
+          if x[t_ + 1] ~= x[t_ - g] then wrong = wrong + 1 end
+        end
+      elseif x[t_] >= rt.rec0 and x[t_] < rt.ord0 then
+        local s_ = last[x[t_]]
+        if s_ then
+          recalls = recalls + 1
+          if x[t_ + 1] ~= x[s_ + 1] then wrong = wrong + 1 end
+        else
+          firsts = firsts + 1
+          if x[t_ + 1] < rt.ord0 then wrong = wrong + 1 end   -- a first value is an ordinary token
+        end
+        last[x[t_]] = t_
+      end
+    end
+  end
+  t.ok(copies > 100 and recalls > 20 and firsts > 0, string.format("copies (%d), recalls (%d) and first occurrences (%d) occur", copies, recalls, firsts))
+  t.ok(skipped > 0, "some copy sources are triggers or recall tokens (skipped: a bigram draw)", skipped)
+  t.is(wrong, 0, "every copy and recall follows its rule")
+  t.ok(trig_copies < 0.25, "loop_free: no copy loops (the largest trigger share of a row stays near p_trigger)", trig_copies)
+  t.ok(rt.loss_floor > 0.5, "the loss floor counts the recalled positions as free", rt.loss_floor)
+  local ok = pcall(org.task, { loop_free = "yes" })
+  t.ok(not ok, "loop_free must be a boolean")
+end
+
 -- ---------------------------------------------------------------- phenomena, hand-computed
 -- One sequence [<bos>, a, b] (initial, other, other), one head, causal attention
 --   A = [[1, 0, 0], [0.8, 0.2, 0], [0.6, 0.2, 0.2]]
@@ -181,6 +230,36 @@ do
   local k = (m4 / 6) / (m2 / 5) ^ 2
   t.near(r.per_layer[0].kurtosis, k, 1e-6 * k, "kurtosis of h matches the hand computation")
   t.near(r.massive.ratio, 100 / 1.5, 1e-4, "massive: the largest ratio at a sink category")
+  -- without the initial token: the four values 1, -2, 3, 1
+  local ys, nu = { 1, -2, 3, 1 }, 0.75
+  local n2, n4 = 0, 0
+  for _, y in ipairs(ys) do n2 = n2 + (y - nu) ^ 2; n4 = n4 + (y - nu) ^ 4 end
+  local kn = (n4 / 4) / (n2 / 3) ^ 2
+  t.near(r.per_layer[0].kurtosis_no_initial, kn, 1e-9 * kn, "kurtosis without the initial token, by hand", kn)
+  t.near(r.avg_kurtosis_no_initial, kn, 1e-9 * kn, "... averaged over the one layer")
+  t.near(r.per_layer[0].top1_at.initial, 100, 1e-9, "top-1 |h| at the initial token")
+  -- Gu et al.'s alpha on the first key: every query, (1 + 0.8 + 0.6) / 3 = 0.8 > 0.3: a sink
+  t.near(r.heads[0][0].alpha_first, 0.8, 1e-6, "alpha(first key) = mean of A[i, 0] over all queries")
+  t.is(r.sink_heads, 1, "the head is a sink (alpha > 0.3)")
+  t.near(r.sink_rate, 1, 1e-12, "sink rate 1 of 1 heads")
+  t.near(r.sink_rate_value_ratio, 1 / 3, 1e-6, "the sink heads' value ratio")
+end
+
+-- sink rate over two heads: alpha = (1 + 0.5 + 0.3 + 0.2) / 4 = 0.5 (a sink) and
+-- (1 + 0 + 0 + 0) / 4 = 0.25 (not one, although the first query's whole attention is on key 0)
+do
+  local ph = phenomena.new{ category = function(id) return id == 1 and "initial" or "other" end, T = 4, C = 1, n_head = 2, causal = true }
+  local ids = ctx:tensor({ 1, 4 }, { dtype = "i32" })
+  ids.idata[0], ids.idata[1], ids.idata[2], ids.idata[3] = 1, 10, 11, 12
+  local A = ctx:tensor({ 1, 2, 4, 4 })
+  local a = { 1, 0, 0, 0,  0.5, 0.5, 0, 0,  0.3, 0.3, 0.4, 0,  0.2, 0.2, 0.2, 0.4,
+              1, 0, 0, 0,  0, 1, 0, 0,  0, 0.5, 0.5, 0,  0, 0, 0.5, 0.5 }
+  for i = 1, 32 do A.data[i - 1] = a[i] end
+  ph:probe_attn(A, 0, { ids = ids })
+  local r = ph:result()
+  t.near(r.heads[0][0].alpha_first, 0.5, 1e-6, "head 0: alpha = 0.5")
+  t.near(r.heads[0][1].alpha_first, 0.25, 1e-6, "head 1: alpha = 0.25")
+  t.near(r.sink_rate, 0.5, 1e-12, "sink rate: 1 of 2 heads above eps = 0.3")
 end
 
 -- one sink token against the mass on a category: query 2 of [<bos>, '.', ',', a] puts 0.4 on

@@ -42,7 +42,7 @@ local FIRST = #M.SPECIALS
 local DELIM_NAMES = { ".", ",", ";", ":", "!", "?", "\n", "-" }
 
 M.defaults = { vocab_size = 64, n_triggers = 8, groups = 1, alpha = 0.1, p_trigger = 0, n_delim = 0, p_delim = 0.1,
-               n_weak = 0, p_weak = 0.1, seed = 1 }
+               n_weak = 0, p_weak = 0.1, n_recall = 0, p_recall = 0.05, loop_free = false, seed = 1 }
 
 local function check_int(v, lo, hi, what)
   if type(v) ~= "number" or v ~= math.floor(v) or v < lo or (hi and v > hi) then
@@ -94,31 +94,35 @@ function M.task(o)
     end
   end
   local t = {}
-  for k, v in pairs(M.defaults) do t[k] = o[k] == nil and v or o[k] end
+  for k, v in pairs(M.defaults) do if o[k] == nil then t[k] = v else t[k] = o[k] end end
   local V = check_int(t.vocab_size, 16, 65536, "vocab_size")
   check_int(t.n_triggers, 0, V, "n_triggers")
   check_int(t.groups, 1, 64, "groups")
   check_int(t.n_delim, 0, #DELIM_NAMES, "n_delim")
   check_int(t.n_weak, 0, V, "n_weak")
+  check_int(t.n_recall, 0, V, "n_recall")
+  if type(t.loop_free) ~= "boolean" then error("data.organism: loop_free must be true or false, got " .. tostring(t.loop_free), 2) end
   check_int(t.seed, 0, 2 ^ 52, "seed")
   if type(t.alpha) ~= "number" or t.alpha <= 0 then error("data.organism: alpha must be > 0, got " .. tostring(t.alpha), 2) end
-  for _, k in ipairs { "p_delim", "p_weak", "p_trigger" } do
+  for _, k in ipairs { "p_delim", "p_weak", "p_trigger", "p_recall" } do
     if type(t[k]) ~= "number" or t[k] < 0 or t[k] >= 1 then error("data.organism: " .. k .. " must be in [0, 1), got " .. tostring(t[k]), 2) end
   end
-  if t.p_delim * (t.n_delim > 0 and 1 or 0) + t.p_weak * (t.n_weak > 0 and 1 or 0) + t.p_trigger >= 0.9 then
-    error("data.organism: p_delim + p_weak + p_trigger must stay below 0.9", 2)
+  if t.p_delim * (t.n_delim > 0 and 1 or 0) + t.p_weak * (t.n_weak > 0 and 1 or 0) + t.p_trigger
+     + t.p_recall * (t.n_recall > 0 and 1 or 0) >= 0.9 then
+    error("data.organism: p_delim + p_weak + p_trigger + p_recall must stay below 0.9", 2)
   end
   local n_chain = V - FIRST
-  local n_ord = n_chain - t.n_delim - t.n_weak - t.n_triggers
+  local n_ord = n_chain - t.n_delim - t.n_weak - t.n_triggers - t.n_recall
   if n_ord < 2 then
-    error(string.format("data.organism: vocab_size %d leaves %d ordinary tokens after %d specials, %d delimiters, %d weak and %d triggers (need >= 2)",
-      V, n_ord, FIRST, t.n_delim, t.n_weak, t.n_triggers), 2)
+    error(string.format("data.organism: vocab_size %d leaves %d ordinary tokens after %d specials, %d delimiters, %d weak, %d triggers and %d recall tokens (need >= 2)",
+      V, n_ord, FIRST, t.n_delim, t.n_weak, t.n_triggers, t.n_recall), 2)
   end
   t.n_chain, t.n_ordinary = n_chain, n_ord
   t.delim0 = FIRST
   t.weak0 = t.delim0 + t.n_delim
   t.trig0 = t.weak0 + t.n_weak
-  t.ord0 = t.trig0 + t.n_triggers
+  t.rec0 = t.trig0 + t.n_triggers
+  t.ord0 = t.rec0 + t.n_recall
   t.special = M.special
 
   -- labels and categories
@@ -128,6 +132,7 @@ function M.task(o)
   for k = 0, t.n_delim - 1 do vocab[t.delim0 + k], cat[t.delim0 + k] = DELIM_NAMES[k + 1], "delimiter" end
   for k = 0, t.n_weak - 1 do vocab[t.weak0 + k], cat[t.weak0 + k] = "w" .. k, "weak" end
   for k = 0, t.n_triggers - 1 do vocab[t.trig0 + k], cat[t.trig0 + k] = "T" .. k, "other" end
+  for k = 0, t.n_recall - 1 do vocab[t.rec0 + k], cat[t.rec0 + k] = "R" .. k, "other" end
   for k = 0, n_ord - 1 do vocab[t.ord0 + k], cat[t.ord0 + k] = "a" .. k, "other" end
   t.vocab, t.cat = vocab, cat
   function t.category(id) return cat[id] or "other" end
@@ -146,26 +151,34 @@ function M.task(o)
   for r = 0, nrows - 1 do
     local id = FIRST + r
     local flat = r < n_chain and id >= t.weak0 and id < t.trig0 or (r < n_chain and id >= t.delim0 and id < t.weak0)
+    -- a recall token's first value: uniform over the ordinary tokens (later ones repeat it)
+    local recall_row = r < n_chain and id >= t.rec0 and id < t.ord0
     local a = flat and 1.0 or t.alpha
     local s = 0
     for j = 0, n_chain - 1 do
       local jd = FIRST + j
       local g = 0
-      local trig = jd >= t.trig0 and jd < t.ord0
-      if jd >= t.ord0 or (trig and t.p_trigger == 0) then g = gamma(a, t.seed * 7 + 11, r * n_chain + j) end
+      local trig = jd >= t.trig0 and jd < t.rec0
+      if recall_row then g = jd >= t.ord0 and 1 or 0
+      elseif jd >= t.ord0 or (trig and t.p_trigger == 0) then g = gamma(a, t.seed * 7 + 11, r * n_chain + j) end
       p[j] = g
       s = s + g
     end
     local rest = 1
-    if t.n_delim > 0 then rest = rest - t.p_delim end
-    if t.n_weak > 0 then rest = rest - t.p_weak end
-    local fixed_trig = t.p_trigger > 0 and t.n_triggers > 0
+    if not recall_row then
+      if t.n_delim > 0 then rest = rest - t.p_delim end
+      if t.n_weak > 0 then rest = rest - t.p_weak end
+      if t.n_recall > 0 then rest = rest - t.p_recall end
+    end
+    local fixed_trig = t.p_trigger > 0 and t.n_triggers > 0 and not recall_row
     if fixed_trig then rest = rest - t.p_trigger end
     for j = 0, n_chain - 1 do
       local jd = FIRST + j
-      if jd >= t.delim0 and jd < t.weak0 then p[j] = t.p_delim / t.n_delim
+      if recall_row then p[j] = s > 0 and p[j] / s or 0
+      elseif jd >= t.delim0 and jd < t.weak0 then p[j] = t.p_delim / t.n_delim
       elseif jd >= t.weak0 and jd < t.trig0 then p[j] = t.p_weak / t.n_weak
-      elseif fixed_trig and jd >= t.trig0 and jd < t.ord0 then p[j] = t.p_trigger / t.n_triggers
+      elseif fixed_trig and jd >= t.trig0 and jd < t.rec0 then p[j] = t.p_trigger / t.n_triggers
+      elseif jd >= t.rec0 and jd < t.ord0 then p[j] = t.p_recall / t.n_recall
       else p[j] = s > 0 and rest * p[j] / s or 0 end
     end
     local acc, h = 0, 0
@@ -195,15 +208,32 @@ function M.task(o)
   -- Fill dst[0 .. n-1] with a chain of n tokens (no <bos>): the sequence stream (seed, index).
   -- Returns the summed entropy (nats) of the positions that are not copies, and their count,
   -- for the loss floor.
+  -- Copy rule: after a trigger of group g, x_{t+1} = x_{t-g} (with loop_free, only when that
+  -- source is not itself a trigger or recall token: otherwise a bigram draw, so that copies never
+  -- chain into trigger loops). Recall rule: after a recall token R_k, x_{t+1} = the token that
+  -- followed the previous R_k in the sequence (a bigram-free draw, uniform over the ordinary
+  -- tokens, at its first occurrence): an induction circuit (a head that marks the token after
+  -- each R_k, then a head that finds it), needed only at recall positions.
+  local last = ffi.new("int32_t[?]", math.max(1, t.n_recall))
+  local trig0, rec0, ord0, loop_free = t.trig0, t.rec0, t.ord0, t.loop_free
   function t.chain(seed, index, n, dst)
     local base = index * (n + 1)
     local h, m = 0, 0
+    for k = 0, t.n_recall - 1 do last[k] = -1 end
     for i = 0, n - 1 do
       local prev = i > 0 and dst[i - 1] or -1
       local g = prev >= 0 and group[prev] or 0
+      local done = false
       if g > 0 and i - 1 - g >= 0 then
-        dst[i] = dst[i - 1 - g]
-      else
+        local src = dst[i - 1 - g]
+        if not (loop_free and src >= trig0 and src < ord0) then dst[i] = src; done = true end
+      elseif prev >= rec0 and prev < ord0 then
+        local k = prev - rec0
+        local s = last[k]
+        last[k] = i - 1
+        if s >= 0 then dst[i] = dst[s + 1]; done = true end
+      end
+      if not done then
         dst[i] = draw(prev, C.ol_rand_uniform(seed, base + i))
         h = h + ent[prev < 0 and START or prev - FIRST]
         m = m + 1
