@@ -13,7 +13,7 @@
 -- 1778, clipped softmax 63.2 / 19728, gated attention 8.7 / 18.9 (max inf norm / avg kurtosis).
 local exp_runner = require "outlierlab.experiment"
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.seeds"
+local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
 
 local VARIANTS = {

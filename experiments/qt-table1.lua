@@ -10,7 +10,7 @@
 -- row is trained with cfg.n_seeds seeds; a difference counts only beyond the seed spread
 -- (outlierlab.seeds).
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.seeds"
+local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
 
 -- rows (γ at T = 128, ζ) and the paper's numbers where QT Table 1 gives them (docs/EXPERIMENTS.md)

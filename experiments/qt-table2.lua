@@ -13,7 +13,7 @@
 -- softmax outputs included, head and gates in full precision). Mean ± sd over the seeds; a
 -- difference between variants counts only beyond the seed spread (outlierlab.seeds).
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.seeds"
+local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
 
 local FAMILIES = { "bert", "opt", "vit" }

@@ -9,7 +9,7 @@
 -- --text=FILE the same view of an imported model reproduces SO Fig. 13–22 (other model families
 -- and fine-tuned models).
 local exp_runner = require "outlierlab.experiment"
-local overview = require "outlierlab.overview"
+local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model

@@ -10,7 +10,7 @@
 -- (a)–(c) and none in (d), (e) and sigmoid attention.
 local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
-local overview = require "outlierlab.overview"
+local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
 
 local FIG = overview.declare("Activation outliers per attention variant (SO Fig. 10, reproduced)", {

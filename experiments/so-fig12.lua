@@ -8,7 +8,7 @@
 -- training loss over the first 20 % of the steps, and over the last 10 %, mean ± sd over the
 -- seeds; a difference counts only beyond the seed spread (outlierlab.seeds).
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.seeds"
+local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
 
 local FIG = figure.declare{

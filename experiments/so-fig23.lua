@@ -6,7 +6,7 @@
 -- held-out sequence. SO finds the sigmoid model free of the outliers the softmax model has.
 local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
-local overview = require "outlierlab.overview"
+local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
 
 local VARIANTS = { "softmax", "sigmoid" }

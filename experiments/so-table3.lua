@@ -13,8 +13,8 @@
 -- (outlierlab.ptq). Mean ± sd over the seeds; a difference counts only beyond the seed spread
 -- (outlierlab.seeds). The models are shared with so-fig11 and so-fig12 (same specs).
 local ptq = require "outlierlab.ptq"
-local compress = require "outlierlab.compress"
-local seeds = require "outlierlab.seeds"
+local compress = require "outlierlab.analysis.compress"
+local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
 
 local VARIANTS = { "softmax", "ca_scale" }

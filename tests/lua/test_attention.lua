@@ -8,8 +8,10 @@
 -- (hand-computed masks, neutral settings, model plumbing): tests/lua/test_attention_knobs.lua.
 local ol = require "outlierlab"
 local t = require "outlierlab.tap"
-local gradcheck = require "outlierlab.gradcheck"
-local attention = require "outlierlab.attention"
+local gradcheck = require "outlierlab.nn.gradcheck"
+local attention = require "outlierlab.nn.attention"
+-- the documented user-defined variant "softmax_temp" lives outside the library
+if not attention.registry.softmax_temp then dofile(require("outlierlab").root .. "/examples/attention_example.lua") end
 
 local ctx = ol.Context({ seed = 7 })
 local KINDS = { "softmax", "clipped_softmax", "softmax1", "sigmoid", "fixed_bias", "ca_bias", "attn_bias",

@@ -29,7 +29,7 @@ local function losses(cache)
   local p = io.popen("cat " .. cache .. "/models/*/done.lua")
   local text = p:read("*a")
   p:close()
-  local v = require("outlierlab.serialize").deserialize(text, "=done")
+  local v = require("outlierlab.util.serialize").deserialize(text, "=done")
   return v and v.losses or {}
 end
 local l1, l2 = losses(tmp .. "/cache-one"), losses(tmp .. "/cache-two")

@@ -10,7 +10,7 @@
 -- Also: no-grad records no tape, dropout seeding, gradient accumulation across backward calls.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local gradcheck = require "outlierlab.gradcheck"
+local gradcheck = require "outlierlab.nn.gradcheck"
 
 local ctx = ol.Context{ params = 2^16, step_bytes = 2^26 }
 

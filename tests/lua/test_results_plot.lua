@@ -2,7 +2,7 @@
 -- number format), plots/figure.gp renders every panel kind of a declared figure to a PNG and
 -- a PDF from a small hand-made input, and the same input gives a byte-identical PNG.
 local t = require "outlierlab.tap"
-local plot = require "outlierlab.plot"
+local plot = require "outlierlab.figure.gnuplot"
 
 local dir = os.tmpname()
 os.remove(dir)

@@ -14,7 +14,7 @@ assert(os.execute("mkdir -p " .. tmpdir) == 0)
 local child = [==[
 local ol = require "outlierlab"
 local ffi = require "ffi"
-local train = require "outlierlab.train"
+local train = require "outlierlab.train.loop"
 local gpt2 = require "outlierlab.models.gpt2"
 local cfg = require("outlierlab.config").get { steps = 12, ckpt = "", ckpt_every = 4, kill_at = 0, out = "", accum = 2 }
 pcall(ffi.cdef, [[

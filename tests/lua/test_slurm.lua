@@ -1,7 +1,7 @@
 -- The Slurm batch script for an experiment holds the lines a cluster run needs, is valid
 -- bash, and bad settings are refused with a message naming them.
 local t = require "outlierlab.tap"
-local slurm = require "outlierlab.slurm"
+local slurm = require "outlierlab.runner.slurm"
 
 local s = slurm.script{ id = "so-fig11", file = "experiments/so-fig11.lua", profile = "paper", nodes = 4,
   tasks_per_node = 8, cpus_per_task = 6, time = "12:00:00", grace = 600, root = "/proj/outlierlab" }

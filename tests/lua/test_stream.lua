@@ -6,12 +6,12 @@
 -- well below the fp32 size of a multi-GB model) is measured by bench/analysis.lua, not here.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local hf = require "outlierlab.hf"
-local stream = require "outlierlab.stream"
+local hf = require "outlierlab.pretrained.hf"
+local stream = require "outlierlab.pretrained.stream"
 local models = require "outlierlab.models"
-local analysis = require "outlierlab.analysis"
-local probes = require "outlierlab.probes"
-local serialize = require "outlierlab.serialize"
+local analysis = require "outlierlab.analysis.metrics"
+local probes = require "outlierlab.analysis.probes"
+local serialize = require "outlierlab.util.serialize"
 local exp = require "outlierlab.experiment"
 local ffi = ol.ffi
 

@@ -4,7 +4,7 @@
 -- 0.5·x·(1 + tanh(u)), u = √(2/π)(x + 0.044715x³), and its derivative, in double precision.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local gradcheck = require "outlierlab.gradcheck"
+local gradcheck = require "outlierlab.nn.gradcheck"
 
 local K = math.sqrt(2 / math.pi)
 local function tanh(u)

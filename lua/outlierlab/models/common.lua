@@ -10,7 +10,7 @@
 -- site reads `if P then P(...) end`, so with no probe nothing is computed or copied.
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
-local attention = require "outlierlab.attention"
+local attention = require "outlierlab.nn.attention"
 
 local M = {}
 

@@ -199,4 +199,19 @@ function M.build(ctx, cfg)
   return m
 end
 
+-- The model config of a trained-model spec ({ model = {preset =, overrides =}, data =, batch =,
+-- seed = }; outlierlab.recipes): the preset with the overrides, the vocabulary size of the data
+-- and the block size of the batch (text), and the seed. The one conversion of a spec (the
+-- recipes, the memory bounds and the pretrained streaming all call it).
+function M.spec_cfg(spec)
+  local o = {}
+  for k, v in pairs(spec.model.overrides or {}) do o[k] = v end
+  if spec.batch.kind ~= "image" then
+    o.vocab_size = spec.data and spec.data.vocab_size or o.vocab_size
+    o.block_size = spec.batch.T
+  end
+  o.seed = spec.seed
+  return M.preset(spec.model.preset, o)
+end
+
 return M
