@@ -6,7 +6,7 @@
 --   plain     the model in memory, no probe;
 --   probes    the model in memory with so-fig3's probes (per-layer outlier statistics of the
 --             layer outputs h: τ·mean rule per sequence, top-3, by channel and by token);
---   streamed  the same model read layer by layer from a BF16 checkpoint (outlierlab.stream),
+--   streamed  the same model read layer by layer from a BF16 checkpoint (outlierlab.pretrained.stream),
 --             with the same probes: conversion BF16 -> fp32 included.
 -- FLOPs per token (forward; causal masking not subtracted, the engine computes all T×T
 -- scores): 2·12·L·C² (q, k, v, out, MLP up and down) + 4·L·T·C (scores and probabilities·V).

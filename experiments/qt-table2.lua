@@ -11,7 +11,7 @@
 -- min-max ranges — MSE for OPT —, asymmetric per-tensor activations from 16 calibration
 -- batches with running min-max — the 99.999th percentile for OPT —, attention scores and
 -- softmax outputs included, head and gates in full precision). Mean ± sd over the seeds; a
--- difference between variants counts only beyond the seed spread (outlierlab.seeds).
+-- difference between variants counts only beyond the seed spread (outlierlab.analysis.seeds).
 local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"

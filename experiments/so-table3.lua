@@ -11,7 +11,7 @@
 -- column). The compressed weights are the linear layers of the blocks (q, k, v, o, MLP up and
 -- down); the tied embedding / head and the scaling weights stay in full precision
 -- (outlierlab.ptq). Mean ± sd over the seeds; a difference counts only beyond the seed spread
--- (outlierlab.seeds). The models are shared with so-fig11 and so-fig12 (same specs).
+-- (outlierlab.analysis.seeds). The models are shared with so-fig11 and so-fig12 (same specs).
 local ptq = require "outlierlab.ptq"
 local compress = require "outlierlab.analysis.compress"
 local seeds = require "outlierlab.analysis.seeds"

@@ -1,6 +1,6 @@
 -- test_attention — every attention variant: fused C forward/backward against the plain-op
 -- reference (forward to 2e-6 absolute, gradients to 1e-5 absolute), finite-difference
--- gradient checks (outlierlab.gradcheck, worst relative error <= 1e-2) for q, k, v, x and every
+-- gradient checks (outlierlab.nn.gradcheck, worst relative error <= 1e-2) for q, k, v, x and every
 -- parameter under bidirectional, causal and padding masks — also with the knobs on: attention
 -- dropout (a fixed mask: fixed seed), the learned sigmoid bias, the gate scale, γ = −α/max_len —
 -- clipped-region zero gradients, softmax1 with hopeless scores, multi-tile shapes, thread-count

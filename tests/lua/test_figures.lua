@@ -1,5 +1,5 @@
 -- test_figures — outlierlab.figure (declaration -> NetCDF, panels, summary numbers) and the
--- computations of the single-sequence figures (outlierlab.inspect, outlierlab.overview), each on
+-- computations of the single-sequence figures (outlierlab.analysis.inspect, outlierlab.figure.overview), each on
 -- a hand-made case whose answer is known. The quick runs of the experiments themselves are in
 -- test_experiments.lua (every experiments/*.lua); here each new figure's quoted number is tied
 -- to the function that computes it:

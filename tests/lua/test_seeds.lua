@@ -1,4 +1,4 @@
--- test_seeds — outlierlab.seeds, the rule by which a difference between variants counts
+-- test_seeds — outlierlab.analysis.seeds, the rule by which a difference between variants counts
 -- (|mean_a − mean_b| > sd_a + sd_b over at least 2 seeds each), on hand-computed cases.
 local t = require "outlierlab.tap"
 local seeds = require "outlierlab.analysis.seeds"

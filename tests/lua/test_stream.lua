@@ -1,5 +1,5 @@
 -- test_stream — models run layer by layer from their memory-mapped checkpoint
--- (outlierlab.stream) give the same statistics as the whole model in memory: for GPT-2, OPT
+-- (outlierlab.pretrained.stream) give the same statistics as the whole model in memory: for GPT-2, OPT
 -- (post-LN with project_in/out) and LLaMA (GQA, untied head) checkpoints written in BF16 and
 -- sharded, the probes' accumulators (layer outputs, x_down, attention, the final norm) are
 -- equal, and the streamed blocks hold the in-memory model's weights. The memory claim (peak RSS

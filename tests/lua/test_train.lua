@@ -104,7 +104,7 @@ if not have_ckpt then
       return meta
     end,
   }
-  t.diag("outlierlab.checkpoint not present yet: using the in-test stand-in")
+  t.diag("outlierlab.train.checkpoint not present yet: using the in-test stand-in")
 end
 
 local function params_bytes(ctx)
@@ -320,7 +320,7 @@ if has_dist and dist.watch_signal then
   local meta = require("outlierlab.train.checkpoint").load(ck, ctx2)
   t.ok(meta.step == 3 and params_bytes(ctx2) == params_bytes(ctx), "and saves a checkpoint of that step first")
 else
-  t.diag("outlierlab.dist not present: signal test skipped")
+  t.diag("outlierlab.util.dist not present: signal test skipped")
 end
 
 os.execute("rm -rf " .. tmpdir)

@@ -67,7 +67,7 @@ t.ok(y.data[0] == 0 and y.data[7] == 200 and y.data[8] == 0 and y.data[10] == 0 
      string.format("%g %g %g %g %g", y.data[0], y.data[7], y.data[8], y.data[10], g[10]))
 local _ = n0
 
--- finite differences through the op (outlierlab.gradcheck)
+-- finite differences through the op (outlierlab.nn.gradcheck)
 ctx:reset()
 local xp = ctx:param("xp", { 3, 7 })
 xp:uniform_(-4, 4, 9)

@@ -31,7 +31,7 @@ function M.probe_batches(ctx, m, P, corpus, spec, n)
 end
 
 -- for l, blk in M.blocks(m): every block of a model with its weights (l 1-based); a streamed
--- model (outlierlab.stream) loads each layer in turn
+-- model (outlierlab.pretrained.stream) loads each layer in turn
 function M.blocks(m)
   if m.streamed then return m:blocks() end
   return ipairs(m.blocks or m.layers)

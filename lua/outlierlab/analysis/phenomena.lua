@@ -14,7 +14,7 @@
 --                  averaged over sequences (SO Fig. 3), and the same with the top-1 taken only
 --                  over tokens of each category ("at that token");
 --   kurtosis       per layer, Pearson kurtosis of each sequence's T·C values of h_l, averaged
---                  over sequences (QT's definition, outlierlab.analysis); the model's "average
+--                  over sequences (QT's definition, outlierlab.analysis.metrics); the model's "average
 --                  kurtosis" is the mean over layers.
 --
 --   local phenomena = require "outlierlab.analysis.phenomena"

@@ -1,7 +1,7 @@
 -- probes — collects the tensors a model reports at its probe points (docs/INTERFACES.md:
 -- model:forward(batch, {probe = fn(name, layer, tensor)})) and hands each one, with the
 -- batch it came from, to the registered handlers. Nothing is kept: handlers stream the
--- tensor into accumulators (outlierlab.analysis) while it is alive (step arena).
+-- tensor into accumulators (outlierlab.analysis.metrics) while it is alive (step arena).
 --
 --   local probes = require "outlierlab.analysis.probes"
 --   local P = probes.new{ points = {"h", "ffn_out"}, layers = "all" | {10, 11},

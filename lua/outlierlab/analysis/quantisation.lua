@@ -18,7 +18,7 @@
 --   activations: asymmetric uniform per tensor, static ranges from n_calib calibration batches
 --     (running min-max with momentum 0.9, or a percentile), at the output of every op that
 --     makes a new activation (linear in/outputs, residual and embedding sums, attention
---     scores, softmax outputs, norm and activation outputs; outlierlab.compress);
+--     scores, softmax outputs, norm and activation outputs; outlierlab.analysis.compress);
 --   the attention runs through its plain-op reference path (attention.reference) while
 --     quantised, so its scores and probabilities pass the hook (the fused C kernel never
 --     materialises them); masks are added outside the hook (attention.add_mask); gates and

@@ -15,7 +15,7 @@
 -- File: llm.c's token format, version 1 (a header of 256 int32: 20240520, 1, count, then
 -- uint16 tokens), readable by data.open_tokens and llm.c / nanoGPT tools. The name hashes
 -- the settings and the generator's source (data/corpus.lua), so a changed generator writes a
--- new file. One writer at a time (outlierlab.fs lock); a killed writer leaves only a
+-- new file. One writer at a time (outlierlab.util.fs lock); a killed writer leaves only a
 -- temporary, and the next process starts again.
 local ffi = require "ffi"
 local corpus = require "outlierlab.data.corpus"

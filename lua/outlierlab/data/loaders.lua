@@ -28,7 +28,7 @@ local function check_known(opts, known, what)
   end
 end
 
--- the least T of an MLM pair row: [CLS] a [SEP] b [SEP] (the central bounds, outlierlab.bounds)
+-- the least T of an MLM pair row: [CLS] a [SEP] b [SEP] (the central bounds, outlierlab.train.bounds)
 require("outlierlab.data.bounds").register_kind("mlm_pairs", { min_T = 5, why = "an MLM pair row is [CLS] a [SEP] b [SEP]" })
 
 -- common options: B (global batch), T, seed, split, val_fraction, rank, world

@@ -4,7 +4,7 @@
 -- The runner (outlierlab.experiment) calls attach() when --model is given; from then on
 --   run:model(...)            returns the imported model's handle (nothing is trained)
 --   experiment.load_model     gives the model: whole in memory, or streamed layer by layer
---                             (outlierlab.stream) when its fp32 size exceeds half the memory
+--                             (outlierlab.pretrained.stream) when its fp32 size exceeds half the memory
 --                             available (--stream=yes|no overrides the choice)
 --   experiment.corpus(d, run) gives the text file tokenized by the model's own tokenizer
 --   experiment.probe_batches  cuts the text into sequences with the model's BOS or [CLS]/[SEP]

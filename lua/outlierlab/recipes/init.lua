@@ -202,7 +202,7 @@ function M.fit(run, spec)
     local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va, cfg = tcfg, ckpt = ckpt,
                            on_step = track.on_step }
     local val = res.val[#res.val]
-    -- the per-step curves go into the model's training history (outlierlab.history)
+    -- the per-step curves go into the model's training history (outlierlab.runner.history)
     return { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
              val_loss = val and val.loss or nil, steps = res.step,
              stopped_by_signal = res.stopped_by_signal, curve = track.curve,
@@ -210,7 +210,7 @@ function M.fit(run, spec)
   end)
 end
 
--- Phenomena during training (outlierlab.phenomena): at step 0 and every steps/TRACK_POINTS
+-- Phenomena during training (outlierlab.analysis.phenomena): at step 0 and every steps/TRACK_POINTS
 -- steps, one held-out batch (at most 16 rows) of the model's validation stream is run with the
 -- probes on; curve[i] = { step, loss, sink_share, value_ratio, sink_layer, sink_head,
 -- sink_category, massive_ratio, massive_layer, massive_category, max_ratio, max_inf_norm,

@@ -1,6 +1,6 @@
 -- runner/cache — the trained-model cache of the runner (run:model) and what its keys hash.
 --
--- training history of each model the run used (outlierlab.history).
+-- training history of each model the run used (outlierlab.runner.history).
 --
 -- Caching (cache root: --cache= or $OUTLIERLAB_CACHE, default <root>/cache):
 --   run:model(spec, trainer): spec is every setting that determines the trained weights
@@ -206,7 +206,7 @@ end
 
 -- The cache lock of one model (run by one process): "cached" when the model is done,
 -- "train" when this process now holds the lock. One trainer per model: an flock'd file
--- <dir>/.lock (outlierlab.fs: the kernel drops it when its process dies, kill -9 included;
+-- <dir>/.lock (outlierlab.util.fs: the kernel drops it when its process dies, kill -9 included;
 -- an older version's lock directory is taken over when stale); a second run of the same spec
 -- waits and then reuses the finished model. A lock that cannot be created is an error naming
 -- the path. The holder removes the temporaries a killed writer left in the model directory.

@@ -12,7 +12,7 @@
 -- records them (info.curve or the model directory's curve.lua: { {step =, max_inf_norm =,
 -- avg_kurtosis =}, ... }, as experiments/emergence.lua does).
 --
--- history.nc (CF + ACDD global attributes of outlierlab.results):
+-- history.nc (CF + ACDD global attributes of outlierlab.figure.netcdf):
 --   loss(step), learning_rate(step), grad_norm(step)               every training step
 --   val_loss(eval)              with coordinate eval = the step of each evaluation
 --   max_inf_norm(probe), avg_kurtosis(probe)  with coordinate probe = the step of each measurement

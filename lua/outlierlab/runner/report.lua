@@ -93,7 +93,7 @@ local function model_list(run)
   return mine
 end
 
--- each model's training history (outlierlab.history), written next to the cached model when
+-- each model's training history (outlierlab.runner.history), written next to the cached model when
 -- missing and copied to <run dir>/history/<hash>.{nc,png} (rank 0)
 local function copy_histories(run, hashes)
   local history = require "outlierlab.runner.history"
@@ -117,7 +117,7 @@ local function copy_histories(run, hashes)
   end
 end
 
--- run.json: what the results gallery (outlierlab.gallery) reads about one run
+-- run.json: what the results gallery (outlierlab.runner.gallery) reads about one run
 local function write_run_json(run, s, timings, seconds, models)
   local src = run.exp.source
   local files = {}

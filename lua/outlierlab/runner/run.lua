@@ -14,12 +14,12 @@
 --   run.id, run.profile, run.cfg (the settings), run.seed, run.dir (results/<id>/<profile>/, M.results_dir),
 --   run.out[stage] (what earlier stages returned), run.file, run.exp,
 --   run:model(spec, trainer)   -- trained-model cache, see below
---   run:netcdf(name?)          -- outlierlab.results file <run.dir>/<name or id>.nc, meta filled in
---   run:figure(name, script, blocks) -- .dat + PNG + PDF in run.dir (outlierlab.plot)
+--   run:netcdf(name?)          -- outlierlab.figure.netcdf file <run.dir>/<name or id>.nc, meta filled in
+--   run:figure(name, script, blocks) -- .dat + PNG + PDF in run.dir (outlierlab.figure.gnuplot)
 --   run:log(fmt, ...)
 -- and finally writes <run.dir>/summary.md from exp.summary(run), run.json (what the results
 -- gallery reads: claim, verdict, profile, seconds, files) and history/<hash>.{nc,png}, the
--- training history of each model the run used (outlierlab.history).
+-- training history of each model the run used (outlierlab.runner.history).
 --
 -- Caching (cache root: --cache= or $OUTLIERLAB_CACHE, default <root>/cache):
 --   run:model(spec, trainer): spec is every setting that determines the trained weights
@@ -78,7 +78,7 @@ end
 function Run:model(spec, trainer) return cache.model(self, spec, trainer) end
 
 -- parallel inside the group; results travel to every rank. fn's result must be plain data
--- (outlierlab.serialize); a model trained inside fn is in the shared cache for everyone.
+-- (outlierlab.util.serialize); a model trained inside fn is in the shared cache for everyone.
 --
 -- Job arrays (make sbatch-<id> ARRAY=n): --sweep_index=i runs member i (0-based) of the
 -- experiment's first sweep, then stops (exit 0); a final run without --sweep_index finds every
@@ -187,7 +187,7 @@ end
 -- The number of members of an experiment's first sweep in a profile, without training
 -- anything: the stages run until the first run:sweep (its size) or run:model outside a sweep
 -- (0: no sweep). args: a list of "--key=value" settings applied to the profile. Used to
--- refuse a Slurm job array larger than the sweep (outlierlab.slurm, make sbatch-<id> ARRAY=).
+-- refuse a Slurm job array larger than the sweep (outlierlab.runner.slurm, make sbatch-<id> ARRAY=).
 function M.sweep_size(exp, file, profile, args)
   local stages = validate(exp, file)
   local prof = exp.profiles[profile]
@@ -225,7 +225,7 @@ end
 function M.run_file(exp, file)
   local stages = validate(exp, file)
   -- Slurm's --signal=B:USR1@… reaches the ranks shortly before the time limit: training then
-  -- checkpoints at the next step and the run exits with REQUEUE_STATUS (outlierlab.slurm)
+  -- checkpoints at the next step and the run exits with REQUEUE_STATUS (outlierlab.runner.slurm)
   dist.watch_signal(dist.SIGUSR1)
   local root = ol.root
   local opts = config.get({ profile = "default", sweep_index = -1, retrain = false, reanalyze = false,
@@ -241,7 +241,7 @@ function M.run_file(exp, file)
   end
   local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
                                             retrain = true, reanalyze = true, model = true, text = true, stream = true } })
-  bounds.check_profile(cfg)   -- sizes and learning rates of the settings, before any stage (outlierlab.bounds)
+  bounds.check_profile(cfg)   -- sizes and learning rates of the settings, before any stage (outlierlab.train.bounds)
   if opts.text ~= "" and opts.model == "" then error("experiment " .. file .. ": --text=FILE needs --model=DIR (the model that reads it)", 0) end
   local pretrained = opts.model ~= "" and require("outlierlab.pretrained").attach(exp, opts, cfg) or nil
 

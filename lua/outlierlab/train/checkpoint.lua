@@ -42,7 +42,7 @@ end
 
 local meta_keys = { config = true, optim = true, data = true, extra = true }
 
--- the temporaries "<file>.tmp.<pid>" that killed writers left next to path (outlierlab.fs);
+-- the temporaries "<file>.tmp.<pid>" that killed writers left next to path (outlierlab.util.fs);
 -- rank 0 alone looks (the pids are this machine's, and rank 0 is the one that writes)
 local function remove_stale_temporaries(path)
   local okd, dist = pcall(require, "outlierlab.util.dist")

@@ -254,7 +254,7 @@ end
 M.params_finite = params_finite
 
 -- ---------------------------------------------------------------- MPI
--- The data-parallel layer (outlierlab.dist) when it is built in: gradients are averaged over
+-- The data-parallel layer (outlierlab.util.dist) when it is built in: gradients are averaged over
 -- the ranks (one allreduce of the flat buffer) before clipping, only rank 0 writes
 -- checkpoints, and a watched signal (Slurm --signal=USR1@...) makes every rank save and stop.
 local function dist_layer()
