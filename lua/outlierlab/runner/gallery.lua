@@ -4,7 +4,7 @@
 --   bin/outlierlab gallery [--results=DIR] [--out=DIR]
 --
 -- It reads the run.json that the experiment runner writes into each run's directory
--- (results/<id>/<profile>/run.json, lua/outlierlab/experiment.lua) and lists every experiment
+-- (results/<id>/<profile>/run.json, lua/outlierlab/runner/report.lua) and lists every experiment
 -- file (an experiment without a run says how to make one). Links are relative to the index,
 -- so the page works from a clone, a copied results directory or a web server.
 local cjson = require "cjson"
