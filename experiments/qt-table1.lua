@@ -79,15 +79,17 @@ local function rows_of(cfg)
   return out
 end
 
+-- one model per (row, seed); under MPI the models spread over groups of ranks, under Slurm
+-- over the members of a job array (run:sweep)
 local function train(run)
-  local out = {}
-  for i, row in ipairs(rows_of(run.cfg)) do
-    for _, seed in ipairs(seeds.list(run.cfg)) do
-      local spec = ptq.qt_spec(run.cfg, "bert", attn(run.cfg, row), seed)
-      out[#out + 1] = { row = i, seed = seed, spec = spec, handle = ptq.train(run, spec) }
-    end
+  local members = {}
+  for i in ipairs(rows_of(run.cfg)) do
+    for _, seed in ipairs(seeds.list(run.cfg)) do members[#members + 1] = { row = i, seed = seed } end
   end
-  return out
+  return run:sweep(members, function(it)
+    local spec = ptq.qt_spec(run.cfg, "bert", attn(run.cfg, ROWS[it.row]), it.seed)
+    return { row = it.row, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
+  end)
 end
 
 local function analyze(run)

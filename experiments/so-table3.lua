@@ -62,13 +62,13 @@ local FIG = figure.declare{
   },
 }
 
+-- one model per (variant, seed); under MPI the models spread over groups of ranks, under Slurm
+-- over the members of a job array (run:sweep)
 local function train(run)
-  local out = {}
-  for i, it in ipairs(seeds.members(VARIANTS, run.cfg)) do
+  return run:sweep(seeds.members(VARIANTS, run.cfg), function(it)
     local spec = ptq.so_spec(run.cfg, it.variant, it.seed)
-    out[i] = { variant = it.variant, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
-  end
-  return out
+    return { variant = it.variant, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
+  end)
 end
 
 local function analyze(run)
