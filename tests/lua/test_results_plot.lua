@@ -8,13 +8,7 @@ local dir = os.tmpname()
 os.remove(dir)
 os.execute("mkdir -p " .. dir)
 
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = t.slurp
 
 -- .dat format
 local dat = plot.write_dat(dir .. "/x.dat", {

@@ -77,13 +77,7 @@ local function run(args)
   local rc = tonumber(out:match("exit=(%d+)%s*$"))
   return rc, out
 end
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = t.slurp
 
 local N, K = 12, 7
 local full_out, ck, resumed_out = tmpdir .. "/full.bin", tmpdir .. "/run.safetensors", tmpdir .. "/resumed.bin"

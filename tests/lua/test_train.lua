@@ -110,13 +110,7 @@ end
 local function params_bytes(ctx)
   return ffi.string(C.ol_params_data(ctx.raw), tonumber(C.ol_params_numel(ctx.raw)) * 4)
 end
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read_file = t.slurp
 local tmpdir = os.tmpname()
 os.remove(tmpdir)
 assert(os.execute("mkdir -p " .. tmpdir) == 0)

@@ -79,12 +79,7 @@ local presets = {
 }
 M.preset_table = presets
 
-local function copy(t)
-  if type(t) ~= "table" then return t end
-  local o = {}
-  for k, v in pairs(t) do o[k] = copy(v) end
-  return o
-end
+local copy = require("outlierlab.config").deep_copy   -- one deep copy (config.deep_copy)
 
 local function sorted_keys(t)
   local out = {}

@@ -74,12 +74,7 @@ end
 -- The settings that determine the trained models, one table per profile. The experiment
 -- files copy these and add their own keys, so a model that two experiments share has the
 -- same spec (and so the same cache hash) in both.
-local function copy(t)
-  if type(t) ~= "table" then return t end
-  local o = {}
-  for k, v in pairs(t) do o[k] = copy(v) end
-  return o
-end
+local copy = require("outlierlab.config").deep_copy   -- one deep copy (config.deep_copy)
 M.copy = copy
 
 -- QT's three families: BERT (encoder), the decoder ("opt": QT's OPT-125m; at the default
