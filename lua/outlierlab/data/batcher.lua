@@ -52,6 +52,7 @@ Batcher.__index = Batcher
 -- (lm: T >= 1, mlm: T >= 3, B >= 1)
 M.check_sizes = bounds.check_batch
 function M.batcher(corpus, o)
+  if corpus.kind == "image" then return M.image_batcher(corpus, o) end
   M.check_sizes(o)   -- B >= 1 and the least T of the kind, before any row is written
   if corpus.kind == "organism" then return M.organism_batcher(corpus, o) end
   local self = setmetatable({ corpus = corpus, B = o.B, T = o.T, kind = o.kind or "lm", seed = o.seed or 1,
@@ -147,14 +148,19 @@ function M.data_spec(cfg)
   return { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size }
 end
 
--- the synthetic images of an image spec (outlierlab.data.images); shard = true: under MPI this
--- rank takes its rows of every global batch (data parallel)
-function M.image_loader(spec, split, shard)
+-- The synthetic images of an image spec's data d = { kind = "image", n =, size =, classes =,
+-- seed =, style = } (outlierlab.data.images): M.batcher(d, { B =, patch =, split =, shard = })
+-- comes here; shard = true: under MPI this rank takes its rows of every global batch (data parallel)
+function M.image_batcher(d, o)
+  M.check_sizes{ B = o.B, kind = "image" }
   local data = require "outlierlab.data"
-  local d = spec.data
-  return data.ImageLoader{ n = d.n, size = d.size, classes = d.classes, seed = d.seed, B = spec.batch.B,
-                           split = split, rank = shard and dist.rank() or 0, world = shard and dist.size() or 1,
-                           style = d.style, patch = spec.batch.patch }
+  return data.ImageLoader{ n = d.n, size = d.size, classes = d.classes, seed = d.seed, B = o.B,
+                           split = o.split or "train", rank = o.shard and dist.rank() or 0, world = o.shard and dist.size() or 1,
+                           style = d.style, patch = o.patch }
+end
+-- the image batches of a spec: split "train" or "val", shard as above
+function M.image_loader(spec, split, shard)
+  return M.batcher(spec.data, { B = spec.batch.B, patch = spec.batch.patch, split = split, shard = shard })
 end
 
 return M

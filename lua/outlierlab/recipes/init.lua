@@ -132,13 +132,11 @@ M.model_cfg = model_cfg
 function M.measure_vit_phenomena(ctx, m, spec)
   local phenomena = require "outlierlab.analysis.phenomena"
   local probes = require "outlierlab.analysis.probes"
-  local data = require "outlierlab.data"
   local d = spec.data
   local NP = (d.size / spec.batch.patch) ^ 2
   local ph = phenomena.new{ category = phenomena.vit_category, T = NP + 1, C = m.cfg.d_model, n_head = m.cfg.n_head,
                             sink_categories = phenomena.VIT_SINKS }
-  local va = data.ImageLoader{ n = d.n, size = d.size, classes = d.classes, seed = d.seed, B = math.min(16, spec.batch.B),
-                               split = "val", style = d.style, patch = spec.batch.patch }
+  local va = batcher.batcher(d, { B = math.min(16, spec.batch.B), split = "val", patch = spec.batch.patch })
   ctx:no_grad(function()
     ctx:reset()
     local P = probes.new{}
