@@ -1,6 +1,6 @@
 -- cli — the command line of bin/outlierlab.
 --   outlierlab run FILE.lua [--key=value ...]   run a script (an experiment file runs its stages)
---   outlierlab version
+--   outlierlab list | history | gallery | version   (the usage text below)
 local M = {}
 
 local usage = [[
@@ -11,7 +11,7 @@ usage: outlierlab run FILE.lua [--key=value ...] [--debug]
        outlierlab version
 A script reads its settings with require("outlierlab.config").get{...}; --key=value overrides
 them (nested keys with dots). An experiment file (one that returns a table with stages) is
-run by the experiment runner: --profile=quick|default|paper selects its profile.
+run by the experiment runner: --profile=quick|default|long|paper selects its profile.
 An error prints one line; --debug adds the Lua traceback.]]
 
 -- ---------------------------------------------------------------- error messages

@@ -156,7 +156,7 @@ function M.build(root, out)
     Md(string.format('## %s — %s\n\n<a id="%s"></a>\n', md(e.id), md(e.title), e.id))
     local rs = runs[e.id] or {}
     if #rs == 0 then
-      local how = "make reproduce-" .. e.id .. " PROFILE=quick|default|paper"
+      local how = "make reproduce-" .. e.id .. " PROFILE=quick|default|long|paper"
       H('<p class="missing">Not run yet: <code>' .. html(how) .. '</code>. Claim: ' .. html(e.source.claim) .. '</p>')
       Md("Not run yet: `" .. how .. "`. Claim: " .. md(e.source.claim) .. "\n")
     end
