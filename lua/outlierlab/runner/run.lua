@@ -1,4 +1,4 @@
--- experiment — the runner behind `bin/outlierlab run experiments/<id>.lua --profile=quick`.
+-- runner/run — the runner behind `bin/outlierlab run experiments/<id>.lua --profile=quick`.
 --
 -- An experiment file returns a table (docs/EXPERIMENTS.md):
 --   { id = "qt-fig1", title = "...",
@@ -11,7 +11,7 @@
 -- The runner picks the profile (--profile=, default "default"), applies --key=value overrides
 -- to it (an unknown key is an error listing the valid ones: outlierlab.config), then calls
 -- each stage as fn(run) with
---   run.id, run.profile, run.cfg (the settings), run.seed, run.dir (results/<id>/<profile>/, M.results_dir),
+--   run.id, run.profile, run.cfg (the settings), run.seed, run.dir (results/<id>/<profile>/, runner/report.results_dir),
 --   run.out[stage] (what earlier stages returned), run.file, run.exp,
 --   run:model(spec, trainer)   -- trained-model cache, see below
 --   run:netcdf(name?)          -- outlierlab.figure.netcdf file <run.dir>/<name or id>.nc, meta filled in
@@ -24,8 +24,8 @@
 -- Caching (cache root: --cache= or $OUTLIERLAB_CACHE, default <root>/cache):
 --   run:model(spec, trainer): spec is every setting that determines the trained weights
 --   (model config, data, training recipe, seed). Its hash together with the engine version,
---   the content hash of the engine and package code (M.code_hash) and of the files outside
---   the package the training runs through (M.extra_sources: the trainer's file, user attention
+--   the content hash of the code the weights are computed through (runner/cache.code_hash, by folder) and of the files outside
+--   the package the training runs through (runner/cache.extra_sources: the trainer's file, user attention
 --   variants) names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
 --   share a model train it once); otherwise trainer(dir, ckpt_path) runs: it trains with
 --   train.run{ckpt = ckpt_path}, which resumes from the checkpoint an interrupted run left,
