@@ -1,11 +1,10 @@
 -- runner/cache — the trained-model cache of the runner (run:model) and what its keys hash.
 --
--- training history of each model the run used (outlierlab.runner.history).
---
 -- Caching (cache root: --cache= or $OUTLIERLAB_CACHE, default <root>/cache):
 --   run:model(spec, trainer): spec is every setting that determines the trained weights
 --   (model config, data, training recipe, seed). Its hash together with the engine version,
---   the content hash of the engine and package code (M.code_hash) and of the files outside
+--   the content hash of the code the weights are computed through (M.code_hash: by folder, below)
+--   and of the files outside
 --   the package the training runs through (M.extra_sources: the trainer's file, user attention
 --   variants) names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
 --   share a model train it once); otherwise trainer(dir, ckpt_path) runs: it trains with
