@@ -268,16 +268,11 @@ end
 -- the mean of a list (first result of mean_std)
 function M.mean(xs) return (M.mean_std(xs)) end
 
+-- (one implementation: outlierlab.analysis.seeds.stats; here one value has sd 0 even when NaN)
 function M.mean_std(xs)
-  local n = #xs
-  if n == 0 then return 0 / 0, 0 / 0 end
-  local s = 0
-  for _, x in ipairs(xs) do s = s + x end
-  local mu = s / n
-  if n == 1 then return mu, 0 end
-  local v = 0
-  for _, x in ipairs(xs) do v = v + (x - mu) ^ 2 end
-  return mu, math.sqrt(v / (n - 1))
+  local mu, sd = require("outlierlab.analysis.seeds").stats(xs)
+  if #xs == 1 then sd = 0 end
+  return mu, sd
 end
 -- "mean ± std" (or the single value) with fmt
 function M.pm(xs, fmt)
