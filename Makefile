@@ -1,6 +1,6 @@
 # outlierlab — build, test, benchmark and reproduce.
 #   make               engine library (static + shared) and bin/outlierlab
-#   make test          every test (C and Lua) through prove; the closing line says it all
+#   make test          every test (C and Lua) through prove -j2 --timer; the closing lines say it all (with the suite's wall time)
 #   make bench         speed against this machine's own sgemm peak
 #   make reproduce-ID  one experiment (PROFILE=quick|default|paper); make list shows them
 #   make fuzz          libFuzzer on the file and settings readers (mk/fuzz.mk, FUZZ_SECONDS= per target)
@@ -29,6 +29,8 @@ ENGINE_OBJ := $(patsubst engine/%.c,build/engine/%.o,$(ENGINE_SRC))
 HEADERS    := $(wildcard engine/*.h)
 CTESTS     := $(patsubst tests/c/%.c,build/tests/%.t,$(wildcard tests/c/*.c))
 LUATESTS   := $(sort $(wildcard tests/lua/*.lua))
+# the test files run two at a time (the machine's two cores), each with its time; PROVE_FLAGS= runs them serially
+PROVE_FLAGS ?= -j2 --timer
 
 # Debian 12 packages the project needs (build, run, plot, test).
 DEB_PKGS := build-essential pkg-config libluajit-5.1-dev luajit libopenblas-dev libopenblas0-openmp libopenmpi-dev \
@@ -79,7 +81,8 @@ build/tests/%.t: tests/c/%.c tests/c/tap.h lib/liboutlierlab.a
 # One harness: prove runs C test binaries and Lua test files (through tests/exec.sh).
 test: all
 	$(if $(CTESTS),@flock build/.lock $(MAKE) --no-print-directory $(CTESTS))
-	prove --exec 'sh tests/exec.sh' $(PROVE_FLAGS) $(CTESTS) $(LUATESTS)
+	@t0=$$(date +%s); prove --exec 'sh tests/exec.sh' $(PROVE_FLAGS) $(CTESTS) $(LUATESTS); rc=$$?; \
+	  echo "make test: suite wall time $$(( $$(date +%s) - t0 )) s (prove $(PROVE_FLAGS))"; exit $$rc
 
 test-c: all
 	$(if $(CTESTS),@flock build/.lock $(MAKE) --no-print-directory $(CTESTS))

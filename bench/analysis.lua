@@ -6,7 +6,7 @@
 --   plain     the model in memory, no probe;
 --   probes    the model in memory with so-fig3's probes (per-layer outlier statistics of the
 --             layer outputs h: τ·mean rule per sequence, top-3, by channel and by token);
---   streamed  the same model read layer by layer from a BF16 checkpoint (outlierlab.stream),
+--   streamed  the same model read layer by layer from a BF16 checkpoint (outlierlab.pretrained.stream),
 --             with the same probes: conversion BF16 -> fp32 included.
 -- FLOPs per token (forward; causal masking not subtracted, the engine computes all T×T
 -- scores): 2·12·L·C² (q, k, v, out, MLP up and down) + 4·L·T·C (scores and probabilities·V).
@@ -18,12 +18,12 @@
 -- writes a LLaMA-2-7B-shaped BF16 checkpoint with that many layers (8 layers: 3.5 GB of BF16,
 -- 7 GB as fp32), then analyses it streamed in a fresh process and reports its peak RSS.
 local ol = require "outlierlab"
-local hf = require "outlierlab.hf"
-local stream = require "outlierlab.stream"
+local hf = require "outlierlab.pretrained.hf"
+local stream = require "outlierlab.pretrained.stream"
 local models = require "outlierlab.models"
-local analysis = require "outlierlab.analysis"
-local probes = require "outlierlab.probes"
-local progress = require "outlierlab.progress"
+local analysis = require "outlierlab.analysis.metrics"
+local probes = require "outlierlab.analysis.probes"
+local progress = require "outlierlab.util.progress"
 local ffi, C = ol.ffi, ol.C
 
 local cfg = require("outlierlab.config").get {
@@ -120,7 +120,7 @@ local function make_big(dir, n)
     keep = nil
     collectgarbage()
   end
-  local json = require "outlierlab.json"
+  local json = require "outlierlab.util.json"
   local f = io.open(dir .. "/model.safetensors.index.json", "w") f:write(json.encode({ weight_map = weight_map })) f:close()
   local conf = hf.to_hf.llama(c, { bos = 1, eos = 2 })
   conf.torch_dtype = "bfloat16"

@@ -11,8 +11,10 @@
 --
 --   bin/outlierlab run bench/attention.lua [--B=2] [--NH=4] [--reps=3] [--mem_T=1024] [--mem_preset=gpt2-tiny]
 local ol = require "outlierlab"
-local attention = require "outlierlab.attention"
-local progress = require "outlierlab.progress"
+local attention = require "outlierlab.nn.attention"
+-- the documented user-defined variant "softmax_temp" lives outside the library
+if not attention.registry.softmax_temp then dofile(require("outlierlab").root .. "/examples/attention_example.lua") end
+local progress = require "outlierlab.util.progress"
 local models = require "outlierlab.models"
 
 local cfg = require("outlierlab.config").get {

@@ -18,8 +18,8 @@
 --   bin/outlierlab run bench/organism.lua [--steps=10] [--which=all|llama|bert|vit|gpt2]
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
-local train = require "outlierlab.train"
-local progress = require "outlierlab.progress"
+local train = require "outlierlab.train.loop"
+local progress = require "outlierlab.util.progress"
 local E = require "outlierlab.experiment"
 local ptq = require "outlierlab.ptq"
 local C = ol.C

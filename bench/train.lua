@@ -21,8 +21,8 @@
 --                                      [--which=both|mini|big] [--phases=true]
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
-local train = require "outlierlab.train"
-local progress = require "outlierlab.progress"
+local train = require "outlierlab.train.loop"
+local progress = require "outlierlab.util.progress"
 local optim = require "outlierlab.optim"
 local C = ol.C
 

@@ -1,10 +1,10 @@
 /*
  * io_hf.c — the numeric side of reading and writing Hugging Face model directories
- * (lua/outlierlab/hf.lua does the names, shapes and config): dtype conversion between
+ * (lua/outlierlab/pretrained/hf.lua does the names, shapes and config): dtype conversion between
  * the checkpoint's F32/F16/BF16/F64 and the engine's fp32, the transposed and sliced copies
  * that GPT-2's Conv1D weights and fused c_attn need, embedding rows gathered straight from a
  * mapped table, and handing mapped pages back to the kernel once a layer has been converted
- * (lua/outlierlab/stream.lua runs models larger than memory this way).
+ * (lua/outlierlab/pretrained/stream.lua runs models larger than memory this way).
  *
  * Sources are raw little-endian tensor bytes, typically the memory map of a safetensors file
  * (ol_st_data). Conversions are exact where the target can hold the value (F16 and BF16 ->

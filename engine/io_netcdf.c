@@ -1,7 +1,7 @@
 /*
  * io_netcdf.c — a small NetCDF-4 writer for result files (one file per experiment run).
  *
- * The results layer (lua/outlierlab/results.lua) collects dimensions, variables and
+ * The results layer (lua/outlierlab/figure/netcdf.lua) collects dimensions, variables and
  * attributes, then writes them in one go through this API:
  *
  *     ol_nc *f = ol_nc_create("results/x/x.nc");          // writes "results/x/x.nc.tmp.<pid>"

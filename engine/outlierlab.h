@@ -467,7 +467,7 @@ float      ol_magnitude_kth(int32_t n, ol_tensor **ts, int64_t k);    /* < 0: er
 int64_t    ol_magnitude_prune_(int32_t n, ol_tensor **ts, float sparsity, int32_t global);
 
 /* ======================================================== pretrained models */
-/* Hugging Face model directories (engine/io_hf.c; names and configs in lua/outlierlab/hf.lua).
+/* Hugging Face model directories (engine/io_hf.c; names and configs in lua/outlierlab/pretrained/hf.lua).
  * dtype is an ol_st_dtype; src points at raw little-endian tensor bytes (ol_st_data).
  * F16/BF16 -> F32 is exact; F32 -> F16/BF16 rounds to nearest even. Threads split the work
  * into disjoint ranges, so results do not depend on the thread count. */

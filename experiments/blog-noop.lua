@@ -19,7 +19,7 @@
 local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.inspect"
+local inspect = require "outlierlab.analysis.inspect"
 
 local RANK = 2          -- dimension of the compared singular subspaces
 local SINK = 0.5        -- a head is a sink head when it puts more than this on the initial token

@@ -11,7 +11,7 @@
 local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.inspect"
+local inspect = require "outlierlab.analysis.inspect"
 
 local NBINS = 20
 local VARIANTS = { "vanilla", "clipped" }

@@ -13,9 +13,9 @@
 -- the mean ‖v_j‖ of that head over outlier patches and over the other patches.
 local ptq = require "outlierlab.ptq"
 local data = require "outlierlab.data"
-local probes = require "outlierlab.probes"
+local probes = require "outlierlab.analysis.probes"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.inspect"
+local inspect = require "outlierlab.analysis.inspect"
 
 local MODEL_SEED = 1   -- qt-table2's first seed: the same cached vanilla ViT as qt-fig3
 local function model_spec(cfg) return ptq.qt_spec(cfg, "vit", ptq.qt_attention(cfg, "vit", "vanilla"), MODEL_SEED) end

@@ -19,8 +19,8 @@
 --     (analysis.value_magnitudes, [CLS] masked out).
 --   * inf norm per layer (Fig. 9a): per-image max|x| of h_l and of the FFN output, averaged.
 local ptq = require "outlierlab.ptq"
-local analysis = require "outlierlab.analysis"
-local probes = require "outlierlab.probes"
+local analysis = require "outlierlab.analysis.metrics"
+local probes = require "outlierlab.analysis.probes"
 local data = require "outlierlab.data"
 local figure = require "outlierlab.figure"
 

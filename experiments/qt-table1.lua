@@ -8,9 +8,9 @@
 -- only γ < 0 matters: γ = −0.03, ζ = 1 removes the outliers, ζ > 1 with γ = 0 stays near
 -- vanilla. The vanilla and the γ = −0.025 models are shared with qt-table2 (same specs). Every
 -- row is trained with cfg.n_seeds seeds; a difference counts only beyond the seed spread
--- (outlierlab.seeds).
+-- (outlierlab.analysis.seeds).
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.seeds"
+local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
 
 -- rows (γ at T = 128, ζ) and the paper's numbers where QT Table 1 gives them (docs/EXPERIMENTS.md)
@@ -79,15 +79,17 @@ local function rows_of(cfg)
   return out
 end
 
+-- one model per (row, seed); under MPI the models spread over groups of ranks, under Slurm
+-- over the members of a job array (run:sweep)
 local function train(run)
-  local out = {}
-  for i, row in ipairs(rows_of(run.cfg)) do
-    for _, seed in ipairs(seeds.list(run.cfg)) do
-      local spec = ptq.qt_spec(run.cfg, "bert", attn(run.cfg, row), seed)
-      out[#out + 1] = { row = i, seed = seed, spec = spec, handle = ptq.train(run, spec) }
-    end
+  local members = {}
+  for i in ipairs(rows_of(run.cfg)) do
+    for _, seed in ipairs(seeds.list(run.cfg)) do members[#members + 1] = { row = i, seed = seed } end
   end
-  return out
+  return run:sweep(members, function(it)
+    local spec = ptq.qt_spec(run.cfg, "bert", attn(run.cfg, ROWS[it.row]), it.seed)
+    return { row = it.row, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
+  end)
 end
 
 local function analyze(run)

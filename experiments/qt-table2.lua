@@ -11,9 +11,9 @@
 -- min-max ranges — MSE for OPT —, asymmetric per-tensor activations from 16 calibration
 -- batches with running min-max — the 99.999th percentile for OPT —, attention scores and
 -- softmax outputs included, head and gates in full precision). Mean ± sd over the seeds; a
--- difference between variants counts only beyond the seed spread (outlierlab.seeds).
+-- difference between variants counts only beyond the seed spread (outlierlab.analysis.seeds).
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.seeds"
+local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
 
 local FAMILIES = { "bert", "opt", "vit" }
@@ -65,18 +65,19 @@ local FIG = figure.declare{
 }
 
 -- 1. train the nine models per seed (cached; the BERT ones are shared with qt-table1)
+-- one model per (family, variant, seed); under MPI the models spread over groups of ranks,
+-- under Slurm over the members of a job array (run:sweep)
 local function train(run)
-  local out = {}
+  local members = {}
   for _, fam in ipairs(FAMILIES) do
     for _, var in ipairs(VARIANTS) do
-      for _, seed in ipairs(seeds.list(run.cfg)) do
-        local spec = ptq.qt_spec(run.cfg, fam, ptq.qt_attention(run.cfg, fam, var), seed)
-        local h = ptq.train(run, spec)
-        out[#out + 1] = { family = fam, variant = var, seed = seed, spec = spec, handle = h }
-      end
+      for _, seed in ipairs(seeds.list(run.cfg)) do members[#members + 1] = { family = fam, variant = var, seed = seed } end
     end
   end
-  return out
+  return run:sweep(members, function(it)
+    local spec = ptq.qt_spec(run.cfg, it.family, ptq.qt_attention(run.cfg, it.family, it.variant), it.seed)
+    return { family = it.family, variant = it.variant, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
+  end)
 end
 
 local function degradation(fam, fp, q) return fam == "vit" and fp - q or q - fp end

@@ -3,13 +3,13 @@
 --
 -- Method (SO §3, Fig. 1): the LLaMA-style model of so-fig3 (same settings, one training); on
 -- one held-out sequence, the view of each place where SO finds outliers, at the layer where
--- each is strongest (outlierlab.overview): |x_down| and |h| over tokens and channels, |W_down|
+-- each is strongest (outlierlab.figure.overview): |x_down| and |h| over tokens and channels, |W_down|
 -- over output and input channels, and the attention map of the head that puts the largest
 -- share on the initial token. Outlier counts use SO's rule |x| > τ·mean|x|. With --model=DIR
 -- --text=FILE the same view of an imported model reproduces SO Fig. 13–22 (other model families
 -- and fine-tuned models).
 local exp_runner = require "outlierlab.experiment"
-local overview = require "outlierlab.overview"
+local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model

@@ -6,11 +6,11 @@
 -- (c) context-aware bias p′·v′, (d) attention bias (a learned key/value every query sees),
 -- (e) context-aware scaling, and sigmoid attention. For each, |h_l| over the tokens and channels
 -- of one held-out sequence, at the layer where its top-1/median |h| is largest
--- (outlierlab.overview), with the elements above τ·mean|h|. SO finds massive activations in
+-- (outlierlab.figure.overview), with the elements above τ·mean|h|. SO finds massive activations in
 -- (a)–(c) and none in (d), (e) and sigmoid attention.
 local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
-local overview = require "outlierlab.overview"
+local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
 
 local FIG = overview.declare("Activation outliers per attention variant (SO Fig. 10, reproduced)", {

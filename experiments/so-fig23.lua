@@ -2,11 +2,11 @@
 --
 -- Method: the GPT-2-style models of so-fig11 with default softmax attention and with sigmoid
 -- attention, sigmoid(s + b)·V with b = −log T (the same specs through ptq.so_spec, so the same
--- cached models); SO Fig. 1's four views of each (outlierlab.overview) side by side on the same
+-- cached models); SO Fig. 1's four views of each (outlierlab.figure.overview) side by side on the same
 -- held-out sequence. SO finds the sigmoid model free of the outliers the softmax model has.
 local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
-local overview = require "outlierlab.overview"
+local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
 
 local VARIANTS = { "softmax", "sigmoid" }

@@ -4,9 +4,9 @@
 -- Method: the LLaMA-style model of so-fig3 (experiment.llama_lm_spec) and the same spec with
 -- only its attention changed to (e) context-aware scaling, S_c(x)·softmax(s)·V with
 -- S_c(x) = 2·sigmoid(W_s x + b_s) per token and head (SO Table 2); SO Fig. 1's four views of each
--- (outlierlab.overview) side by side on the same held-out sequence.
+-- (outlierlab.figure.overview) side by side on the same held-out sequence.
 local exp_runner = require "outlierlab.experiment"
-local overview = require "outlierlab.overview"
+local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
 
 local FIG = overview.declare("TinyLLaMA-style, default against context-aware scaling (SO Fig. 24, reproduced)")

@@ -10,8 +10,8 @@
 -- shallow layers on, persisting through the middle and vanishing in the last layers, at the
 -- initial token and weak-semantic tokens, in a few fixed channels.
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.analysis"
-local probes = require "outlierlab.probes"
+local analysis = require "outlierlab.analysis.metrics"
+local probes = require "outlierlab.analysis.probes"
 local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig6: one trained model

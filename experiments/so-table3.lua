@@ -11,10 +11,10 @@
 -- column). The compressed weights are the linear layers of the blocks (q, k, v, o, MLP up and
 -- down); the tied embedding / head and the scaling weights stay in full precision
 -- (outlierlab.ptq). Mean ± sd over the seeds; a difference counts only beyond the seed spread
--- (outlierlab.seeds). The models are shared with so-fig11 and so-fig12 (same specs).
+-- (outlierlab.analysis.seeds). The models are shared with so-fig11 and so-fig12 (same specs).
 local ptq = require "outlierlab.ptq"
-local compress = require "outlierlab.compress"
-local seeds = require "outlierlab.seeds"
+local compress = require "outlierlab.analysis.compress"
+local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
 
 local VARIANTS = { "softmax", "ca_scale" }
@@ -62,13 +62,13 @@ local FIG = figure.declare{
   },
 }
 
+-- one model per (variant, seed); under MPI the models spread over groups of ranks, under Slurm
+-- over the members of a job array (run:sweep)
 local function train(run)
-  local out = {}
-  for i, it in ipairs(seeds.members(VARIANTS, run.cfg)) do
+  return run:sweep(seeds.members(VARIANTS, run.cfg), function(it)
     local spec = ptq.so_spec(run.cfg, it.variant, it.seed)
-    out[i] = { variant = it.variant, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
-  end
-  return out
+    return { variant = it.variant, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
+  end)
 end
 
 local function analyze(run)

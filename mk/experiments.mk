@@ -1,5 +1,5 @@
 # mk/experiments.mk — reproduce the papers' figures (docs/EXPERIMENTS.md).
-#   make reproduce-<id>      one experiment, experiments/<id>.lua (PROFILE=quick|default|paper)
+#   make reproduce-<id>      one experiment, experiments/<id>.lua (PROFILE=quick|default|long|paper)
 #   make reproduce-all       every experiment
 #   make list                ids, titles and the profiles with results (results/<id>/<profile>/)
 #   make list MARKDOWN=1     the experiments table of docs/EXPERIMENTS.md (checked by a test)

@@ -2,7 +2,7 @@
 #   make fuzz                      every target for FUZZ_SECONDS each (default 60), one at a time
 #   make fuzz FUZZ_TARGETS=tokens FUZZ_SECONDS=600
 # Targets (tests/fuzz/fuzz_<t>.c): safetensors (engine/io_safetensors.c), tokens
-# (engine/io_tokens.c), config (outlierlab.config's command line and outlierlab.json, in an
+# (engine/io_tokens.c), config (outlierlab.config's command line and outlierlab.util.json, in an
 # embedded LuaJIT). Seeds: tests/hostile/<t>/ (the hostile corpus) and tests/fuzz/corpus/<t>/;
 # what libFuzzer adds goes to build/fuzz/corpus/<t>/. A crash writes its input to
 # tests/fuzz/crashes/<t>/ and fails the target: commit that file with the fix, and make test

@@ -1,5 +1,5 @@
 # plots/figure.gp — every figure declared with outlierlab.figure: the panels of
-# <name>.panels.gp (written next to the data by lua/outlierlab/figure.lua) in a rows × cols
+# <name>.panels.gp (written next to the data by lua/outlierlab/figure/init.lua) in a rows × cols
 # layout that follows the number of panels, each drawn by plots/panels/<kind>.gp
 # (line, bars, histogram, scatter, heatmap, rgb; empty: a frame that says why).
 # usage: gnuplot -c plots/figure.gp in.dat out.png|out.pdf   (reads in.dat's <name>.panels.gp)

@@ -1,4 +1,4 @@
-# plots/history.gp — the training history of one cached model (lua/outlierlab/history.lua):
+# plots/history.gp — the training history of one cached model (lua/outlierlab/runner/history.lua):
 # loss, learning rate, gradient norm and the outlier metrics measured during training.
 # usage: gnuplot -c plots/history.gp history.dat out.png|out.pdf
 # history.dat: index 0 = which panels have data ("train" "val" "curve", 1 or 0),

@@ -5,7 +5,7 @@
 -- a second script, <id>-final.sbatch, runs the analysis and figures after the array succeeded
 -- (submitted with --dependency=afterok:<array job>).
 local config = require "outlierlab.config"
-local slurm = require "outlierlab.slurm"
+local slurm = require "outlierlab.runner.slurm"
 local E = require "outlierlab.experiment"
 local cfg = config.get{
   id = "", profile = "default", nodes = 1, tasks_per_node = 1, cpus_per_task = 1,

@@ -5,7 +5,7 @@
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
 local optim = require "outlierlab.optim"
-local dist = require "outlierlab.dist"
+local dist = require "outlierlab.util.dist"
 local cfg = require("outlierlab.config").get{ B = 8, T = 256, steps = 6, warm = 2, preset = "gpt2-mini" }
 local ctx = ol.Context{ seed = 1 }
 local mcfg = models.preset(cfg.preset, { block_size = cfg.T })

@@ -1,6 +1,6 @@
 -- cli — the command line of bin/outlierlab.
 --   outlierlab run FILE.lua [--key=value ...]   run a script (an experiment file runs its stages)
---   outlierlab version
+--   outlierlab list | history | gallery | version   (the usage text below)
 local M = {}
 
 local usage = [[
@@ -11,7 +11,7 @@ usage: outlierlab run FILE.lua [--key=value ...] [--debug]
        outlierlab version
 A script reads its settings with require("outlierlab.config").get{...}; --key=value overrides
 them (nested keys with dots). An experiment file (one that returns a table with stages) is
-run by the experiment runner: --profile=quick|default|paper selects its profile.
+run by the experiment runner: --profile=quick|default|long|paper selects its profile.
 An error prints one line; --debug adds the Lua traceback.]]
 
 -- ---------------------------------------------------------------- error messages
@@ -39,7 +39,7 @@ local function value_text(e)
   if type(e) == "string" then return e end
   if type(e) == "table" and e.message ~= nil then return tostring(e.message) end
   if type(e) == "table" then
-    local ok, s = pcall(function() return require("outlierlab.serialize").serialize(e) end)
+    local ok, s = pcall(function() return require("outlierlab.util.serialize").serialize(e) end)
     if ok and type(s) == "string" then return "error value " .. (s:gsub("^return ", ""):gsub("%s+$", "")) end
   end
   return "error value " .. tostring(e) .. " (a " .. type(e) .. ")"
@@ -69,16 +69,17 @@ end
 
 function M.main(argv)
   M.argv = argv   -- the full command line, for result files' history attribute
+  require("outlierlab.config").argv = argv   -- where the layers below read it (figure/netcdf)
   for i = #argv, 1, -1 do
     if argv[i] == "--debug" then M.debug = true table.remove(argv, i) end
   end
   local cmd = argv[1]
   if cmd == "list" then   -- experiments/*.lua with their status (make list)
-    if argv[2] == "--markdown" then return require("outlierlab.experiment").print_markdown() end
-    return require("outlierlab.experiment").print_list()
+    if argv[2] == "--markdown" then return require("outlierlab.runner.catalogue").print_markdown() end
+    return require("outlierlab.runner.catalogue").print_list()
   end
-  if cmd == "history" then return require("outlierlab.history").main(argv) end
-  if cmd == "gallery" then return require("outlierlab.gallery").main(argv) end
+  if cmd == "history" then return require("outlierlab.runner.history").main(argv) end
+  if cmd == "gallery" then return require("outlierlab.runner.gallery").main(argv) end
   if cmd == "version" then
     print(require("outlierlab").version())
     return 0
@@ -103,13 +104,13 @@ function M.main(argv)
     -- a run stopped on purpose (e.g. checkpointed before a time limit) raises
     -- { exit_status =, message = }: say why and exit with that status, not a traceback
     -- (xpcall: the message is formatted where it was raised, with that traceback)
-    local ok, e = xpcall(require("outlierlab.experiment").run_file, function(e)
+    local ok, e = xpcall(require("outlierlab.runner.run").run_file, function(e)
       if not (type(e) == "table" and e.exit_status) then M.format_error(e) end
       return e
     end, result, file)
     if not ok then
       if type(e) == "table" and e.exit_status then
-        if require("outlierlab.dist").world_rank() == 0 then io.stderr:write("outlierlab: ", tostring(e.message), "\n") end
+        if require("outlierlab.util.dist").world_rank() == 0 then io.stderr:write("outlierlab: ", tostring(e.message), "\n") end
         return e.exit_status
       end
       error(e, 0)

@@ -45,14 +45,8 @@ function M.sh(cmd)
   return (out:gsub("__exit=%d+%s*$", "")), code == 0, code
 end
 
--- The whole content of a file, or nil.
-function M.slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+-- The whole content of a file, or nil (outlierlab.util.fs.read_file).
+M.slurp = require("outlierlab.util.fs").read_file
 
 function M.diag(msg) io.write("# ", tostring(msg):gsub("\n", "\n# "), "\n") end
 function M.done()

@@ -3,7 +3,7 @@
  * byte picks one.
  *   even: the command line (outlierlab.config: --key=value arguments, one per line) applied
  *         to a script's defaults; the only error allowed is a "config: ..." message.
- *   odd:  JSON (outlierlab.json, the checkpoint metadata and cache files): decode either
+ *   odd:  JSON (outlierlab.util.json, the checkpoint metadata and cache files): decode either
  *         refuses with "json: cannot parse ..." or the value encodes, and its canonical text
  *         decodes and encodes to the same bytes.
  * Any other error (a Lua runtime error: a bug) aborts. libFuzzer cannot instrument Lua code, so
@@ -18,7 +18,7 @@
 
 static const char *fuzz_config_lua =
     "local config = require 'outlierlab.config'\n"
-    "local json = require 'outlierlab.json'\n"
+    "local json = require 'outlierlab.util.json'\n"
     "local defaults = { steps = 10, lr = 1e-3, name = 'x', flag = false, sizes = { 1, 2 }, names = { 'a' },\n"
     "                   model = { n_layer = 2, attention = { kind = 'softmax', tau = 0.5 } } }\n"
     "return function(input)\n"

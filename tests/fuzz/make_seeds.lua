@@ -5,7 +5,7 @@
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
 local optim = require "outlierlab.optim"
-local checkpoint = require "outlierlab.checkpoint"
+local checkpoint = require "outlierlab.train.checkpoint"
 local data = require "outlierlab.data"
 local dir = ol.root .. "/tests/fuzz/corpus"
 local ctx = ol.Context{ seed = 1, params = 4096, step_bytes = 2^20 }

@@ -1,7 +1,7 @@
 -- test_analysis — every metric of docs/METRICS.md on hand-made tensors whose answers are
 -- worked out by hand in the comments; merge and streaming equivalences of the accumulator.
 local ol = require "outlierlab"
-local analysis = require "outlierlab.analysis"
+local analysis = require "outlierlab.analysis.metrics"
 local t = require "outlierlab.tap"
 
 local ctx = ol.Context{ params = 65536, step_bytes = 67108864 }

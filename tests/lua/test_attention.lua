@@ -1,6 +1,6 @@
 -- test_attention — every attention variant: fused C forward/backward against the plain-op
 -- reference (forward to 2e-6 absolute, gradients to 1e-5 absolute), finite-difference
--- gradient checks (outlierlab.gradcheck, worst relative error <= 1e-2) for q, k, v, x and every
+-- gradient checks (outlierlab.nn.gradcheck, worst relative error <= 1e-2) for q, k, v, x and every
 -- parameter under bidirectional, causal and padding masks — also with the knobs on: attention
 -- dropout (a fixed mask: fixed seed), the learned sigmoid bias, the gate scale, γ = −α/max_len —
 -- clipped-region zero gradients, softmax1 with hopeless scores, multi-tile shapes, thread-count
@@ -8,8 +8,10 @@
 -- (hand-computed masks, neutral settings, model plumbing): tests/lua/test_attention_knobs.lua.
 local ol = require "outlierlab"
 local t = require "outlierlab.tap"
-local gradcheck = require "outlierlab.gradcheck"
-local attention = require "outlierlab.attention"
+local gradcheck = require "outlierlab.nn.gradcheck"
+local attention = require "outlierlab.nn.attention"
+-- the documented user-defined variant "softmax_temp" lives outside the library
+if not attention.registry.softmax_temp then dofile(require("outlierlab").root .. "/examples/attention_example.lua") end
 
 local ctx = ol.Context({ seed = 7 })
 local KINDS = { "softmax", "clipped_softmax", "softmax1", "sigmoid", "fixed_bias", "ca_bias", "attn_bias",

@@ -1,4 +1,4 @@
--- test_attention_example — the documented user-defined variant (lua/outlierlab/attention_example.lua,
+-- test_attention_example — the documented user-defined variant (examples/attention_example.lua,
 -- "softmax_temp": softmax with a learned per-head temperature) trains like a built-in one.
 -- Tiny model: token + position embedding -> q/k/v linears -> attention -> linear -> cross_entropy,
 -- on a toy copy task: a sequence of 4 random tokens followed by the same 4 tokens; the model
@@ -7,7 +7,9 @@
 -- with the fused built-in "attn_bias" must learn too (a built-in as a control).
 local ol = require "outlierlab"
 local t = require "outlierlab.tap"
-local attention = require "outlierlab.attention"
+local attention = require "outlierlab.nn.attention"
+-- the documented user-defined variant "softmax_temp" lives outside the library
+if not attention.registry.softmax_temp then dofile(require("outlierlab").root .. "/examples/attention_example.lua") end
 local optim = require "outlierlab.optim"
 local nn = require "outlierlab.nn"
 

@@ -8,7 +8,7 @@
 -- checks of every knob are in tests/lua/test_attention.lua.
 local ol = require "outlierlab"
 local t = require "outlierlab.tap"
-local attention = require "outlierlab.attention"
+local attention = require "outlierlab.nn.attention"
 local models = require "outlierlab.models"
 local bit = require "bit"
 local ffi = ol.ffi

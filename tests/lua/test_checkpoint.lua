@@ -3,7 +3,7 @@
 -- independent reader (python3 + numpy, skipped when not installed).
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local ck = require "outlierlab.checkpoint"
+local ck = require "outlierlab.train.checkpoint"
 local ffi = ol.ffi
 local C = ol.C
 
@@ -223,7 +223,7 @@ do
   local script = P("writer.lua")
   write(script, string.format([[
 local ol = require "outlierlab"
-local ck = require "outlierlab.checkpoint"
+local ck = require "outlierlab.train.checkpoint"
 local ctx = ol.Context{ params = 2 ^ 23 }
 ctx:param("w", { 2 ^ 22 }):fill_(tonumber(arg[1]))
 for i = 1, 1000 do ck.save(%q, ctx, { step = tonumber(arg[1]) }) end

@@ -3,7 +3,7 @@
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
 local data = require "outlierlab.data"
-local json = require "outlierlab.json"
+local json = require "outlierlab.util.json"
 
 local function same_tokens(a, b, n)
   for i = 0, n - 1 do if a.tokens[i] ~= b.tokens[i] then return false, i end end

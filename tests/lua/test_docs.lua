@@ -5,13 +5,7 @@
 local t = require "outlierlab.tap"
 local root = OUTLIERLAB_ROOT
 
-local function slurp(path)
-  local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = t.slurp
 local function exists(path) local f = io.open(path, "r") if f then f:close() return true end return false end
 
 local pages = { "README.md", "docs/ARCHITECTURE.md", "docs/CONTAINER.md" }

@@ -42,7 +42,7 @@ local undefined_without = {
 local declared = {}
 for _, id in ipairs({ "qt-fig1", "qt-fig2", "qt-fig3", "qt-table1", "qt-table2", "so-fig3", "so-fig5", "so-fig6", "so-fig11",
                       "so-fig12", "so-table1", "so-table3", "emergence" }) do declared[id] = true end
--- the comparisons between variants state the seed rule (outlierlab.seeds) in their summary
+-- the comparisons between variants state the seed rule (outlierlab.analysis.seeds) in their summary
 local seeded = { ["qt-table1"] = true, ["qt-table2"] = true, ["so-fig11"] = true, ["so-fig12"] = true, ["so-table3"] = true,
                  ["emergence"] = true }
 local function values_of(file, var)

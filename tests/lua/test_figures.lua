@@ -1,5 +1,5 @@
 -- test_figures — outlierlab.figure (declaration -> NetCDF, panels, summary numbers) and the
--- computations of the single-sequence figures (outlierlab.inspect, outlierlab.overview), each on
+-- computations of the single-sequence figures (outlierlab.analysis.inspect, outlierlab.figure.overview), each on
 -- a hand-made case whose answer is known. The quick runs of the experiments themselves are in
 -- test_experiments.lua (every experiments/*.lua); here each new figure's quoted number is tied
 -- to the function that computes it:
@@ -8,8 +8,8 @@
 --   so-fig1/10/23/24 ratio_count, pool_abs; qt-fig10 owner_head, matmul; qt-fig16 received.
 local t = require "outlierlab.tap"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.inspect"
-local overview = require "outlierlab.overview"
+local inspect = require "outlierlab.analysis.inspect"
+local overview = require "outlierlab.figure.overview"
 local ol = require "outlierlab"
 
 local function near(a, b, tol, msg) t.ok(math.abs(a - b) <= (tol or 1e-9), string.format("%s: %.12g vs %.12g", msg, a, b)) end

@@ -1,14 +1,14 @@
 -- test_hf — Hugging Face model directories, one family at a time. For each family the test
 -- writes a checkpoint in Hugging Face's layout from the project's own model with random
 -- weights — names, shapes, Conv1D transposes, fused c_attn, dtypes and shards spelled out
--- HERE, independently of lua/outlierlab/hf.lua's tables — imports it with hf.load and compares
+-- HERE, independently of lua/outlierlab/pretrained/hf.lua's tables — imports it with hf.load and compares
 -- the logits with the original model's (to fp32 rounding; for F16/BF16 files the original's
 -- weights are rounded the same way first). Then hf.export must write the same tensors as this
 -- independent writer, and export -> import must give back every parameter bit for bit.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local hf = require "outlierlab.hf"
-local json = require "outlierlab.json"
+local hf = require "outlierlab.pretrained.hf"
+local json = require "outlierlab.util.json"
 local models = require "outlierlab.models"
 local ffi, C = ol.ffi, ol.C
 

@@ -4,8 +4,8 @@
 -- on a generated model directory (--model=DIR --text=FILE) and rejects what it cannot analyse.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local hf = require "outlierlab.hf"
-local json = require "outlierlab.json"
+local hf = require "outlierlab.pretrained.hf"
+local json = require "outlierlab.util.json"
 local models = require "outlierlab.models"
 
 local root = os.tmpname()

@@ -5,7 +5,7 @@
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
 local ffi = require "ffi"
-local checkpoint = require "outlierlab.checkpoint"
+local checkpoint = require "outlierlab.train.checkpoint"
 local data = require "outlierlab.data"
 local C = ol.C
 

@@ -8,9 +8,9 @@ local ol = require "outlierlab"
 local t = require "outlierlab.tap"
 local models = require "outlierlab.models"
 local optim = require "outlierlab.optim"
-local gradcheck = require "outlierlab.gradcheck"
+local gradcheck = require "outlierlab.nn.gradcheck"
 local C = ol.C
-local now = require("outlierlab.progress").now
+local now = require("outlierlab.util.progress").now
 
 -- ---------------------------------------------------------------- helpers
 local function persistent_ids(ctx, B, T, fn)
@@ -224,7 +224,7 @@ end
 
 -- ---------------------------------------------------------------- every attention variant plugs in
 do
-  local attention = require "outlierlab.attention"
+  local attention = require "outlierlab.nn.attention"
   for _, kind in ipairs(attention.kinds()) do
     local ctx = ol.Context({ seed = 2 })
     local fam = (kind == "gated" or kind == "clipped_softmax") and "bert" or "gpt2"

@@ -4,7 +4,7 @@
 local ol = require "outlierlab"
 local t = require "outlierlab.tap"
 local models = require "outlierlab.models"
-local now = require("outlierlab.progress").now
+local now = require("outlierlab.util.progress").now
 
 local function persistent_ids(ctx, B, T, fn)
   local x = ctx:tensor({ B, T }, { dtype = "i32", persistent = true })

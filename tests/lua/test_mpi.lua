@@ -29,7 +29,7 @@ t.ok(two:match("checksum %x+"), "parameters identical across ranks at the end")
 -- an error on one rank stops the job with that rank's message
 local bad = os.tmpname() .. ".lua"
 local f = io.open(bad, "w")
-f:write([[local dist = require "outlierlab.dist"
+f:write([[local dist = require "outlierlab.util.dist"
 if dist.rank() == 1 then error("boom on purpose") end
 for i = 1, 50 do dist.barrier() end
 ]])

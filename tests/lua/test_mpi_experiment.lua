@@ -29,7 +29,7 @@ local function losses(cache)
   local p = io.popen("cat " .. cache .. "/models/*/done.lua")
   local text = p:read("*a")
   p:close()
-  local v = require("outlierlab.serialize").deserialize(text, "=done")
+  local v = require("outlierlab.util.serialize").deserialize(text, "=done")
   return v and v.losses or {}
 end
 local l1, l2 = losses(tmp .. "/cache-one"), losses(tmp .. "/cache-two")
@@ -114,5 +114,20 @@ t.ok(okf and ncached >= 6, "the final run reuses the 6 cached models", fin)
 t.ok(data("array") == a, "and stores the numbers of the single run")
 local bad = run(env .. arr .. " --sweep_index=6")
 t.ok(bad:find("--sweep_index=6 but the sweep has 6 members", 1, true), "an index past the sweep is refused", bad)
+-- the compression tables train their members through run:sweep too (qt-table1: 3 members at
+-- the quick profile): on 2 ranks each group trains its share, and the table is 1 rank's
+local qt = "bin/outlierlab run experiments/qt-table1.lua --profile=quick"
+local q1, okq1 = run(env .. qt .. dirs("qt1"))
+local q2, okq2 = run(env .. "mpirun --oversubscribe -np 2 " .. qt .. dirs("qt2"))
+local function qdata(tag)
+  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/qt-table1/quick/qt-table1.nc", tmp, tag))
+  local x = p:read("*a")
+  p:close()
+  return x:match("\ndata:\n(.*)$") or "(no data)"
+end
+local qmodels = 0
+for _ in io.popen("ls -d " .. tmp .. "/cache-qt2/models/*/done.lua 2>/dev/null"):lines() do qmodels = qmodels + 1 end
+t.ok(okq1 and okq2 and qmodels == 3 and #qdata("qt1") > 100 and qdata("qt1") == qdata("qt2"),
+     "qt-table1 as an MPI sweep: 2 ranks train its 3 members and store 1 rank's numbers", q1 .. q2)
 os.execute("rm -rf " .. tmp)
 return t.done()

@@ -1,6 +1,6 @@
 -- test_ops — every op of the engine header's ops section:
 --   a forward check against numbers computed by hand (or in double in this file), and
---   a gradient check against central finite differences (outlierlab.gradcheck), with the
+--   a gradient check against central finite differences (outlierlab.nn.gradcheck), with the
 --   bound in the test name. Gradcheck error = |analytic − numeric| / max(1, |analytic|,
 --   |numeric|), worst element over all inputs, step h = 1e-2 on fp32 tensors.
 -- Bounds: 1e-4 for ops that are linear in each input (matmul, linear, add/sub/mul, shape
@@ -10,7 +10,7 @@
 -- Also: no-grad records no tape, dropout seeding, gradient accumulation across backward calls.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local gradcheck = require "outlierlab.gradcheck"
+local gradcheck = require "outlierlab.nn.gradcheck"
 
 local ctx = ol.Context{ params = 2^16, step_bytes = 2^26 }
 

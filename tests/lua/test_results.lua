@@ -1,9 +1,9 @@
--- test_results — the NetCDF writer (engine/io_netcdf.c through lua/outlierlab/results.lua):
+-- test_results — the NetCDF writer (engine/io_netcdf.c through lua/outlierlab/figure/netcdf.lua):
 -- CF/ACDD attributes read back with ncdump, data round-trip, atomic write, clear errors,
 -- SOURCE_DATE_EPOCH honoured, and (when Debian's python3-xarray is installed) an
 -- independent read with xarray that must raise no warnings.
 local t = require "outlierlab.tap"
-local results = require "outlierlab.results"
+local results = require "outlierlab.figure.netcdf"
 
 local sh = t.sh
 
@@ -82,7 +82,7 @@ t.is(results.canonical_json({ b = 1, a = { 1, 2.5, "x" }, c = true }), '{"a":[1,
 local script = dir .. "/w.lua"
 local f = io.open(script, "w")
 f:write([[
-local results = require "outlierlab.results"
+local results = require "outlierlab.figure.netcdf"
 local R = results.new(arg[1], { title = "t", summary = "s", id = "x", config = { a = 1 }, command = "cmd" })
 R:dim("layer", 2)
 R:var("v", { "layer" }, { 1, 2 }, { long_name = "v", units = "1" })

@@ -1,11 +1,11 @@
 -- test_results_cache — the trained-model cache never returns weights trained by other code,
--- and runs of different profiles keep their own results (lua/outlierlab/experiment.lua):
+-- and runs of different profiles keep their own results (lua/outlierlab/runner/):
 --   * a user attention variant (attention.register in a file outside the package) is part of
 --     the model's hash: editing its formula, then rerunning, trains anew under a new hash;
 --     the unchanged file is reused ("cached");
 --   * --retrain trains a cached model again; --reanalyze recomputes a cached stage;
---   * the content hash of the code changes with any engine or package source file and not with
---     a file that only writes results (plot.lua);
+--   * the content hash of the code changes with the engine's numerics and the numerics folders of
+--     the package and not with a file that only writes results (figure/gnuplot.lua);
 --   * results/<id>/<profile>/: a quick run after a default run leaves the default results, and
 --     each writes run.json (claim, verdict, profile, seconds, files) and the model's history.
 -- Each run trains a 2-layer GPT-2 of d 64 for 3 steps (well under a second).
@@ -27,7 +27,7 @@ end
 -- a user variant: softmax attention with the scores multiplied by SCALE (the "formula")
 local function variant(scale)
   write(tmp .. "/variant.lua", string.format([[
-local attention = require "outlierlab.attention"
+local attention = require "outlierlab.nn.attention"
 attention.register("test_scaled", {
   params = { scale = 1 },
   new = function(ctx, spec, dims)
@@ -126,27 +126,31 @@ t.is(E.results_dir("R", "qt-fig1", { profile = "quick" }), "R/qt-fig1/quick", "r
 t.is(E.results_dir("R", "qt-fig1", { profile = "default", model = "/data/bert base/" }), "R/qt-fig1/bert_base-default",
      "results_dir: an imported model gets <id>/<model name>-<profile>")
 
--- the code hash follows every source file that can change a cached number, and no other
+-- the code hash follows the package's folders (outlierlab.runner.cache): the engine's numerics
+-- and nn/ models/ data/ train/ recipes/ util/ for a trained model, never a file that only writes
+-- results (figure/gnuplot.lua); the analysis/ folder enters the cached-stage hash only
+local cache = require "outlierlab.runner.cache"
 os.execute(string.format("mkdir -p %s/tree && cp -r %s/engine %s/lua %s/tree/", tmp, OUTLIERLAB_ROOT, OUTLIERLAB_ROOT, tmp))
 local root = tmp .. "/tree"
-local base = E.code_hash(root)
-local files = table.concat(E.code_files(root), " ")
+local base = cache.code_hash(root)
+local files = table.concat(cache.code_files(root), " ")
 t.ok(files:find("engine/attention.c", 1, true) and files:find("engine/outlierlab.h", 1, true) and
-     files:find("lua/outlierlab/attention.lua", 1, true) and files:find("lua/outlierlab/models/gpt2.lua", 1, true) and
-     not files:find("lua/outlierlab/plot.lua", 1, true), "hashed: engine C, headers, the package; not plot.lua", files)
+     files:find("lua/outlierlab/nn/attention.lua", 1, true) and files:find("lua/outlierlab/models/gpt2.lua", 1, true) and
+     not files:find("lua/outlierlab/figure/gnuplot.lua", 1, true) and not files:find("engine/io_netcdf.c", 1, true),
+     "hashed: engine C, headers, the numerics folders; not figure/gnuplot.lua, not io_netcdf.c", files)
 local function changed(rel)
   local f = io.open(root .. "/" .. rel, "a")
   f:write("\n-- edited\n")
   f:close()
-  local E2 = dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/experiment.lua")   -- fresh memo
+  local E2 = dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/runner/cache.lua")   -- fresh memo
   return E2.code_hash(root)
 end
-local after_plot = changed("lua/outlierlab/plot.lua")
-t.is(after_plot, base, "editing plot.lua keeps the code hash")
-local stage0 = dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/experiment.lua").code_hash(root, "stage")
-local after_inspect = changed("lua/outlierlab/inspect.lua")
-t.is(after_inspect, base, "editing an analysis-only module (inspect.lua) keeps the trained-model hash")
-t.ok(dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/experiment.lua").code_hash(root, "stage") ~= stage0,
+local after_plot = changed("lua/outlierlab/figure/gnuplot.lua")
+t.is(after_plot, base, "editing figure/gnuplot.lua keeps the code hash")
+local stage0 = dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/runner/cache.lua").code_hash(root, "stage")
+local after_inspect = changed("lua/outlierlab/analysis/inspect.lua")
+t.is(after_inspect, base, "editing an analysis module (analysis/inspect.lua) keeps the trained-model hash")
+t.ok(dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/runner/cache.lua").code_hash(root, "stage") ~= stage0,
      "... and changes the cached-stage hash (the analysis is recomputed)")
 local after_model = changed("lua/outlierlab/models/gpt2.lua")
 t.ok(after_model ~= base, "editing a model file changes the code hash")

@@ -1,11 +1,11 @@
--- test_results_gallery — the results gallery (lua/outlierlab/gallery.lua, make gallery) from
+-- test_results_gallery — the results gallery (lua/outlierlab/runner/gallery.lua, make gallery) from
 -- real runs: two experiments in their quick profile write run.json, a second profile of one of
 -- them is added (a copy with another verdict and a claim holding HTML), and the gallery must
 -- show every experiment, every run's claim, verdict, profile and run time, escape the text,
 -- and link only files that exist (HTML and Markdown). Where Debian's chromium is installed,
 -- headless Chromium loads the page: no broken image, and a screenshot is taken.
 local t = require "outlierlab.tap"
-local gallery = require "outlierlab.gallery"
+local gallery = require "outlierlab.runner.gallery"
 local E = require "outlierlab.experiment"
 local cjson = require "cjson"
 local sh, slurp = t.sh, t.slurp

@@ -2,19 +2,13 @@
 -- number format), plots/figure.gp renders every panel kind of a declared figure to a PNG and
 -- a PDF from a small hand-made input, and the same input gives a byte-identical PNG.
 local t = require "outlierlab.tap"
-local plot = require "outlierlab.plot"
+local plot = require "outlierlab.figure.gnuplot"
 
 local dir = os.tmpname()
 os.remove(dir)
 os.execute("mkdir -p " .. dir)
 
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = t.slurp
 
 -- .dat format
 local dat = plot.write_dat(dir .. "/x.dat", {

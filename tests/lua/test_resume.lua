@@ -14,7 +14,7 @@ assert(os.execute("mkdir -p " .. tmpdir) == 0)
 local child = [==[
 local ol = require "outlierlab"
 local ffi = require "ffi"
-local train = require "outlierlab.train"
+local train = require "outlierlab.train.loop"
 local gpt2 = require "outlierlab.models.gpt2"
 local cfg = require("outlierlab.config").get { steps = 12, ckpt = "", ckpt_every = 4, kill_at = 0, out = "", accum = 2 }
 pcall(ffi.cdef, [[
@@ -77,13 +77,7 @@ local function run(args)
   local rc = tonumber(out:match("exit=(%d+)%s*$"))
   return rc, out
 end
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = t.slurp
 
 local N, K = 12, 7
 local full_out, ck, resumed_out = tmpdir .. "/full.bin", tmpdir .. "/run.safetensors", tmpdir .. "/resumed.bin"

@@ -1,7 +1,7 @@
 -- The Slurm batch script for an experiment holds the lines a cluster run needs, is valid
 -- bash, and bad settings are refused with a message naming them.
 local t = require "outlierlab.tap"
-local slurm = require "outlierlab.slurm"
+local slurm = require "outlierlab.runner.slurm"
 
 local s = slurm.script{ id = "so-fig11", file = "experiments/so-fig11.lua", profile = "paper", nodes = 4,
   tasks_per_node = 8, cpus_per_task = 6, time = "12:00:00", grace = 600, root = "/proj/outlierlab" }
@@ -79,5 +79,15 @@ t.ok(ok6 and a6:find("#SBATCH --array=0-5", 1, true) and a6:find("#SBATCH --mem=
      "make passes ARRAY, MEM, SETUP and EXTRA into the script", o6 .. a6)
 t.ok(f6:find("--profile=quick --steps=5 --retrain", 1, true) and o6:find("--dependency=afterok", 1, true),
      "and writes the dependent analysis job with its submission commands", o6 .. f6)
+-- the compression tables train their members through run:sweep, so they run as MPI sweep groups and
+-- as Slurm job arrays like every other sweep: the sweep's size per profile, found without training
+local E = require "outlierlab.experiment"
+for id, want in pairs({ ["qt-table1"] = { quick = 3, default = 12 }, ["qt-table2"] = { quick = 9, default = 27 },
+                        ["so-table3"] = { quick = 2, default = 6 } }) do
+  local f = OUTLIERLAB_ROOT .. "/experiments/" .. id .. ".lua"
+  for prof, n in pairs(want) do
+    t.is(E.sweep_size(dofile(f), f, prof, {}), n, id .. " (" .. prof .. "): a sweep of " .. n .. " members (a job array of " .. n .. ")")
+  end
+end
 os.execute("rm -rf '" .. tmp .. "'")
 return t.done()

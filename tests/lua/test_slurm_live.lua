@@ -18,7 +18,7 @@ if not have then
 end
 -- one throwaway cluster per machine at a time (two on one host share its name and its CPUs):
 -- wait for another run of this test, at most 10 minutes, then skip
-local fs = require "outlierlab.fs"
+local fs = require "outlierlab.util.fs"
 local lock
 for _ = 1, 600 do
   lock = fs.try_lock("/tmp/outlierlab-slurm-live.lock")

@@ -1,17 +1,17 @@
 -- test_stream — models run layer by layer from their memory-mapped checkpoint
--- (outlierlab.stream) give the same statistics as the whole model in memory: for GPT-2, OPT
+-- (outlierlab.pretrained.stream) give the same statistics as the whole model in memory: for GPT-2, OPT
 -- (post-LN with project_in/out) and LLaMA (GQA, untied head) checkpoints written in BF16 and
 -- sharded, the probes' accumulators (layer outputs, x_down, attention, the final norm) are
 -- equal, and the streamed blocks hold the in-memory model's weights. The memory claim (peak RSS
 -- well below the fp32 size of a multi-GB model) is measured by bench/analysis.lua, not here.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local hf = require "outlierlab.hf"
-local stream = require "outlierlab.stream"
+local hf = require "outlierlab.pretrained.hf"
+local stream = require "outlierlab.pretrained.stream"
 local models = require "outlierlab.models"
-local analysis = require "outlierlab.analysis"
-local probes = require "outlierlab.probes"
-local serialize = require "outlierlab.serialize"
+local analysis = require "outlierlab.analysis.metrics"
+local probes = require "outlierlab.analysis.probes"
+local serialize = require "outlierlab.util.serialize"
 local exp = require "outlierlab.experiment"
 local ffi = ol.ffi
 

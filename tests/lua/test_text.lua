@@ -5,8 +5,8 @@
 -- Debian's bible-kjv (make deps), with GPT-2's vocabulary when make deps has fetched it.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local json = require "outlierlab.json"
-local tokenizers = require "outlierlab.tokenizers"
+local json = require "outlierlab.util.json"
+local tokenizers = require "outlierlab.pretrained.tokenizers"
 local text = require "outlierlab.data.text"
 
 local dir = os.tmpname()

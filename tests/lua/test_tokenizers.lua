@@ -5,8 +5,8 @@
 -- text. Token categories from the decoded strings.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local json = require "outlierlab.json"
-local tokenizers = require "outlierlab.tokenizers"
+local json = require "outlierlab.util.json"
+local tokenizers = require "outlierlab.pretrained.tokenizers"
 
 local dir = os.tmpname()
 os.remove(dir)

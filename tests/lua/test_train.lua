@@ -1,11 +1,11 @@
--- test_train — the training loop (lua/outlierlab/train.lua) on a tiny LM: the loss falls,
+-- test_train — the training loop (lua/outlierlab/train/loop.lua) on a tiny LM: the loss falls,
 -- the schedule and accumulation do what they say, divergence stops the run naming the step
 -- and leaves the checkpoint untouched, resume in one process is bit-identical, progress lines.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
-local train = require "outlierlab.train"
-local progress = require "outlierlab.progress"
+local train = require "outlierlab.train.loop"
+local progress = require "outlierlab.util.progress"
 local ffi = require "ffi"
 local C = ol.C
 
@@ -60,9 +60,9 @@ local function TinyLM(ctx, opts)
 end
 
 -- ------------------------------------------------------------------ checkpoint stand-in
--- Until lua/outlierlab/checkpoint.lua lands, a minimal atomic checkpoint (serialised Lua
+-- Until lua/outlierlab/train/checkpoint.lua lands, a minimal atomic checkpoint (serialised Lua
 -- metadata + raw parameter/m/v bytes) so the loop can be tested.
-local have_ckpt = pcall(require, "outlierlab.checkpoint")
+local have_ckpt = pcall(require, "outlierlab.train.checkpoint")
 if not have_ckpt then
   local function ser(v)
     local ty = type(v)
@@ -77,7 +77,7 @@ if not have_ckpt then
     end
     return "{" .. table.concat(parts, ",") .. "}"
   end
-  package.loaded["outlierlab.checkpoint"] = {
+  package.loaded["outlierlab.train.checkpoint"] = {
     save = function(path, ctx, meta)
       local n = tonumber(C.ol_params_numel(ctx.raw))
       local head = "return " .. ser(meta)
@@ -104,19 +104,13 @@ if not have_ckpt then
       return meta
     end,
   }
-  t.diag("outlierlab.checkpoint not present yet: using the in-test stand-in")
+  t.diag("outlierlab.train.checkpoint not present yet: using the in-test stand-in")
 end
 
 local function params_bytes(ctx)
   return ffi.string(C.ol_params_data(ctx.raw), tonumber(C.ol_params_numel(ctx.raw)) * 4)
 end
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read_file = t.slurp
 local tmpdir = os.tmpname()
 os.remove(tmpdir)
 assert(os.execute("mkdir -p " .. tmpdir) == 0)
@@ -303,7 +297,7 @@ end
 
 -- ------------------------------------------------------------------ checkpoint on a signal
 -- (last: the engine remembers a seen signal for the rest of the process)
-local has_dist, dist = pcall(require, "outlierlab.dist")
+local has_dist, dist = pcall(require, "outlierlab.util.dist")
 if has_dist and dist.watch_signal then
   pcall(ffi.cdef, [[
   int test_train_getpid(void) __asm__("getpid");
@@ -317,10 +311,10 @@ if has_dist and dist.watch_signal then
   t.ok(res.stopped_by_signal == 3 and res.step == 3, "a watched signal (SIGUSR1) stops the run after the current step",
        tostring(res.stopped_by_signal))
   local ctx2, m2, tr2 = setup()
-  local meta = require("outlierlab.checkpoint").load(ck, ctx2)
+  local meta = require("outlierlab.train.checkpoint").load(ck, ctx2)
   t.ok(meta.step == 3 and params_bytes(ctx2) == params_bytes(ctx), "and saves a checkpoint of that step first")
 else
-  t.diag("outlierlab.dist not present: signal test skipped")
+  t.diag("outlierlab.util.dist not present: signal test skipped")
 end
 
 os.execute("rm -rf " .. tmpdir)

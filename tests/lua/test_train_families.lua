@@ -13,8 +13,8 @@ local t = require "outlierlab.tap"
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
 local data = require "outlierlab.data"
-local train = require "outlierlab.train"
-local progress = require "outlierlab.progress"
+local train = require "outlierlab.train.loop"
+local progress = require "outlierlab.util.progress"
 
 -- one thread: these models are tiny (threads only add barrier waits) and the numbers
 -- below were measured with one thread (results are reproducible per thread count)

@@ -4,7 +4,7 @@
 -- 0.5·x·(1 + tanh(u)), u = √(2/π)(x + 0.044715x³), and its derivative, in double precision.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local gradcheck = require "outlierlab.gradcheck"
+local gradcheck = require "outlierlab.nn.gradcheck"
 
 local K = math.sqrt(2 / math.pi)
 local function tanh(u)
@@ -67,7 +67,7 @@ t.ok(y.data[0] == 0 and y.data[7] == 200 and y.data[8] == 0 and y.data[10] == 0 
      string.format("%g %g %g %g %g", y.data[0], y.data[7], y.data[8], y.data[10], g[10]))
 local _ = n0
 
--- finite differences through the op (outlierlab.gradcheck)
+-- finite differences through the op (outlierlab.nn.gradcheck)
 ctx:reset()
 local xp = ctx:param("xp", { 3, 7 })
 xp:uniform_(-4, 4, 9)

@@ -4,7 +4,7 @@
 -- Prints "loss <step> <value>" lines (rank 0) and "checksum <hex>".
 local ol = require "outlierlab"
 local nn = ol.nn
-local dist = require "outlierlab.dist"
+local dist = require "outlierlab.util.dist"
 local cfg = require("outlierlab.config").get{ steps = 12, B = 8, T = 16, V = 32, d = 32, seed = 5 }
 local ctx = ol.Context{ seed = cfg.seed }
 local emb = nn.Embedding(ctx, cfg.V, cfg.d, { name = "emb" })

@@ -15,7 +15,7 @@
 -- File: llm.c's token format, version 1 (a header of 256 int32: 20240520, 1, count, then
 -- uint16 tokens), readable by data.open_tokens and llm.c / nanoGPT tools. The name hashes
 -- the settings and the generator's source (data/corpus.lua), so a changed generator writes a
--- new file. One writer at a time (outlierlab.fs lock); a killed writer leaves only a
+-- new file. One writer at a time (outlierlab.util.fs lock); a killed writer leaves only a
 -- temporary, and the next process starts again.
 local ffi = require "ffi"
 local corpus = require "outlierlab.data.corpus"
@@ -34,7 +34,7 @@ local C = ffi.C
 local O_RDONLY, PROT_READ, MAP_SHARED = 0, 1, 1
 
 local function read_file(path)
-  return require("outlierlab.experiment").read_file(path)
+  return require("outlierlab.util.fs").read_file(path)
 end
 local function exists(path)
   local f = io.open(path, "rb")
@@ -44,8 +44,8 @@ end
 
 -- the file of a corpus setting d = {seed, n_tokens, vocab_size} under cache_root
 function M.path(d, cache_root)
-  local E = require "outlierlab.experiment"
-  local results = require "outlierlab.results"
+  local E = require "outlierlab.util.fs"
+  local results = { canonical_json = require("outlierlab.util.json").canonical }
   local ol = require "outlierlab"
   local gen = read_file(ol.root .. "/lua/outlierlab/data/corpus.lua") or ""
   local key = results.canonical_json({ seed = d.seed, n_tokens = d.n_tokens, vocab_size = d.vocab_size,
@@ -58,7 +58,7 @@ function M.write(d, path)
   local n_tokens = d.n_tokens
   if n_tokens >= 2 ^ 31 then error("corpus_file: n_tokens " .. n_tokens .. " exceeds the format's 2^31 - 1", 0) end
   if (d.vocab_size or 1024) > 65536 then error("corpus_file: vocab_size above 65536 does not fit uint16 tokens", 0) end
-  local tmp = path .. ".tmp." .. require("outlierlab.fs").pid()
+  local tmp = path .. ".tmp." .. require("outlierlab.util.fs").pid()
   local f, err = io.open(tmp, "wb")
   if not f then error("corpus_file: cannot write " .. tostring(err), 0) end
   local hdr = ffi.new("int32_t[256]")
@@ -115,7 +115,7 @@ end
 function M.corpus(d, cache_root, log)
   local path = M.path(d, cache_root)
   if not exists(path) then
-    local fs = require "outlierlab.fs"
+    local fs = require "outlierlab.util.fs"
     fs.mkdir_p(cache_root .. "/corpora", "corpus cache")
     local lk = fs.lock(path .. ".lock", { until_fn = function() return exists(path) end,
       on_wait = function(owner) if log then log("corpus file %s: %s is writing it; waiting", path, owner) end end })

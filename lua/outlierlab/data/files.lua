@@ -8,7 +8,7 @@
 --   data.save_vocab("vocab.json", corpus)                -- JSON array, index = token id
 local ffi = require "ffi"
 local ol = require "outlierlab"
-local json = require "outlierlab.json"
+local json = require "outlierlab.util.json"
 local C = ol.C
 
 local M = {}

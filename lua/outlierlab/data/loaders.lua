@@ -28,14 +28,14 @@ local function check_known(opts, known, what)
   end
 end
 
--- the least T of an MLM pair row: [CLS] a [SEP] b [SEP] (the central bounds, outlierlab.bounds)
-require("outlierlab.bounds").register_kind("mlm_pairs", { min_T = 5, why = "an MLM pair row is [CLS] a [SEP] b [SEP]" })
+-- the least T of an MLM pair row: [CLS] a [SEP] b [SEP] (the central bounds, outlierlab.train.bounds)
+require("outlierlab.data.bounds").register_kind("mlm_pairs", { min_T = 5, why = "an MLM pair row is [CLS] a [SEP] b [SEP]" })
 
 -- common options: B (global batch), T, seed, split, val_fraction, rank, world
 local function common(self, opts, what)
   self.B = check_int(opts, "B", 1, what)
   self.T = check_int(opts, "T", 1, what)
-  local ok, err = pcall(require("outlierlab.bounds").check_batch,
+  local ok, err = pcall(require("outlierlab.data.bounds").check_batch,
                         { B = self.B, T = self.T, kind = self.kind == "mlm" and "mlm_pairs" or self.kind })
   if not ok then error(what .. ": " .. tostring(err), 3) end
   self.seed = opts.seed or 1234

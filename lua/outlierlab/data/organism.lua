@@ -270,7 +270,7 @@ local function loader_common(self, o, what)
   -- train and val draw from different streams; the task's transition matrix is shared
   self.stream = self.seed * 7919 + (self.split == "train" and 17 or 104729)
   self.step, self.first, self.rows = 0, 0, self.B
-  if o.shard then self.first, self.rows = require("outlierlab.dist").shard(self.B) end
+  if o.shard then self.first, self.rows = require("outlierlab.util.dist").shard(self.B) end
   self.buf = ffi.new("int32_t[?]", self.T + 1)
 end
 local function state(self) return { step = self.step } end

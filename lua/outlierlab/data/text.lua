@@ -1,5 +1,5 @@
 -- data/text — real text for pretrained models: any UTF-8 file, tokenized with the model's own
--- tokenizer (outlierlab.tokenizers), cut into sequences with the model's conventions
+-- tokenizer (outlierlab.pretrained.tokenizers), cut into sequences with the model's conventions
 -- (docs/PRETRAINED.md "Real text").
 --
 --   local text = require "outlierlab.data.text"

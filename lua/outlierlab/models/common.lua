@@ -10,7 +10,7 @@
 -- site reads `if P then P(...) end`, so with no probe nothing is computed or copied.
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
-local attention = require "outlierlab.attention"
+local attention = require "outlierlab.nn.attention"
 
 local M = {}
 
@@ -57,7 +57,7 @@ M.ATTN_DROP_SITE = 1000000
 
 -- ---------------------------------------------------------------- self-attention sublayer
 -- Attention(ctx, name, cfg, {causal=, bias=, rope=}) — q, k, v projections, the attention
--- variant from outlierlab.attention (cfg.attention), the output projection.
+-- variant from outlierlab.nn.attention (cfg.attention), the output projection.
 --   q = x·Wqᵀ (B,T,NH·HD), k, v = x·Wk/vᵀ (B,T,NKV·HD); split into heads (B,NH|NKV,T,HD);
 --   [RoPE on q and k]; y = A(q, k, v, x) (B,NH,T,HD); out = merge(y)·Woᵀ (B,T,C).
 -- Separate q, k, v projections (not one fused c_attn): the same parameter count for

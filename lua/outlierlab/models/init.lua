@@ -79,12 +79,7 @@ local presets = {
 }
 M.preset_table = presets
 
-local function copy(t)
-  if type(t) ~= "table" then return t end
-  local o = {}
-  for k, v in pairs(t) do o[k] = copy(v) end
-  return o
-end
+local copy = require("outlierlab.config").deep_copy   -- one deep copy (config.deep_copy)
 
 local function sorted_keys(t)
   local out = {}
@@ -197,6 +192,21 @@ function M.build(ctx, cfg)
     return string.format("%s (%s): %s parameters, %s, attention %s", c.name, c.family, commas(self:num_params()), shape, att)
   end
   return m
+end
+
+-- The model config of a trained-model spec ({ model = {preset =, overrides =}, data =, batch =,
+-- seed = }; outlierlab.recipes): the preset with the overrides, the vocabulary size of the data
+-- and the block size of the batch (text), and the seed. The one conversion of a spec (the
+-- recipes, the memory bounds and the pretrained streaming all call it).
+function M.spec_cfg(spec)
+  local o = {}
+  for k, v in pairs(spec.model.overrides or {}) do o[k] = v end
+  if spec.batch.kind ~= "image" then
+    o.vocab_size = spec.data and spec.data.vocab_size or o.vocab_size
+    o.block_size = spec.batch.T
+  end
+  o.seed = spec.seed
+  return M.preset(spec.model.preset, o)
 end
 
 return M

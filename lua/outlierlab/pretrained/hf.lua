@@ -1,0 +1,836 @@
+-- hf — Hugging Face model directories: import a pretrained checkpoint into the project's own
+-- models, and export the project's models in the same layout (docs/PRETRAINED.md).
+--
+--   local hf = require "outlierlab.pretrained.hf"
+--   local ctx, m, info = hf.load("models/gpt2")        -- config.json + model.safetensors (or shards)
+--   m:forward({ ids = ... })                           -- the project's GPT-2, eval mode
+--   hf.export("out/my-llama", ctx, m, { dtype = "BF16", shard_bytes = 2^30 })
+--   local d = hf.open("models/llama-2-7b")             -- names, shapes, config; nothing converted
+--   d.cfg (the project's model config), d.hf (config.json), d.family, d:close()
+--
+-- A directory holds config.json and either model.safetensors or model.safetensors.index.json
+-- with its shards (model-0000i-of-0000n.safetensors). Tensors may be F32, F16, BF16 (or F64)
+-- and are converted to fp32 by engine/io_hf.c straight from the file's memory map, whose pages
+-- are handed back once converted. Families (config.json "model_type"):
+--   gpt2  GPT-2: Conv1D weights are stored (in, out), so they are transposed; the fused c_attn
+--         (C, 3C) is split into q, k, v. The causal-mask buffers attn.bias/masked_bias are skipped.
+--   opt   OPT: learned positions with the offset 2; project_in/project_out when
+--         word_embed_proj_dim ≠ hidden_size; pre- or post-LN (do_layer_norm_before).
+--   bert  BERT (BertForMaskedLM names, bert.* and cls.*): pooler when present, the MLM head
+--         (transform + bias, decoder tied to the word embedding); the NSP head is skipped.
+--   llama LLaMA: grouped-query attention, rope_theta, rms_norm_eps, tied or untied head. HF
+--         stores q/k in the rotate-half layout that engine/ops_model.c's RoPE uses: no permutation.
+--   vit   ViT (vit.* and classifier): [CLS], the patch embedding convolution (C, 3, P, P) as
+--         the linear layer over patches flattened in (channel, row, column) order.
+-- Every mismatch is an error that names the directory and the first tensor missing, extra or
+-- mis-shaped (with the config key behind the expected shape), or the config key or family that
+-- is not supported. PyTorch pickles (.bin, .pt) are refused, never unpickled: the message says
+-- how to convert them.
+local ol = require "outlierlab"
+local json = require "outlierlab.util.json"
+local models = require "outlierlab.models"
+local ffi, C = ol.ffi, ol.C
+
+local M = {}
+
+pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
+
+local DTYPES = { F32 = C.OL_ST_F32, F16 = C.OL_ST_F16, BF16 = C.OL_ST_BF16, F64 = C.OL_ST_F64 }
+local ESIZE = { F32 = 4, F16 = 2, BF16 = 2, F64 = 8 }
+local TORCH_DTYPE = { F32 = "float32", F16 = "float16", BF16 = "bfloat16" }
+M.FAMILIES = { "bert", "gpt2", "llama", "opt", "vit" }
+
+local function fail(where, fmt, ...) error("hf: " .. where .. ": " .. string.format(fmt, ...), 0) end
+local function shape_str(s) return "(" .. table.concat(s, ",") .. ")" end
+
+-- the whole content of a file, or nil
+local function read_file(path)
+  local f = io.open(path, "rb")
+  local s = f and f:read("*a")
+  if f then f:close() end
+  return s
+end
+M.read_file = read_file
+
+local function read_json(path, what)
+  local text = read_file(path)
+  if not text then return nil end
+  local ok, v = pcall(json.decode, text, path)
+  if not ok then fail(what or path, "%s is not valid JSON: %s", path, tostring(v)) end
+  if type(v) ~= "table" then fail(what or path, "%s must hold a JSON object", path) end
+  return v
+end
+
+local function exists(path) local f = io.open(path, "rb") if f then f:close() return true end return false end
+local function is_dir(path) return os.execute("test -d '" .. path:gsub("'", "'\\''") .. "'") == 0 end
+local function list_dir(dir)
+  local out = {}
+  local p = io.popen("ls -A '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
+  for line in p:lines() do out[#out + 1] = line end
+  p:close()
+  return out
+end
+
+-- ---------------------------------------------------------------- config.json <-> model config
+
+local ACT = { gelu = "gelu_erf", gelu_new = "gelu_tanh", gelu_pytorch_tanh = "gelu_tanh", relu = "relu" }
+local ACT_HF = { gelu_erf = "gelu", gelu_tanh = "gelu_new", relu = "relu" }
+
+-- hf: the config.json table; key: its name; default: value when absent (nil: required)
+local function key(hf, dir, k, default, kind)
+  local v = hf[k]
+  if v == nil then
+    if default == nil then fail(dir, "config.json has no '%s'", k) end
+    return default
+  end
+  kind = kind or type(default)
+  if kind == "integer" then
+    if type(v) ~= "number" or v ~= math.floor(v) or v < 0 then fail(dir, "config.json '%s' must be a non-negative integer, got %s", k, tostring(v)) end
+  elseif kind ~= "nil" and type(v) ~= kind then
+    fail(dir, "config.json '%s' must be a %s, got %s", k, kind, tostring(v))
+  end
+  return v
+end
+local function int(hf, dir, k, default) return key(hf, dir, k, default, "integer") end
+-- keys whose other values change the computation and are not supported
+local function must(hf, dir, k, allowed, family)
+  local v = hf[k]
+  if v == nil then return end
+  for _, a in ipairs(allowed) do if v == a then return end end
+  fail(dir, "config.json '%s' = %s is not supported for %s (supported: %s)", k, json.encode(v), family,
+       table.concat((function() local o = {} for i, a in ipairs(allowed) do o[i] = json.encode(a) end return o end)(), ", "))
+end
+local function act(hf, dir, k, default, family)
+  local a = key(hf, dir, k, default, "string")
+  if not ACT[a] then fail(dir, "config.json '%s' = \"%s\" is not supported for %s (supported: gelu, gelu_new, gelu_pytorch_tanh, relu)", k, a, family) end
+  return ACT[a]
+end
+local function n_classes(hf, dir)
+  if type(hf.id2label) == "table" then local n = 0 for _ in pairs(hf.id2label) do n = n + 1 end if n > 0 then return n end end
+  return int(hf, dir, "num_labels", 2)
+end
+
+-- config.json -> the project's model config (family defaults under it)
+local from_hf = {}
+function from_hf.gpt2(hf, dir)
+  must(hf, dir, "scale_attn_weights", { true }, "gpt2")
+  must(hf, dir, "scale_attn_by_inverse_layer_idx", { false }, "gpt2")
+  must(hf, dir, "add_cross_attention", { false }, "gpt2")
+  local Cd = int(hf, dir, "n_embd")
+  local inner = hf.n_inner
+  return { family = "gpt2", vocab_size = int(hf, dir, "vocab_size"), block_size = int(hf, dir, "n_positions", 1024),
+           n_layer = int(hf, dir, "n_layer"), n_head = int(hf, dir, "n_head"), d_model = Cd,
+           d_ff = inner ~= nil and int(hf, dir, "n_inner") or 4 * Cd, bias = true, dropout = 0.0,
+           tie_embeddings = key(hf, dir, "tie_word_embeddings", true), norm_eps = key(hf, dir, "layer_norm_epsilon", 1e-5),
+           act = act(hf, dir, "activation_function", "gelu_new", "gpt2") }
+end
+function from_hf.opt(hf, dir)
+  must(hf, dir, "layer_norm_elementwise_affine", { true }, "opt")
+  must(hf, dir, "tie_word_embeddings", { true }, "opt")
+  must(hf, dir, "_remove_final_layer_norm", { false }, "opt")
+  local Cd = int(hf, dir, "hidden_size")
+  local E = int(hf, dir, "word_embed_proj_dim", Cd)
+  return { family = "opt", vocab_size = int(hf, dir, "vocab_size"), block_size = int(hf, dir, "max_position_embeddings"),
+           n_layer = int(hf, dir, "num_hidden_layers"), n_head = int(hf, dir, "num_attention_heads"), d_model = Cd,
+           d_ff = int(hf, dir, "ffn_dim"), bias = key(hf, dir, "enable_bias", true), dropout = 0.0, norm_eps = 1e-5,
+           act = act(hf, dir, "activation_function", "relu", "opt"), d_embed = E ~= Cd and E or 0,
+           ln_before = key(hf, dir, "do_layer_norm_before", true) }
+end
+function from_hf.bert(hf, dir)
+  must(hf, dir, "position_embedding_type", { "absolute" }, "bert")
+  must(hf, dir, "is_decoder", { false }, "bert")
+  must(hf, dir, "add_cross_attention", { false }, "bert")
+  return { family = "bert", vocab_size = int(hf, dir, "vocab_size"), block_size = int(hf, dir, "max_position_embeddings", 512),
+           type_vocab_size = int(hf, dir, "type_vocab_size", 2), n_layer = int(hf, dir, "num_hidden_layers"),
+           n_head = int(hf, dir, "num_attention_heads"), d_model = int(hf, dir, "hidden_size"),
+           d_ff = int(hf, dir, "intermediate_size"), dropout = 0.0, norm_eps = key(hf, dir, "layer_norm_eps", 1e-12),
+           act = act(hf, dir, "hidden_act", "gelu", "bert"), pooler = false }
+end
+function from_hf.llama(hf, dir)
+  must(hf, dir, "hidden_act", { "silu" }, "llama")
+  must(hf, dir, "attention_bias", { false }, "llama")
+  must(hf, dir, "mlp_bias", { false }, "llama")
+  if hf.rope_scaling ~= nil then fail(dir, "config.json 'rope_scaling' = %s is not supported for llama (only null: plain RoPE)", json.encode(hf.rope_scaling)) end
+  local Cd, NH = int(hf, dir, "hidden_size"), int(hf, dir, "num_attention_heads")
+  if hf.head_dim ~= nil and NH > 0 and int(hf, dir, "head_dim") * NH ~= Cd then
+    fail(dir, "config.json 'head_dim' = %d with %d heads differs from hidden_size %d: not supported for llama", hf.head_dim, NH, Cd)
+  end
+  return { family = "llama", vocab_size = int(hf, dir, "vocab_size"), block_size = int(hf, dir, "max_position_embeddings", 2048),
+           n_layer = int(hf, dir, "num_hidden_layers"), n_head = NH, n_kv_head = int(hf, dir, "num_key_value_heads", NH),
+           d_model = Cd, d_ff = int(hf, dir, "intermediate_size"), norm_eps = key(hf, dir, "rms_norm_eps", 1e-6),
+           rope_base = key(hf, dir, "rope_theta", 10000.0), tie_embeddings = key(hf, dir, "tie_word_embeddings", false),
+           init = "hf", dropout = 0.0 }
+end
+function from_hf.vit(hf, dir)
+  must(hf, dir, "qkv_bias", { true }, "vit")
+  return { family = "vit", image_size = int(hf, dir, "image_size", 224), patch_size = int(hf, dir, "patch_size", 16),
+           channels = int(hf, dir, "num_channels", 3), n_classes = n_classes(hf, dir),
+           n_layer = int(hf, dir, "num_hidden_layers"), n_head = int(hf, dir, "num_attention_heads"),
+           d_model = int(hf, dir, "hidden_size"), d_ff = int(hf, dir, "intermediate_size"),
+           norm_eps = key(hf, dir, "layer_norm_eps", 1e-12), act = act(hf, dir, "hidden_act", "gelu", "vit"),
+           patch_ln = false, dropout = 0.0 }
+end
+
+-- the project's config -> config.json (the task-head class HF would save), special = ids
+local to_hf = {}
+function to_hf.gpt2(c, sp)
+  return { architectures = { "GPT2LMHeadModel" }, model_type = "gpt2", vocab_size = c.vocab_size, n_positions = c.block_size,
+           n_ctx = c.block_size, n_embd = c.d_model, n_layer = c.n_layer, n_head = c.n_head, n_inner = c.d_ff,
+           activation_function = ACT_HF[c.act], layer_norm_epsilon = c.norm_eps, tie_word_embeddings = c.tie_embeddings ~= false,
+           resid_pdrop = 0, embd_pdrop = 0, attn_pdrop = 0, scale_attn_weights = true, bos_token_id = sp.bos, eos_token_id = sp.eos }
+end
+function to_hf.opt(c, sp)
+  return { architectures = { "OPTForCausalLM" }, model_type = "opt", vocab_size = c.vocab_size, max_position_embeddings = c.block_size,
+           hidden_size = c.d_model, word_embed_proj_dim = (c.d_embed or 0) > 0 and c.d_embed or c.d_model, ffn_dim = c.d_ff,
+           num_hidden_layers = c.n_layer, num_attention_heads = c.n_head, activation_function = ACT_HF[c.act],
+           do_layer_norm_before = c.ln_before ~= false, enable_bias = c.bias ~= false, dropout = 0, attention_dropout = 0,
+           layer_norm_elementwise_affine = true, tie_word_embeddings = true,
+           bos_token_id = sp.bos, eos_token_id = sp.eos, pad_token_id = sp.pad }
+end
+function to_hf.bert(c, sp)
+  if (c.rope_base or 0) > 0 then
+    error("hf.export: a BERT with rotary positions (rope_base = " .. tostring(c.rope_base) .. ", the model organism's encoder) " ..
+          "has no Hugging Face BertForMaskedLM layout (BERT has a learned position table)", 0)
+  end
+  return { architectures = { "BertForMaskedLM" }, model_type = "bert", vocab_size = c.vocab_size, max_position_embeddings = c.block_size,
+           type_vocab_size = c.type_vocab_size, hidden_size = c.d_model, intermediate_size = c.d_ff,
+           num_hidden_layers = c.n_layer, num_attention_heads = c.n_head, hidden_act = ACT_HF[c.act], layer_norm_eps = c.norm_eps,
+           hidden_dropout_prob = 0, attention_probs_dropout_prob = 0, position_embedding_type = "absolute", pad_token_id = sp.pad }
+end
+function to_hf.llama(c, sp)
+  return { architectures = { "LlamaForCausalLM" }, model_type = "llama", vocab_size = c.vocab_size,
+           max_position_embeddings = c.block_size, hidden_size = c.d_model, intermediate_size = c.d_ff,
+           num_hidden_layers = c.n_layer, num_attention_heads = c.n_head, num_key_value_heads = c.n_kv_head or c.n_head,
+           hidden_act = "silu", rms_norm_eps = c.norm_eps, rope_theta = c.rope_base, tie_word_embeddings = c.tie_embeddings == true,
+           attention_bias = false, mlp_bias = false, bos_token_id = sp.bos, eos_token_id = sp.eos }
+end
+function to_hf.vit(c)
+  local id2label = {}
+  for i = 0, c.n_classes - 1 do id2label[tostring(i)] = "LABEL_" .. i end
+  return { architectures = { "ViTForImageClassification" }, model_type = "vit", image_size = c.image_size, patch_size = c.patch_size,
+           num_channels = c.channels or 3, hidden_size = c.d_model, intermediate_size = c.d_ff, num_hidden_layers = c.n_layer,
+           num_attention_heads = c.n_head, hidden_act = ACT_HF[c.act], layer_norm_eps = c.norm_eps, qkv_bias = true,
+           hidden_dropout_prob = 0, attention_probs_dropout_prob = 0, id2label = id2label }
+end
+M.from_hf, M.to_hf = from_hf, to_hf
+
+-- ---------------------------------------------------------------- tensor names
+-- An entry is one tensor of the Hugging Face file: { hf = name, shape = {...}, why = "config
+-- keys behind the shape", parts = { {ours = param name, off = first element} ... } (plain
+-- copies: the parts tile the tensor in order) or t = true with parts { {ours =, col0 =, n =} }
+-- (the file holds a (rows, cols) Conv1D weight; each part is the transpose of columns
+-- [col0, col0+n)), optional = true (absent: the parameters stay 0 and info.absent names it) }.
+-- zero = true on a part: the project's model has no such parameter (a bias-free GPT-2); it is
+-- written as zeros and must be zero on import.
+
+local function E(hf, shape, why, parts, o)
+  local e = { hf = hf, shape = shape, why = why, parts = parts }
+  for k, v in pairs(o or {}) do e[k] = v end
+  return e
+end
+local function one(ours) return { { ours = ours, off = 0 } } end
+
+-- The entries of one standard block (OPT, BERT, ViT): hn = the Hugging Face names of its
+-- q, k, v, o projections, ln1, up (fc1), down (fc2), ln2; o = the project's layer prefix;
+-- ff = the config key of d_ff. Linear weights are (out, in) in both layouts; biases unless
+-- bias == false; LayerNorms have weight and bias.
+local OURS = { q = "attn.q_proj", k = "attn.k_proj", v = "attn.v_proj", o = "attn.o_proj", ln1 = "ln1",
+               up = "mlp.up_proj", down = "mlp.down_proj", ln2 = "ln2" }
+local function block_entries(c, h, o, hn, ff, bias)
+  local Cd, F = c.d_model, c.d_ff
+  local out = {}
+  for _, k in ipairs { "ln1", "q", "k", "v", "o", "ln2", "up", "down" } do
+    local nout, nin, why = Cd, Cd, "hidden_size"
+    if k == "up" then nout, why = F, ff .. ", hidden_size" elseif k == "down" then nin, why = F, "hidden_size, " .. ff end
+    local hw, ow = h .. hn[k], o .. OURS[k]
+    if k == "ln1" or k == "ln2" then
+      out[#out + 1] = E(hw .. ".weight", { Cd }, why, one(ow .. ".weight"))
+      out[#out + 1] = E(hw .. ".bias", { Cd }, why, one(ow .. ".bias"))
+    else
+      out[#out + 1] = E(hw .. ".weight", { nout, nin }, why, one(ow .. ".weight"))
+      if bias ~= false then out[#out + 1] = E(hw .. ".bias", { nout }, why, one(ow .. ".bias")) end
+    end
+  end
+  return out
+end
+
+local layout = {}   -- family -> { prefix(s), global(c), layer(c, l, lo), ignore = {patterns}, head_prefix }
+
+layout.gpt2 = {
+  prefixes = { "transformer.", "" }, export_prefix = "transformer.",
+  ignore = { "^h%.%d+%.attn%.bias$", "^h%.%d+%.attn%.masked_bias$" },
+  global = function(c)
+    local Cd, V = c.d_model, c.vocab_size
+    local g = {
+      E("wte.weight", { V, Cd }, "vocab_size, n_embd", one("wte.weight")),
+      E("wpe.weight", { c.block_size, Cd }, "n_positions, n_embd", one("wpe.weight")),
+      E("ln_f.weight", { Cd }, "n_embd", one("ln_f.weight")),
+      E("ln_f.bias", { Cd }, "n_embd", one("ln_f.bias")),
+    }
+    if c.tie_embeddings == false then g[#g + 1] = E("lm_head.weight", { V, Cd }, "vocab_size, n_embd", one("lm_head.weight"), { top = true }) end
+    return g
+  end,
+  layer = function(c, l, lo)
+    local Cd, F = c.d_model, c.d_ff
+    local h, o = "h." .. l .. ".", "h" .. lo .. "."
+    local w = "n_embd"
+    return {
+      E(h .. "ln_1.weight", { Cd }, w, one(o .. "ln1.weight")),
+      E(h .. "ln_1.bias", { Cd }, w, one(o .. "ln1.bias")),
+      E(h .. "attn.c_attn.weight", { Cd, 3 * Cd }, w, { { ours = o .. "attn.q_proj.weight", col0 = 0, n = Cd },
+        { ours = o .. "attn.k_proj.weight", col0 = Cd, n = Cd }, { ours = o .. "attn.v_proj.weight", col0 = 2 * Cd, n = Cd } }, { t = true }),
+      E(h .. "attn.c_attn.bias", { 3 * Cd }, w, { { ours = o .. "attn.q_proj.bias", off = 0 },
+        { ours = o .. "attn.k_proj.bias", off = Cd }, { ours = o .. "attn.v_proj.bias", off = 2 * Cd } }),
+      E(h .. "attn.c_proj.weight", { Cd, Cd }, w, { { ours = o .. "attn.o_proj.weight", col0 = 0, n = Cd } }, { t = true }),
+      E(h .. "attn.c_proj.bias", { Cd }, w, one(o .. "attn.o_proj.bias")),
+      E(h .. "ln_2.weight", { Cd }, w, one(o .. "ln2.weight")),
+      E(h .. "ln_2.bias", { Cd }, w, one(o .. "ln2.bias")),
+      E(h .. "mlp.c_fc.weight", { Cd, F }, "n_embd, n_inner", { { ours = o .. "mlp.up_proj.weight", col0 = 0, n = F } }, { t = true }),
+      E(h .. "mlp.c_fc.bias", { F }, "n_inner", one(o .. "mlp.up_proj.bias")),
+      E(h .. "mlp.c_proj.weight", { F, Cd }, "n_inner, n_embd", { { ours = o .. "mlp.down_proj.weight", col0 = 0, n = Cd } }, { t = true }),
+      E(h .. "mlp.c_proj.bias", { Cd }, w, one(o .. "mlp.down_proj.bias")),
+    }
+  end,
+}
+
+layout.opt = {
+  prefixes = { "model.decoder.", "decoder.", "" }, export_prefix = "model.decoder.",
+  ignore = {},
+  global = function(c)
+    local Cd, V = c.d_model, c.vocab_size
+    local Ed = (c.d_embed or 0) > 0 and c.d_embed or Cd
+    local g = {
+      E("embed_tokens.weight", { V, Ed }, "vocab_size, word_embed_proj_dim", one("embed_tokens.weight")),
+      E("embed_positions.weight", { c.block_size + 2, Cd }, "max_position_embeddings + 2, hidden_size", one("embed_positions.weight")),
+    }
+    if Ed ~= Cd then
+      g[#g + 1] = E("project_in.weight", { Cd, Ed }, "hidden_size, word_embed_proj_dim", one("project_in.weight"))
+      g[#g + 1] = E("project_out.weight", { Ed, Cd }, "word_embed_proj_dim, hidden_size", one("project_out.weight"))
+    end
+    if c.ln_before ~= false then
+      g[#g + 1] = E("final_layer_norm.weight", { Cd }, "hidden_size", one("final_layer_norm.weight"))
+      g[#g + 1] = E("final_layer_norm.bias", { Cd }, "hidden_size", one("final_layer_norm.bias"))
+    end
+    g[#g + 1] = E("lm_head.weight", { V, Ed }, "vocab_size, word_embed_proj_dim", {}, { top = true, tied = "embed_tokens.weight", optional = true })
+    return g
+  end,
+  layer = function(c, l, lo)
+    return block_entries(c, "layers." .. l .. ".", "layers" .. lo .. ".", { q = "self_attn.q_proj", k = "self_attn.k_proj",
+      v = "self_attn.v_proj", o = "self_attn.out_proj", ln1 = "self_attn_layer_norm", up = "fc1", down = "fc2",
+      ln2 = "final_layer_norm" }, "ffn_dim", c.bias)
+  end,
+}
+
+layout.bert = {
+  prefixes = { "bert.", "" }, export_prefix = "bert.",
+  ignore = { "^cls%.seq_relationship%.", "^embeddings%.position_ids$" },
+  aliases = { ["LayerNorm.weight"] = "LayerNorm.gamma", ["LayerNorm.bias"] = "LayerNorm.beta" },
+  global = function(c, d)
+    local Cd, V = c.d_model, c.vocab_size
+    local g = {
+      E("embeddings.word_embeddings.weight", { V, Cd }, "vocab_size, hidden_size", one("embeddings.word.weight")),
+      E("embeddings.position_embeddings.weight", { c.block_size, Cd }, "max_position_embeddings, hidden_size", one("embeddings.position.weight")),
+      E("embeddings.token_type_embeddings.weight", { c.type_vocab_size, Cd }, "type_vocab_size, hidden_size", one("embeddings.token_type.weight")),
+      E("embeddings.LayerNorm.weight", { Cd }, "hidden_size", one("embeddings.ln.weight")),
+      E("embeddings.LayerNorm.bias", { Cd }, "hidden_size", one("embeddings.ln.bias")),
+    }
+    if c.pooler then
+      g[#g + 1] = E("pooler.dense.weight", { Cd, Cd }, "hidden_size", one("pooler.weight"))
+      g[#g + 1] = E("pooler.dense.bias", { Cd }, "hidden_size", one("pooler.bias"))
+    end
+    local head = { top = true, optional = true }
+    g[#g + 1] = E("cls.predictions.transform.dense.weight", { Cd, Cd }, "hidden_size", one("mlm.dense.weight"), head)
+    g[#g + 1] = E("cls.predictions.transform.dense.bias", { Cd }, "hidden_size", one("mlm.dense.bias"), head)
+    g[#g + 1] = E("cls.predictions.transform.LayerNorm.weight", { Cd }, "hidden_size", one("mlm.ln.weight"), head)
+    g[#g + 1] = E("cls.predictions.transform.LayerNorm.bias", { Cd }, "hidden_size", one("mlm.ln.bias"), head)
+    g[#g + 1] = E("cls.predictions.bias", { V }, "vocab_size", one("mlm.bias"), head)
+    g[#g + 1] = E("cls.predictions.decoder.weight", { V, Cd }, "vocab_size, hidden_size", {},
+                  { top = true, optional = true, tied = "embeddings.word_embeddings.weight" })
+    g[#g + 1] = E("cls.predictions.decoder.bias", { V }, "vocab_size", {}, { top = true, optional = true, tied = "cls.predictions.bias" })
+    return g
+  end,
+  layer = function(c, l, lo)
+    return block_entries(c, "encoder.layer." .. l .. ".", "layer" .. lo .. ".", { q = "attention.self.query",
+      k = "attention.self.key", v = "attention.self.value", o = "attention.output.dense", ln1 = "attention.output.LayerNorm",
+      up = "intermediate.dense", down = "output.dense", ln2 = "output.LayerNorm" }, "intermediate_size")
+  end,
+}
+
+layout.llama = {
+  prefixes = { "model.", "" }, export_prefix = "model.",
+  ignore = { "^layers%.%d+%.self_attn%.rotary_emb%.inv_freq$" },
+  global = function(c)
+    local Cd, V = c.d_model, c.vocab_size
+    local g = {
+      E("embed_tokens.weight", { V, Cd }, "vocab_size, hidden_size", one("embed_tokens.weight")),
+      E("norm.weight", { Cd }, "hidden_size", one("norm.weight")),
+    }
+    if c.tie_embeddings then
+      g[#g + 1] = E("lm_head.weight", { V, Cd }, "vocab_size, hidden_size", {}, { top = true, optional = true, tied = "embed_tokens.weight" })
+    else
+      g[#g + 1] = E("lm_head.weight", { V, Cd }, "vocab_size, hidden_size (tie_word_embeddings = false)", one("lm_head.weight"), { top = true })
+    end
+    return g
+  end,
+  layer = function(c, l, lo)
+    local Cd, F = c.d_model, c.d_ff
+    local HD = Cd / c.n_head
+    local KV = (c.n_kv_head or c.n_head) * HD
+    local h, o = "layers." .. l .. ".", "layers" .. lo .. "."
+    return {
+      E(h .. "self_attn.q_proj.weight", { Cd, Cd }, "hidden_size", one(o .. "attn.q_proj.weight")),
+      E(h .. "self_attn.k_proj.weight", { KV, Cd }, "num_key_value_heads × head_dim, hidden_size", one(o .. "attn.k_proj.weight")),
+      E(h .. "self_attn.v_proj.weight", { KV, Cd }, "num_key_value_heads × head_dim, hidden_size", one(o .. "attn.v_proj.weight")),
+      E(h .. "self_attn.o_proj.weight", { Cd, Cd }, "hidden_size", one(o .. "attn.o_proj.weight")),
+      E(h .. "mlp.gate_proj.weight", { F, Cd }, "intermediate_size, hidden_size", one(o .. "mlp.gate_proj.weight")),
+      E(h .. "mlp.up_proj.weight", { F, Cd }, "intermediate_size, hidden_size", one(o .. "mlp.up_proj.weight")),
+      E(h .. "mlp.down_proj.weight", { Cd, F }, "hidden_size, intermediate_size", one(o .. "mlp.down_proj.weight")),
+      E(h .. "input_layernorm.weight", { Cd }, "hidden_size", one(o .. "ln1.weight")),
+      E(h .. "post_attention_layernorm.weight", { Cd }, "hidden_size", one(o .. "ln2.weight")),
+    }
+  end,
+}
+
+layout.vit = {
+  prefixes = { "vit.", "" }, export_prefix = "vit.",
+  ignore = { "^pooler%.dense%." },
+  global = function(c)
+    local Cd, P, CH = c.d_model, c.patch_size, c.channels or 3
+    local N = (c.image_size / P) ^ 2
+    local head = { top = true, optional = true }
+    return {
+      E("embeddings.cls_token", { 1, 1, Cd }, "hidden_size", one("cls_token")),
+      E("embeddings.position_embeddings", { 1, N + 1, Cd }, "(image_size / patch_size)² + 1, hidden_size", one("pos_embed")),
+      E("embeddings.patch_embeddings.projection.weight", { Cd, CH, P, P }, "hidden_size, num_channels, patch_size", one("patch_embed.weight")),
+      E("embeddings.patch_embeddings.projection.bias", { Cd }, "hidden_size", one("patch_embed.bias")),
+      E("layernorm.weight", { Cd }, "hidden_size", one("norm.weight")),
+      E("layernorm.bias", { Cd }, "hidden_size", one("norm.bias")),
+      E("classifier.weight", { c.n_classes, Cd }, "id2label, hidden_size", one("head.weight"), head),
+      E("classifier.bias", { c.n_classes }, "id2label", one("head.bias"), head),
+    }
+  end,
+  layer = function(c, l, lo)
+    return block_entries(c, "encoder.layer." .. l .. ".", "blocks" .. lo .. ".", { q = "attention.attention.query",
+      k = "attention.attention.key", v = "attention.attention.value", o = "attention.output.dense", ln1 = "layernorm_before",
+      up = "intermediate.dense", down = "output.dense", ln2 = "layernorm_after" }, "intermediate_size")
+  end,
+}
+M.layout = layout
+
+-- every entry of a model config, layers in order: global first, then layer 0 .. L-1
+function M.entries(cfg)
+  local lay = layout[cfg.family]
+  local out = {}
+  for _, e in ipairs(lay.global(cfg)) do out[#out + 1] = e end
+  for l = 0, cfg.n_layer - 1 do
+    for _, e in ipairs(lay.layer(cfg, l, l)) do e.layer = l out[#out + 1] = e end
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------- reading a directory
+local Dir = {}
+Dir.__index = Dir
+
+local PICKLES = { "%.bin$", "%.pt$", "%.pth$", "%.ckpt$", "%.pkl$" }
+local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM",
+                     bert = "AutoModelForMaskedLM", vit = "AutoModelForImageClassification" }
+
+local shape_buf = ffi.new("int64_t[8]")
+local dt_buf, nd_buf, nb_buf = ffi.new("int32_t[1]"), ffi.new("int32_t[1]"), ffi.new("int64_t[1]")
+
+-- a shard file name from the index: a plain file name inside the directory
+local function check_shard_name(dir, name)
+  if type(name) ~= "string" or name == "" then fail(dir, "model.safetensors.index.json: a weight_map value is not a file name") end
+  if name:find("/", 1, true) or name:find("\\", 1, true) or name == "." or name == ".." or name:sub(1, 1) == "." then
+    fail(dir, "model.safetensors.index.json names shard '%s', which is outside the model directory (only plain file names are allowed)", name)
+  end
+  if not name:match("%.safetensors$") then fail(dir, "model.safetensors.index.json names shard '%s', which is not a .safetensors file", name) end
+end
+
+-- open(dir) -> Dir: config read and mapped, every shard opened and its header validated
+function M.open(dir, opts)
+  opts = opts or {}
+  if type(dir) ~= "string" or dir == "" then error("hf.open: dir must be a directory path", 2) end
+  dir = dir:gsub("/+$", "")
+  if not is_dir(dir) then fail(dir, "no such directory") end
+  local files = list_dir(dir)
+  local hf = read_json(dir .. "/config.json", dir)
+  local has = {}
+  for _, f in ipairs(files) do has[f] = true end
+  local family = hf and hf.model_type
+  if not has["model.safetensors"] and not has["model.safetensors.index.json"] then
+    local pick
+    for _, f in ipairs(files) do for _, pat in ipairs(PICKLES) do if f:match(pat) then pick = pick or f end end end
+    if pick then
+      fail(dir, "%s is a PyTorch pickle: outlierlab does not read pickles (loading one runs arbitrary code). Convert the directory to safetensors once, where transformers is installed:\n" ..
+        "  python3 -c \"from transformers import %s as A; A.from_pretrained('%s').save_pretrained('%s', safe_serialization=True)\"",
+        pick, AUTO_CLASS[family] or "AutoModel", dir, dir)
+    end
+    fail(dir, "no model.safetensors or model.safetensors.index.json (a Hugging Face model directory holds config.json and the weights in safetensors)")
+  end
+  if not hf then fail(dir, "no config.json (a Hugging Face model directory holds config.json next to the weights)") end
+  if type(family) ~= "string" then fail(dir, "config.json has no 'model_type'") end
+  if not layout[family] then fail(dir, "config.json model_type '%s' is not supported (supported: %s)", family, table.concat(M.FAMILIES, ", ")) end
+  local self = setmetatable({ dir = dir, hf = hf, family = family, files = {}, where = {}, names = {}, name = dir:match("([^/]+)$") }, Dir)
+  local ok, err = pcall(function()
+    local shards
+    if has["model.safetensors"] then
+      shards = { "model.safetensors" }
+    else
+      local idx = read_json(dir .. "/model.safetensors.index.json", dir)
+      local wm = idx.weight_map
+      if type(wm) ~= "table" then fail(dir, "model.safetensors.index.json has no 'weight_map' object") end
+      shards = {}
+      local seen = {}
+      self.index = {}
+      for name, file in pairs(wm) do
+        check_shard_name(dir, file)
+        self.index[name] = file
+        if not seen[file] then seen[file] = true shards[#shards + 1] = file end
+      end
+      table.sort(shards)
+      if #shards == 0 then fail(dir, "model.safetensors.index.json: weight_map is empty") end
+      for _, s in ipairs(shards) do
+        if not exists(dir .. "/" .. s) then fail(dir, "shard %s named by model.safetensors.index.json is missing", s) end
+      end
+    end
+    for _, s in ipairs(shards) do
+      local f = C.ol_st_open(dir .. "/" .. s)
+      if f == nil then ol.engine_error(1) end
+      f = ffi.gc(f, C.ol_st_close)
+      self.files[#self.files + 1] = { f = f, name = s }
+      for i = 0, C.ol_st_count(f) - 1 do
+        local n = ffi.string(C.ol_st_name(f, i))
+        if self.where[n] then fail(dir, "tensor '%s' is in two shards (%s and %s)", n, self.where[n].file, s) end
+        if self.index and self.index[n] ~= s then
+          if self.index[n] == nil then fail(dir, "tensor '%s' of shard %s is not in model.safetensors.index.json", n, s) end
+          fail(dir, "tensor '%s' is in shard %s but model.safetensors.index.json says %s", n, s, self.index[n])
+        end
+        self.where[n] = { f = f, i = i, file = s }
+        self.names[#self.names + 1] = n
+      end
+    end
+    if self.index then
+      local missing = {}
+      for n in pairs(self.index) do if not self.where[n] then missing[#missing + 1] = n end end
+      table.sort(missing)
+      if missing[1] then fail(dir, "model.safetensors.index.json lists tensor '%s' in %s, but that shard does not hold it", missing[1], self.index[missing[1]]) end
+    end
+    table.sort(self.names)
+    local cfg = from_hf[family](hf, dir)
+    local lay = layout[family]
+    -- the name prefix: the first of the family's prefixes whose first global tensor exists
+    local probe = lay.global(cfg)[1].hf
+    for _, p in ipairs(lay.prefixes) do
+      if self.where[p .. probe] then self.prefix = p break end
+    end
+    if not self.prefix then
+      fail(dir, "missing tensor '%s' (looked for it with the prefixes %s)", lay.prefixes[1] .. probe,
+           table.concat((function() local o = {} for i, p in ipairs(lay.prefixes) do o[i] = "'" .. p .. "'" end return o end)(), ", "))
+    end
+    if family == "bert" and self:find(self.prefix .. "pooler.dense.weight") then cfg.pooler = true end
+    cfg.name = opts.name or self.name
+    self.cfg = models.config(cfg, "hf " .. dir)
+  end)
+  if not ok then self:close() error(err, 0) end
+  return self
+end
+
+-- full file name of an entry: the family prefix and the name; "top" entries (lm_head, cls.*,
+-- classifier) sit outside the prefix, as in the task-head classes' files
+function Dir:full(e)
+  if type(e) == "string" then return self.prefix .. e end
+  return e.top and e.hf or self.prefix .. e.hf
+end
+
+-- the file tensor of a full name (with the aliases of old BERT checkpoints): where, name or nil
+function Dir:find(full)
+  if self.where[full] then return self.where[full], full end
+  local al = layout[self.family].aliases
+  if al then
+    for a, b in pairs(al) do
+      if full:sub(-#a) == a then
+        local alt = full:sub(1, -#a - 1) .. b
+        if self.where[alt] then return self.where[alt], alt end
+      end
+    end
+  end
+  return nil
+end
+
+-- {dtype =, shape =, ptr =, nbytes =, name =} of a file tensor
+function Dir:tensor(w, name)
+  if C.ol_st_info(w.f, w.i, dt_buf, nd_buf, shape_buf) ~= 0 then ol.engine_error(2) end
+  local shape = {}
+  for d = 0, nd_buf[0] - 1 do shape[d + 1] = tonumber(shape_buf[d]) end
+  local ptr = C.ol_st_data(w.f, w.i, nb_buf)
+  if ptr == nil then ol.engine_error(2) end
+  return { dtype = ffi.string(C.ol_st_dtype_name(dt_buf[0])), dt = dt_buf[0], shape = shape, ptr = ptr,
+           nbytes = tonumber(nb_buf[0]), name = name, file = w.file }
+end
+
+function Dir:close()
+  for _, f in ipairs(self.files) do ffi.gc(f.f, nil) C.ol_st_close(f.f) end
+  self.files, self.where = {}, {}
+end
+
+-- fp32 size of the model's parameters (bytes) and of the files' tensors
+function Dir:sizes()
+  local fp32, file = 0, 0
+  for _, n in ipairs(self.names) do
+    local t = self:tensor(self.where[n], n)
+    local numel = 1
+    for _, s in ipairs(t.shape) do numel = numel * s end
+    fp32, file = fp32 + 4 * numel, file + t.nbytes
+  end
+  return fp32, file
+end
+
+-- the entries of this directory's model, resolved against the files: checks presence, shape
+-- and dtype of each (the first problem is the error); returns the list with .src set
+function Dir:resolve(entries, used)
+  local out = {}
+  for _, e in ipairs(entries) do
+    local w, full = self:find(self:full(e))
+    if not w then
+      if not e.optional then
+        fail(self.dir, "missing tensor '%s' (expected shape %s from config.json %s)", self:full(e), shape_str(e.shape), e.why)
+      end
+    else
+      local t = self:tensor(w, full)
+      if shape_str(t.shape) ~= shape_str(e.shape) then
+        fail(self.dir, "tensor '%s' in %s has shape %s, but config.json (%s) implies %s", full, t.file, shape_str(t.shape), e.why, shape_str(e.shape))
+      end
+      if not DTYPES[t.dtype] then
+        fail(self.dir, "tensor '%s' in %s is %s; only F32, F16, BF16 and F64 weights are supported", full, t.file, t.dtype)
+      end
+      e.src = t
+      if used then used[full] = true end
+    end
+    out[#out + 1] = e
+  end
+  return out
+end
+
+local function ignorable(self, name)
+  local rel = name:sub(1, #self.prefix) == self.prefix and name:sub(#self.prefix + 1) or name
+  for _, pat in ipairs(layout[self.family].ignore) do if rel:match(pat) or name:match(pat) then return true end end
+  return false
+end
+
+-- the first tensor of the files that no entry used (and that is not a known buffer or unused
+-- head) is an error
+function Dir:check_extra(used)
+  for _, n in ipairs(self.names) do
+    if not used[n] and not ignorable(self, n) then
+      fail(self.dir, "unexpected tensor '%s' in %s: not part of a %s model with this config.json (%d layers)", n,
+           self.where[n].file, self.family, self.cfg.n_layer)
+    end
+  end
+end
+
+-- ---------------------------------------------------------------- converting into parameters
+local function params_by_name(ctx)
+  local out = {}
+  for _, p in ipairs(ctx:params()) do out[ffi.string(p.name)] = p end
+  return out
+end
+M.params_by_name = params_by_name
+
+local function same_bytes(a, b)
+  return a.dtype == b.dtype and a.nbytes == b.nbytes and ffi.C.memcmp(a.ptr, b.ptr, a.nbytes) == 0
+end
+
+-- convert resolved entries into the parameters (a name -> tensor table); filled[name] = true
+-- for each one written. opts.release = true hands the pages back after each tensor.
+function M.fill(self, entries, params, filled, opts)
+  opts = opts or {}
+  for _, e in ipairs(entries) do
+    local src = e.src
+    if e.tied then
+      if src then
+        local w, full = self:find(self.prefix .. e.tied)
+        if not w then w, full = self:find(e.tied) end
+        local other = w and self:tensor(w, full)
+        if not other or not same_bytes(src, other) then
+          fail(self.dir, "tensor '%s' differs from '%s' although the model ties them; an untied %s head is not supported", src.name, e.tied, self.family)
+        end
+      end
+    elseif src then
+      local es = ESIZE[src.dtype]
+      for _, part in ipairs(e.parts) do
+        local p = params[part.ours]
+        if not p then
+          -- a parameter the project's model does not have (bias-free GPT-2 export): must be 0
+          fail(self.dir, "tensor '%s' maps to parameter '%s', which this model does not have", src.name, part.ours)
+        end
+        local rc
+        if e.t then
+          rc = C.ol_hf_to_f32_t(src.ptr, src.dt, e.shape[1], e.shape[2], part.col0, part.n, p.data)
+        else
+          rc = C.ol_hf_to_f32(ffi.cast("const uint8_t *", src.ptr) + part.off * es, src.dt, p.numel, p.data)
+        end
+        if rc ~= 0 then ol.engine_error(2) end
+        filled[part.ours] = true
+      end
+      if opts.release then C.ol_hf_release(src.ptr, src.nbytes) end
+    else
+      for _, part in ipairs(e.parts) do
+        local p = params[part.ours]
+        if p then p:fill_(0) filled[part.ours] = true end
+      end
+    end
+  end
+end
+
+-- info about what the import skipped: absent optional tensors (zeros in the model)
+local function absent(entries)
+  local out = {}
+  for _, e in ipairs(entries) do
+    if not e.src and e.optional and #e.parts > 0 then out[#out + 1] = e.hf end
+  end
+  return out
+end
+
+-- load(dir, opts) -> ctx, model, info: the whole model in memory (fp32), eval mode.
+-- opts.name (model name, default the directory's), opts.seed. info = { dir, name, family,
+-- cfg, hf (config.json), absent = {optional tensors not in the files: zeros}, fp32_bytes, file_bytes }
+function M.load(dir, opts)
+  opts = opts or {}
+  local d = type(dir) == "table" and dir or M.open(dir, opts)
+  local ok, a, b, c = pcall(function()
+    local cfg = d.cfg
+    local nparams = models.count_params(cfg)
+    local ctx = ol.Context{ params = nparams + 64 * 1024 * (cfg.n_layer + 8), seed = opts.seed or 1 }
+    local m = models.build(ctx, cfg)
+    local used = {}
+    local entries = d:resolve(M.entries(cfg), used)
+    d:check_extra(used)
+    local params, filled = params_by_name(ctx), {}
+    M.fill(d, entries, params, filled, { release = true })
+    for name in pairs(params) do
+      if not filled[name] then fail(d.dir, "parameter '%s' of the %s model has no tensor in the checkpoint (internal mapping error)", name, d.family) end
+    end
+    if m.eval then m:eval() end
+    local fp32, file = d:sizes()
+    return ctx, m, { dir = d.dir, name = cfg.name, family = d.family, cfg = cfg, hf = d.hf, absent = absent(entries),
+                     fp32_bytes = fp32, file_bytes = file }
+  end)
+  if type(dir) ~= "table" then d:close() end
+  if not ok then error(a, 0) end
+  return a, b, c
+end
+
+-- ---------------------------------------------------------------- export
+local function atomic_write(path, text)
+  local tmp = path .. ".tmp." .. tostring(os.time()) .. tostring(math.random(1e9))
+  local fh, err = io.open(tmp, "wb")
+  if not fh then error("hf.export: cannot create " .. tostring(err), 0) end
+  fh:write(text)
+  fh:close()
+  local ok, e = os.rename(tmp, path)
+  if not ok then os.remove(tmp) error("hf.export: cannot rename to " .. path .. ": " .. tostring(e), 0) end
+end
+
+-- the (rows, cols) file tensor of an entry built from the parameters, as fp32 (ffi array)
+local function gather(e, params)
+  local n = 1
+  for _, s in ipairs(e.shape) do n = n * s end
+  local buf = ffi.new("float[?]", math.max(n, 1))
+  if e.t then
+    -- stack the parts (each (n_k, rows)) into (cols, rows), then transpose into (rows, cols)
+    local rows, cols = e.shape[1], e.shape[2]
+    local tmp = ffi.new("float[?]", n)
+    for _, part in ipairs(e.parts) do
+      local p = params[part.ours]
+      if p then ffi.copy(tmp + part.col0 * rows, p.data, 4 * part.n * rows) end
+    end
+    if C.ol_hf_to_f32_t(tmp, C.OL_ST_F32, cols, rows, 0, rows, buf) ~= 0 then ol.engine_error(2) end
+  else
+    for _, part in ipairs(e.parts) do
+      local p = params[part.ours]
+      if p then ffi.copy(buf + part.off, p.data, 4 * tonumber(p.numel)) end   -- absent (bias-free): stays 0
+    end
+  end
+  return buf, n
+end
+
+-- export(dir, ctx, model, opts): write model as a Hugging Face directory: config.json and
+-- model.safetensors, or shards of at most opts.shard_bytes (> 0) with model.safetensors.index.json.
+-- opts.dtype = "F32" (default) | "F16" | "BF16"; opts.special = {bos =, eos =, pad =} token
+-- ids for config.json; opts.prefix = false writes the names without the family prefix (as the
+-- bare GPT2Model/LlamaModel/... would). Configs without a Hugging Face equivalent are an error.
+function M.export(dir, ctx, model, opts)
+  opts = opts or {}
+  local cfg = model.cfg
+  local fam = cfg.family
+  local where = "export " .. dir
+  if not layout[fam] then fail(where, "family '%s' cannot be exported", tostring(fam)) end
+  local att = type(cfg.attention) == "table" and (cfg.attention.kind or "softmax") or cfg.attention
+  if att ~= "softmax" then fail(where, "attention '%s' has no Hugging Face equivalent (only softmax models can be exported)", tostring(att)) end
+  if fam == "vit" and cfg.patch_ln then fail(where, "patch_ln (a LayerNorm after the patch embedding) has no Hugging Face ViT equivalent") end
+  if fam ~= "llama" and not ACT_HF[cfg.act] then fail(where, "activation '%s' has no Hugging Face equivalent", tostring(cfg.act)) end
+  local dtname = opts.dtype or "F32"
+  if not TORCH_DTYPE[dtname] then fail(where, "dtype must be F32, F16 or BF16, got %s", tostring(dtname)) end
+  local dt = DTYPES[dtname]
+  os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
+  local lay = layout[fam]
+  local prefix = opts.prefix == false and "" or lay.export_prefix
+  local params = params_by_name(ctx)
+  local tensors = {}
+  for _, e in ipairs(M.entries(cfg)) do
+    if #e.parts > 0 then
+      local name = (e.top and "" or prefix) .. e.hf
+      local buf, n = gather(e, params)
+      local out = buf
+      if dt ~= C.OL_ST_F32 then
+        out = ffi.new("uint16_t[?]", math.max(n, 1))
+        if C.ol_hf_from_f32(buf, n, dt, out) ~= 0 then ol.engine_error(2) end
+      end
+      tensors[#tensors + 1] = { name = name, shape = e.shape, data = out, nbytes = n * ESIZE[dtname] }
+    end
+  end
+  -- shards in entry order, each at most shard_bytes (a larger tensor gets a shard of its own)
+  local groups, cur, size = {}, {}, 0
+  local limit = opts.shard_bytes or 0
+  for _, t in ipairs(tensors) do
+    if limit > 0 and #cur > 0 and size + t.nbytes > limit then groups[#groups + 1] = cur cur, size = {}, 0 end
+    cur[#cur + 1] = t
+    size = size + t.nbytes
+  end
+  if #cur > 0 then groups[#groups + 1] = cur end
+  local weight_map, total = {}, 0
+  local function save(path, list)
+    local w = C.ol_st_writer_new()
+    if w == nil then ol.engine_error(1) end
+    w = ffi.gc(w, C.ol_st_writer_free)
+    for _, t in ipairs(list) do
+      local shp = ffi.new("int64_t[?]", #t.shape, t.shape)
+      if C.ol_st_writer_add(w, t.name, dt, #t.shape, shp, t.data) ~= 0 then ol.engine_error(1) end
+      total = total + t.nbytes
+    end
+    if C.ol_st_writer_set_metadata(w, "format", "pt") ~= 0 then ol.engine_error(1) end
+    if C.ol_st_writer_save(w, path) ~= 0 then ol.engine_error(1) end
+  end
+  if limit > 0 and #groups > 1 then
+    for i, g in ipairs(groups) do
+      local fname = string.format("model-%05d-of-%05d.safetensors", i, #groups)
+      save(dir .. "/" .. fname, g)
+      for _, t in ipairs(g) do weight_map[t.name] = fname end
+    end
+    atomic_write(dir .. "/model.safetensors.index.json", json.encode({ metadata = { total_size = total }, weight_map = weight_map }) .. "\n")
+    os.remove(dir .. "/model.safetensors")
+  else
+    save(dir .. "/model.safetensors", tensors)
+    os.remove(dir .. "/model.safetensors.index.json")
+  end
+  local sp = opts.special or {}
+  local conf = to_hf[fam](cfg, sp)
+  conf.torch_dtype = TORCH_DTYPE[dtname]
+  conf.outlierlab_name = cfg.name
+  atomic_write(dir .. "/config.json", json.encode(conf) .. "\n")
+  return { dir = dir, shards = #groups, bytes = total }
+end
+
+return M

@@ -1,0 +1,647 @@
+-- tokenizers — the tokenizers that ship with pretrained models, read from their files
+-- (docs/PRETRAINED.md "Tokenizers"):
+--   byte-level BPE (GPT-2, OPT, RoBERTa: vocab.json + merges.txt, or tokenizer.json with a
+--     ByteLevel pre-tokenizer): the text is split by GPT-2's regex, each piece's bytes are
+--     mapped to printable characters (bytes_to_unicode) and merged by rank;
+--   BPE with byte fallback (LLaMA's tokenizer.json, SentencePiece-style): spaces become "▁",
+--     "▁" is prepended, merges by rank, a symbol missing from the vocabulary becomes its UTF-8
+--     bytes <0xXX>;
+--   WordPiece (BERT's vocab.txt, or tokenizer.json): clean-up, CJK spacing, lower case and
+--     accents stripped (uncased models), split on whitespace and punctuation, then greedy
+--     longest match with "##" continuations, [UNK] for words it cannot cover.
+--
+--   local tokenizers = require "outlierlab.pretrained.tokenizers"
+--   local tk = tokenizers.load("models/gpt2")    -- tokenizer.json, vocab.json+merges.txt or vocab.txt
+--   tk:encode("Hello world")                     --> {15496, 995} (no special tokens added)
+--   tk:decode({15496, 995})                      --> "Hello world"
+--   tk:piece(id)                                 --> the text of one token ("Ġworld" -> " world")
+--   tk.special = {bos =, eos =, cls =, sep =, pad =, unk =, mask =} (ids or nil), tk.vocab_size
+--   tk:category(id)                              --> "initial" | "delimiter" | "weak" | "other"
+--
+-- The regular expressions of the pre-tokenizers run in PCRE2 (Unicode properties, the same
+-- syntax as Hugging Face's), Unicode categories, NFD and case mapping come from utf8proc; both
+-- are Debian libraries loaded through the FFI (libpcre2-8-0, libutf8proc2).
+local ffi = require "ffi"
+local json = require "outlierlab.util.json"
+
+local M = {}
+
+-- ---------------------------------------------------------------- PCRE2 and utf8proc
+ffi.cdef [[
+typedef struct pcre2_real_code_8 pcre2_code_8;
+typedef struct pcre2_real_match_data_8 pcre2_match_data_8;
+pcre2_code_8 *pcre2_compile_8(const unsigned char *pattern, size_t length, uint32_t options, int *errorcode,
+                              size_t *erroroffset, void *ccontext);
+int pcre2_jit_compile_8(pcre2_code_8 *code, uint32_t options);
+pcre2_match_data_8 *pcre2_match_data_create_from_pattern_8(const pcre2_code_8 *code, void *gcontext);
+int pcre2_match_8(const pcre2_code_8 *code, const unsigned char *subject, size_t length, size_t startoffset,
+                  uint32_t options, pcre2_match_data_8 *match_data, void *mcontext);
+size_t *pcre2_get_ovector_pointer_8(pcre2_match_data_8 *match_data);
+int pcre2_get_error_message_8(int errorcode, unsigned char *buffer, size_t bufflen);
+void pcre2_code_free_8(pcre2_code_8 *code);
+void pcre2_match_data_free_8(pcre2_match_data_8 *match_data);
+ptrdiff_t utf8proc_map(const uint8_t *str, ptrdiff_t strlen, uint8_t **dstptr, int options);
+int utf8proc_category(int32_t codepoint);
+int32_t utf8proc_tolower(int32_t c);
+ptrdiff_t utf8proc_iterate(const uint8_t *str, ptrdiff_t strlen, int32_t *codepoint_ref);
+]]
+pcall(ffi.cdef, "void free(void *p);")
+
+local pcre, u8p
+local function libs()
+  if not pcre then
+    local ok, lib = pcall(ffi.load, "libpcre2-8.so.0")
+    if not ok then error("tokenizers: cannot load libpcre2-8.so.0 (Debian package libpcre2-8-0; make deps installs it): " .. tostring(lib), 3) end
+    pcre = lib
+    ok, lib = pcall(ffi.load, "libutf8proc.so.2")
+    if not ok then error("tokenizers: cannot load libutf8proc.so.2 (Debian package libutf8proc2; make deps installs it): " .. tostring(lib), 3) end
+    u8p = lib
+  end
+  return pcre, u8p
+end
+
+local PCRE2_UTF, PCRE2_UCP, PCRE2_JIT_COMPLETE = 0x00080000, 0x00020000, 1
+
+-- a compiled regex: re:each(s, fn(a, b)) calls fn for every match [a, b) (0-based byte offsets)
+local Regex = {}
+Regex.__index = Regex
+function M.regex(pattern)
+  local P = libs()
+  local err, off = ffi.new("int[1]"), ffi.new("size_t[1]")
+  local code = P.pcre2_compile_8(pattern, #pattern, PCRE2_UTF + PCRE2_UCP, err, off, nil)
+  if code == nil then
+    local buf = ffi.new("unsigned char[256]")
+    P.pcre2_get_error_message_8(err[0], buf, 256)
+    error(string.format("tokenizers: bad regex %q at offset %d: %s", pattern, tonumber(off[0]), ffi.string(buf)), 2)
+  end
+  code = ffi.gc(code, P.pcre2_code_free_8)
+  P.pcre2_jit_compile_8(code, PCRE2_JIT_COMPLETE)   -- optional speed-up; matching works without it
+  local md = ffi.gc(P.pcre2_match_data_create_from_pattern_8(code, nil), P.pcre2_match_data_free_8)
+  return setmetatable({ code = code, md = md, ov = P.pcre2_get_ovector_pointer_8(md), pattern = pattern }, Regex)
+end
+function Regex:each(s, fn)
+  local P = pcre
+  local n, pos = #s, 0
+  while pos < n do
+    local rc = P.pcre2_match_8(self.code, s, n, pos, 0, self.md, nil)
+    if rc < 0 then
+      if rc == -1 then break end   -- PCRE2_ERROR_NOMATCH
+      error(string.format("tokenizers: regex %q failed on the input (PCRE2 error %d; invalid UTF-8?)", self.pattern, rc), 2)
+    end
+    local a, b = tonumber(self.ov[0]), tonumber(self.ov[1])
+    if b == a then   -- an empty match: step over one character
+      fn(a, b)
+      pos = a + 1
+      while pos < n and bit.band(s:byte(pos + 1), 0xC0) == 0x80 do pos = pos + 1 end
+    else
+      fn(a, b)
+      pos = b
+    end
+  end
+end
+
+-- UTF-8 helpers
+local function codepoints(s)   -- list of code points (invalid bytes as themselves)
+  local _, U = libs()
+  local out, cp = {}, ffi.new("int32_t[1]")
+  local p, n, i = ffi.cast("const uint8_t *", s), #s, 0
+  while i < n do
+    local k = tonumber(U.utf8proc_iterate(p + i, n - i, cp))
+    if k <= 0 then out[#out + 1] = p[i] i = i + 1 else out[#out + 1] = cp[0] i = i + k end
+  end
+  return out
+end
+local function utf8(cp)
+  if cp < 0x80 then return string.char(cp) end
+  if cp < 0x800 then return string.char(0xC0 + bit.rshift(cp, 6), 0x80 + bit.band(cp, 0x3F)) end
+  if cp < 0x10000 then
+    return string.char(0xE0 + bit.rshift(cp, 12), 0x80 + bit.band(bit.rshift(cp, 6), 0x3F), 0x80 + bit.band(cp, 0x3F))
+  end
+  return string.char(0xF0 + bit.rshift(cp, 18), 0x80 + bit.band(bit.rshift(cp, 12), 0x3F),
+                     0x80 + bit.band(bit.rshift(cp, 6), 0x3F), 0x80 + bit.band(cp, 0x3F))
+end
+M.utf8 = utf8
+-- UTF-8 characters of s as a list of strings
+local function chars(s)
+  local out = {}
+  for c in s:gmatch("[%z\1-\127\192-\255][\128-\191]*") do out[#out + 1] = c end
+  return out
+end
+M.chars = chars
+
+-- utf8proc categories (utf8proc.h): Mn 6; P* 12..18; Z* 23..25; C* 26..29
+local CAT_MN, CAT_ZS, CAT_CC = 6, 23, 26
+local function category(cp) local _, U = libs() return U.utf8proc_category(cp) end
+local function is_punct_cp(cp)
+  if (cp >= 33 and cp <= 47) or (cp >= 58 and cp <= 64) or (cp >= 91 and cp <= 96) or (cp >= 123 and cp <= 126) then return true end
+  local c = category(cp)
+  return c >= 12 and c <= 18
+end
+M.is_punct_cp = is_punct_cp
+
+-- ---------------------------------------------------------------- BPE merges
+-- word: list of symbols; ranks["a b"] = rank. GPT-2's encoder.py algorithm: merge every
+-- occurrence (left to right) of the lowest-ranked adjacent pair until no pair has a rank.
+local function bpe(word, ranks)
+  while #word > 1 do
+    local best, br = nil, math.huge
+    for i = 1, #word - 1 do
+      local r = ranks[word[i] .. " " .. word[i + 1]]
+      if r and r < br then br, best = r, i end
+    end
+    if not best then break end
+    local a, b = word[best], word[best + 1]
+    local out, i = {}, 1
+    while i <= #word do
+      if i < #word and word[i] == a and word[i + 1] == b then out[#out + 1] = a .. b i = i + 2
+      else out[#out + 1] = word[i] i = i + 1 end
+    end
+    word = out
+  end
+  return word
+end
+M.bpe = bpe
+
+local function merge_ranks(list, where)
+  local ranks = {}
+  for i, m in ipairs(list) do
+    local key
+    if type(m) == "table" then key = m[1] .. " " .. m[2]
+    elseif type(m) == "string" then
+      local a, b = m:match("^(%S+) (%S+)$")
+      if not a then error(string.format("tokenizers: %s: merge %d '%s' is not two symbols separated by a space", where, i, m), 3) end
+      key = m
+    else error(string.format("tokenizers: %s: merge %d is not a string or a pair", where, i), 3) end
+    if not ranks[key] then ranks[key] = i - 1 end
+  end
+  return ranks
+end
+
+-- ---------------------------------------------------------------- the tokenizer object
+local Tokenizer = {}
+Tokenizer.__index = Tokenizer
+
+local GPT2_PATTERN = [['s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+]]
+M.GPT2_PATTERN = GPT2_PATTERN
+
+-- GPT-2's bytes_to_unicode: printable bytes stand for themselves, the rest for 256 + n
+local byte_enc, byte_dec = {}, {}
+do
+  local n = 0
+  for b = 0, 255 do
+    local keep = (b >= 33 and b <= 126) or (b >= 161 and b <= 172) or (b >= 174 and b <= 255)
+    local cp = keep and b or 256 + n
+    if not keep then n = n + 1 end
+    byte_enc[b] = utf8(cp)
+    byte_dec[utf8(cp)] = b
+  end
+end
+
+local function new(kind, vocab, o)
+  local self = setmetatable({ kind = kind, vocab = vocab, id_to = {}, cache = {}, special = {}, added = {} }, Tokenizer)
+  local n = 0
+  for s, id in pairs(vocab) do
+    if type(id) ~= "number" or id < 0 or id ~= math.floor(id) then
+      error(string.format("tokenizers: %s: token %q has id %s (not a non-negative integer)", o.where, s, tostring(id)), 3)
+    end
+    self.id_to[id] = s
+    if id + 1 > n then n = id + 1 end
+  end
+  self.vocab_size = n
+  for k, v in pairs(o) do self[k] = v end
+  return self
+end
+
+-- added tokens (special strings matched in the raw text before anything else)
+function Tokenizer:add_tokens(list)
+  for _, a in ipairs(list) do
+    if not self.vocab[a.content] then self.vocab[a.content] = a.id end
+    self.id_to[a.id] = a.content
+    if a.id + 1 > self.vocab_size then self.vocab_size = a.id + 1 end
+    self.added[#self.added + 1] = a
+  end
+  table.sort(self.added, function(x, y) return #x.content > #y.content end)
+end
+
+-- pieces of text split at added tokens: calls fn(piece, nil) for text, fn(nil, id) for an added token
+local function split_added(self, text, fn)
+  if #self.added == 0 then fn(text) return end
+  local pos = 1
+  while pos <= #text do
+    local best_a, best_b, best_id
+    for _, a in ipairs(self.added) do
+      local s, e = text:find(a.content, pos, true)
+      if s and (not best_a or s < best_a) then best_a, best_b, best_id = s, e, a.id end
+    end
+    if not best_a then fn(text:sub(pos)) return end
+    if best_a > pos then fn(text:sub(pos, best_a - 1)) end
+    fn(nil, best_id)
+    pos = best_b + 1
+  end
+end
+
+local function push_symbols(self, out, syms)
+  for _, s in ipairs(syms) do
+    local id = self.vocab[s]
+    if id then out[#out + 1] = id
+    elseif self.byte_fallback then
+      for i = 1, #s do
+        local bid = self.vocab[string.format("<0x%02X>", s:byte(i))]
+        if not bid then error(string.format("tokenizers: byte fallback: no token <0x%02X> in the vocabulary", s:byte(i)), 4) end
+        out[#out + 1] = bid
+      end
+    elseif self.unk_id then out[#out + 1] = self.unk_id
+    else error(string.format("tokenizers: symbol %q is not in the vocabulary and there is no unknown token", s), 4) end
+  end
+end
+
+-- one pre-tokenized word -> ids (cached)
+function Tokenizer:word_ids(w, out)
+  local ids = self.cache[w]
+  if not ids then
+    ids = {}
+    if self.kind == "wordpiece" then self:wordpiece(w, ids)
+    else
+      local sym
+      if self.kind == "bpe-bytes" then
+        sym = {}
+        for i = 1, #w do sym[i] = byte_enc[w:byte(i)] end
+      else sym = chars(w) end
+      local whole = self.ignore_merges and self.vocab[table.concat(sym)]
+      if whole then ids[1] = whole else push_symbols(self, ids, bpe(sym, self.ranks)) end
+    end
+    self.cache[w] = ids
+  end
+  for _, id in ipairs(ids) do out[#out + 1] = id end
+end
+
+-- WordPiece: greedy longest match, "##" continuations, the whole word [UNK] when it fails
+function Tokenizer:wordpiece(w, out)
+  local cs = chars(w)
+  if #cs > (self.max_chars or 100) then out[#out + 1] = self.unk_id return end
+  local start, pieces = 1, {}
+  while start <= #cs do
+    local stop, found = #cs, nil
+    while stop >= start do
+      local sub = table.concat(cs, "", start, stop)
+      if start > 1 then sub = self.cont .. sub end
+      if self.vocab[sub] then found = self.vocab[sub] break end
+      stop = stop - 1
+    end
+    if not found then out[#out + 1] = self.unk_id return end
+    pieces[#pieces + 1] = found
+    start = stop + 1
+  end
+  for _, id in ipairs(pieces) do out[#out + 1] = id end
+end
+
+-- BERT's basic tokenizer: the words of a text (clean-up, CJK spacing, lower case and accents
+-- stripped when asked, split on whitespace and punctuation)
+local function is_cjk(cp)
+  return (cp >= 0x4E00 and cp <= 0x9FFF) or (cp >= 0x3400 and cp <= 0x4DBF) or (cp >= 0x20000 and cp <= 0x2A6DF)
+      or (cp >= 0x2A700 and cp <= 0x2B73F) or (cp >= 0x2B740 and cp <= 0x2B81F) or (cp >= 0x2B820 and cp <= 0x2CEAF)
+      or (cp >= 0xF900 and cp <= 0xFAFF) or (cp >= 0x2F800 and cp <= 0x2FA1F)
+end
+function Tokenizer:bert_words(text, fn)
+  local _, U = libs()
+  if self.lowercase or self.strip_accents then
+    if self.lowercase then
+      local cps = codepoints(text)
+      local b = {}
+      for i, cp in ipairs(cps) do b[i] = utf8(U.utf8proc_tolower(cp)) end
+      text = table.concat(b)
+    end
+    if self.strip_accents ~= false and (self.strip_accents or self.lowercase) then
+      local dst = ffi.new("uint8_t *[1]")
+      local n = U.utf8proc_map(text, #text, dst, 16 + 2)   -- DECOMPOSE | STABLE: NFD
+      if n < 0 then error("tokenizers: text is not valid UTF-8 (NFD failed)", 3) end
+      local nfd = ffi.string(dst[0], n)
+      ffi.C.free(dst[0])
+      local b = {}
+      for _, cp in ipairs(codepoints(nfd)) do if U.utf8proc_category(cp) ~= CAT_MN then b[#b + 1] = utf8(cp) end end
+      text = table.concat(b)
+    end
+  end
+  local word = {}
+  local function flush() if #word > 0 then fn(table.concat(word)) word = {} end end
+  for _, cp in ipairs(codepoints(text)) do
+    local cat = U.utf8proc_category(cp)
+    if cp == 32 or cp == 9 or cp == 10 or cp == 13 or cat == CAT_ZS then flush()
+    elseif cp == 0 or cp == 0xFFFD or (cat >= CAT_CC and cat <= 29) then   -- control: dropped
+    elseif is_punct_cp(cp) or is_cjk(cp) then flush() fn(utf8(cp))
+    else word[#word + 1] = utf8(cp) end
+  end
+  flush()
+end
+
+-- text -> list of token ids (no special tokens added). opts.continuation = true: the text
+-- continues an earlier call's (no space or "▁" is prepended to its start)
+function Tokenizer:encode(text, opts)
+  if type(text) ~= "string" then error("tokenizer:encode: text must be a string", 2) end
+  local out = {}
+  local cont = opts and opts.continuation
+  local first = true
+  split_added(self, text, function(piece, id)
+    if id then out[#out + 1] = id first = false return end
+    local at_start = first and cont   -- the segment continues the previous call's text
+    if self.kind == "wordpiece" then
+      self:bert_words(piece, function(w) self:word_ids(w, out) end)
+    elseif self.kind == "bpe-bytes" then
+      if self.add_prefix_space and first and not cont and piece:sub(1, 1) ~= " " then piece = " " .. piece end
+      self.re:each(piece, function(a, b) self:word_ids(piece:sub(a + 1, b), out) end)
+    else   -- SentencePiece-style: spaces are "▁", one "▁" in front, words split before each "▁"
+      local s = piece:gsub(" ", "▁")
+      if s ~= "" and not at_start and (self.prepend == "always" or (self.prepend == "first" and first)) then s = "▁" .. s end
+      for _, w in ipairs(self:sp_words(s)) do self:word_ids(w, out) end
+    end
+    first = false
+  end)
+  return out
+end
+
+-- SentencePiece-style words: split where no vocabulary entry can cross (checked at load:
+-- before a "▁" that follows a non-"▁" character, and at "\n" unless a token holds one)
+function Tokenizer:sp_words(s)
+  if not self.split_sp then return { s } end
+  local out, cur = {}, {}
+  local prev
+  for _, c in ipairs(chars(s)) do
+    if (c == "▁" and prev and prev ~= "▁") or (self.split_nl and (c == "\n" or prev == "\n")) then
+      out[#out + 1] = table.concat(cur) cur = {}
+    end
+    cur[#cur + 1] = c
+    prev = c
+  end
+  if #cur > 0 then out[#out + 1] = table.concat(cur) end
+  return out
+end
+
+-- the text one token stands for (without context): byte-level tokens as their bytes, "▁" as a
+-- space, <0xXX> as the byte, "##x" as x; special tokens as their own string
+function Tokenizer:piece(id)
+  local s = self.id_to[id]
+  if s == nil then return nil end
+  for _, a in ipairs(self.added) do if a.id == id then return s end end
+  if self.kind == "bpe-bytes" then
+    local b = {}
+    for _, c in ipairs(chars(s)) do b[#b + 1] = byte_dec[c] and string.char(byte_dec[c]) or c end
+    return table.concat(b)
+  elseif self.kind == "bpe-sp" then
+    local hex = s:match("^<0x(%x%x)>$")
+    if hex then return string.char(tonumber(hex, 16)) end
+    return (s:gsub("▁", " "))
+  else
+    if s:sub(1, #self.cont) == self.cont and #s > #self.cont then return s:sub(#self.cont + 1) end
+    return " " .. s
+  end
+end
+
+function Tokenizer:decode(ids)
+  local b = {}
+  for i, id in ipairs(ids) do
+    local p = self:piece(id) or error(string.format("tokenizer:decode: id %s not in the vocabulary", tostring(id)), 2)
+    b[i] = p
+  end
+  local s = table.concat(b)
+  if self.kind == "bpe-sp" and self.prepend and s:sub(1, 1) == " " then s = s:sub(2) end   -- the prepended "▁"
+  if self.kind == "wordpiece" and s:sub(1, 1) == " " then s = s:sub(2) end
+  return s
+end
+
+-- ---------------------------------------------------------------- token categories
+-- Derived from the decoded text of each token (docs/PRETRAINED.md "Token categories"):
+--   initial    the BOS / [CLS] token (the sequence's first token)
+--   delimiter  [SEP] / EOS, and tokens whose text, without spaces, is empty but holds a line
+--              break, or is made of punctuation only (".", ",", ";", "\n", "?!" …)
+--   weak       tokens whose text, without spaces and in lower case, is one of the most
+--              frequent English function words (data.WEAK_WORDS: the, of, and, a, to, …)
+--   other      everything else
+local WEAK
+function Tokenizer:category(id)
+  self.cats = self.cats or {}
+  local c = self.cats[id]
+  if c then return c end
+  local sp = self.special
+  if id == sp.bos or id == sp.cls then c = "initial"
+  elseif id == sp.sep or id == sp.eos then c = "delimiter"
+  else
+    if not WEAK then
+      WEAK = {}
+      for _, w in ipairs(require("outlierlab.data").WEAK_WORDS) do WEAK[w] = true end
+    end
+    local s = self:piece(id) or ""
+    local core = s:gsub("%s", "")
+    if core == "" then c = s:find("\n", 1, true) and "delimiter" or "other"
+    else
+      local punct = true
+      for _, cp in ipairs(codepoints(core)) do if not is_punct_cp(cp) then punct = false break end end
+      if punct then c = "delimiter" elseif WEAK[core:lower()] then c = "weak" else c = "other" end
+    end
+  end
+  self.cats[id] = c
+  return c
+end
+
+-- ---------------------------------------------------------------- constructors
+-- byte-level BPE: vocab {token = id}, merges (list of "a b" or {a, b}), o.pattern (regex)
+function M.bpe_bytes(vocab, merges, o)
+  o = o or {}
+  local t = new("bpe-bytes", vocab, { where = o.where or "bpe", ranks = merge_ranks(merges, o.where or "bpe"),
+                                       add_prefix_space = o.add_prefix_space })
+  t.re = M.regex(o.pattern or GPT2_PATTERN)
+  return t
+end
+
+-- SentencePiece-style BPE with byte fallback (LLaMA)
+function M.bpe_sp(vocab, merges, o)
+  o = o or {}
+  local prepend = o.prepend
+  if prepend == nil or prepend == true then prepend = "always" end
+  local t = new("bpe-sp", vocab, { where = o.where or "bpe", ranks = merge_ranks(merges, o.where or "bpe"),
+                                    byte_fallback = o.byte_fallback ~= false, prepend = prepend,
+                                    ignore_merges = o.ignore_merges })
+  if o.unk and vocab[o.unk] then t.unk_id = vocab[o.unk] end
+  -- where may a word be split without changing the result? Not inside a token: a token that
+  -- holds "▁" after another character, or a "\n" with other characters, forbids that split
+  local cross_space, cross_nl = false, false
+  for s in pairs(vocab) do
+    local i = s:find("▁", 2, true)
+    while i and not cross_space do
+      if s:sub(i - 3, i - 1) ~= "▁" then cross_space = true end
+      i = s:find("▁", i + 3, true)
+    end
+    if #s > 1 and s:find("\n", 1, true) then cross_nl = true end
+  end
+  t.split_sp = not cross_space
+  t.split_nl = not cross_nl
+  return t
+end
+
+-- WordPiece (BERT)
+function M.wordpiece(vocab, o)
+  o = o or {}
+  local t = new("wordpiece", vocab, { where = o.where or "wordpiece", lowercase = o.lowercase ~= false,
+                                       strip_accents = o.strip_accents, cont = o.prefix or "##", max_chars = o.max_chars or 100 })
+  t.unk_id = vocab[o.unk or "[UNK]"]
+  if not t.unk_id then error("tokenizers: " .. t.where .. ": no unknown token '" .. (o.unk or "[UNK]") .. "' in the vocabulary", 2) end
+  libs()
+  return t
+end
+
+-- ---------------------------------------------------------------- reading a model's files
+local read = function(path) return require("outlierlab.pretrained.hf").read_file(path) end
+local function read_json(path)
+  local s = read(path)
+  if not s then return nil end
+  local ok, v = pcall(json.decode, s, path)
+  if not ok then error("tokenizers: " .. path .. " is not valid JSON: " .. tostring(v), 0) end
+  return v
+end
+
+-- special token ids from the files around the tokenizer and the model's config.json
+local function find_specials(t, dir)
+  local function file(name) return dir and read_json(dir .. "/" .. name) or {} end
+  local cfg, tc, sm = file("config.json"), file("tokenizer_config.json"), file("special_tokens_map.json")
+  local function tok(v) if type(v) == "table" then return v.content end return v end
+  local function id_of(name) return name and t.vocab[name] end
+  local sp = t.special
+  for _, role in ipairs { "bos", "eos", "unk", "pad", "cls", "sep", "mask" } do
+    local name = tok(sm[role .. "_token"]) or tok(tc[role .. "_token"])
+    sp[role] = id_of(name)
+    if sp[role] == nil and type(cfg[role .. "_token_id"]) == "number" then sp[role] = cfg[role .. "_token_id"] end
+  end
+  for role, names in pairs { cls = { "[CLS]" }, sep = { "[SEP]" }, pad = { "[PAD]", "<pad>" }, unk = { "[UNK]", "<unk>" },
+                             mask = { "[MASK]", "<mask>" }, bos = { "<s>", "<|endoftext|>" }, eos = { "</s>", "<|endoftext|>" } } do
+    if sp[role] == nil then for _, n in ipairs(names) do if t.vocab[n] then sp[role] = t.vocab[n] break end end end
+  end
+  if t.kind == "wordpiece" then sp.bos, sp.eos = nil, nil end
+  if t.unk_id == nil and sp.unk then t.unk_id = sp.unk end
+  local lc = tc.do_lower_case
+  if t.kind == "wordpiece" and lc ~= nil and t.from_vocab_txt then t.lowercase = lc end
+end
+
+local function normalizer_steps(n, where)
+  local steps = {}
+  local function add(x)
+    if x == nil then return end
+    if x.type == "Sequence" then for _, y in ipairs(x.normalizers or {}) do add(y) end
+    else steps[#steps + 1] = x end
+  end
+  add(n)
+  for _, s in ipairs(steps) do
+    -- what the BPE and WordPiece paths do themselves: prepend and replace " " by "▁", BERT's clean-up
+    local ok = (s.type == "Prepend" and s.prepend == "▁") or s.type == "BertNormalizer"
+      or (s.type == "Replace" and type(s.pattern) == "table" and s.pattern.String == " " and s.content == "▁")
+    if not ok then error(string.format("tokenizers: %s: normalizer %s is not supported", where, json.encode(s)), 0) end
+  end
+  return steps
+end
+
+-- tokenizer.json (Hugging Face tokenizers' one-file format)
+function M.from_json(path, dir)
+  local j = read_json(path)
+  if type(j) ~= "table" or type(j.model) ~= "table" then error("tokenizers: " .. path .. ": no 'model' object", 0) end
+  local model = j.model
+  local pre = j.pre_tokenizer
+  local pres = {}
+  local function addp(x) if x == nil then return end if x.type == "Sequence" then for _, y in ipairs(x.pretokenizers or {}) do addp(y) end else pres[#pres + 1] = x end end
+  addp(pre)
+  local t
+  if model.type == "WordPiece" then
+    local bn
+    for _, s in ipairs(normalizer_steps(j.normalizer, path)) do if s.type == "BertNormalizer" then bn = s end end
+    t = M.wordpiece(model.vocab, { where = path, lowercase = bn and bn.lowercase ~= false, strip_accents = bn and bn.strip_accents,
+                                   unk = model.unk_token, prefix = model.continuing_subword_prefix, max_chars = model.max_input_chars_per_word })
+  elseif model.type == "BPE" then
+    local bytelevel, pattern, meta
+    for _, p in ipairs(pres) do
+      if p.type == "ByteLevel" then bytelevel = p
+      elseif p.type == "Split" and type(p.pattern) == "table" and p.pattern.Regex and (p.behavior == "Isolated" or p.behavior == nil) and not p.invert then
+        pattern = p.pattern.Regex
+      elseif p.type == "Metaspace" then meta = p
+      else error(string.format("tokenizers: %s: pre-tokenizer %s is not supported", path, json.encode(p)), 0) end
+    end
+    if bytelevel then
+      t = M.bpe_bytes(model.vocab, model.merges or {}, { where = path, pattern = pattern,
+                                                          add_prefix_space = bytelevel.add_prefix_space })
+    else
+      local steps = normalizer_steps(j.normalizer, path)
+      local prepend = false
+      if meta then
+        if meta.replacement and meta.replacement ~= "▁" then error(string.format("tokenizers: %s: Metaspace replacement %q is not supported", path, meta.replacement), 0) end
+        prepend = meta.prepend_scheme or (meta.add_prefix_space == false and "never" or "always")
+        if prepend == "never" then prepend = false end
+      end
+      local spaces = meta ~= nil
+      for _, st in ipairs(steps) do
+        if st.type == "Prepend" then prepend = "always" end
+        if st.type == "Replace" then spaces = true end
+      end
+      if not spaces then
+        error(string.format("tokenizers: %s: a BPE model needs a ByteLevel or Metaspace pre-tokenizer or a Replace(' ', '▁') normalizer; this one has neither", path), 0)
+      end
+      t = M.bpe_sp(model.vocab, model.merges or {}, { where = path, byte_fallback = model.byte_fallback == true,
+                                                      prepend = prepend, unk = model.unk_token, ignore_merges = model.ignore_merges })
+    end
+  else
+    error(string.format("tokenizers: %s: model type '%s' is not supported (BPE, WordPiece)", path, tostring(model.type)), 0)
+  end
+  local added = {}
+  for _, a in ipairs(j.added_tokens or {}) do added[#added + 1] = { id = a.id, content = a.content, special = a.special } end
+  t:add_tokens(added)
+  t.file = path
+  find_specials(t, dir)
+  return t
+end
+
+-- vocab.json + merges.txt (GPT-2 style)
+function M.from_vocab_merges(vocab_path, merges_path, dir)
+  local vocab = read_json(vocab_path)
+  if type(vocab) ~= "table" then error("tokenizers: cannot read " .. vocab_path, 0) end
+  local text = read(merges_path) or error("tokenizers: cannot read " .. merges_path, 0)
+  local merges = {}
+  for line in text:gmatch("[^\n]+") do
+    line = line:gsub("\r$", "")
+    if not line:match("^#version") and line ~= "" then merges[#merges + 1] = line end
+  end
+  local t = M.bpe_bytes(vocab, merges, { where = merges_path })
+  t.file = vocab_path
+  local added = {}
+  if vocab["<|endoftext|>"] then added[1] = { id = vocab["<|endoftext|>"], content = "<|endoftext|>", special = true } end
+  t:add_tokens(added)
+  find_specials(t, dir)
+  return t
+end
+
+-- vocab.txt (BERT): one token per line, id = line number
+function M.from_vocab_txt(path, dir)
+  local text = read(path) or error("tokenizers: cannot read " .. path, 0)
+  local vocab, i = {}, 0
+  for line in (text .. (text:sub(-1) == "\n" and "" or "\n")):gmatch("([^\n]*)\n") do
+    line = line:gsub("\r$", "")
+    if vocab[line] == nil then vocab[line] = i end
+    i = i + 1
+  end
+  local t = M.wordpiece(vocab, { where = path })
+  t.from_vocab_txt = true
+  local added = {}
+  for _, s in ipairs { "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]" } do
+    if vocab[s] then added[#added + 1] = { id = vocab[s], content = s, special = true } end
+  end
+  t:add_tokens(added)
+  find_specials(t, dir)
+  return t
+end
+
+-- load(dir): the tokenizer of a model directory — tokenizer.json, else vocab.json +
+-- merges.txt, else vocab.txt
+function M.load(dir)
+  dir = dir:gsub("/+$", "")
+  local function has(f) local h = io.open(dir .. "/" .. f, "rb") if h then h:close() return true end return false end
+  if has("tokenizer.json") then return M.from_json(dir .. "/tokenizer.json", dir) end
+  if has("vocab.json") and has("merges.txt") then return M.from_vocab_merges(dir .. "/vocab.json", dir .. "/merges.txt", dir) end
+  if has("vocab.txt") then return M.from_vocab_txt(dir .. "/vocab.txt", dir) end
+  error("tokenizers: " .. dir .. ": no tokenizer files (tokenizer.json, vocab.json + merges.txt, or vocab.txt)", 0)
+end
+
+return M

@@ -1,0 +1,304 @@
+-- recipes — the papers' and the model organism's model specs and the one way to train and load
+-- them: the shared profiles (LLAMA_LM_PROFILES, BERT_MLM_PROFILES), the spec functions,
+-- recipes.fit(run, spec) (train or reuse through run:model), recipes.load(spec, handle) and
+-- recipes.model_cfg(spec). The QT / SO / ViT specs: outlierlab.recipes.papers.
+local ol = require "outlierlab"
+local config = require "outlierlab.config"
+local dist = require "outlierlab.util.dist"
+local fs = require "outlierlab.util.fs"
+local serialize = require "outlierlab.util.serialize"
+local batcher = require "outlierlab.data.batcher"
+local bounds = require "outlierlab.train.bounds"
+
+local M = {}
+
+-- Size and recipe bounds, central for every trainer (outlierlab.train.bounds): check_run(spec)
+-- the batch, the data size and the training recipe (steps >= 1, lr > 0, warmup <= steps, ...),
+-- check_memory(spec) the estimated memory of training against what the machine has.
+M.check_run, M.check_memory = bounds.check_run, bounds.check_memory
+
+local function load_data(path)
+  local s = fs.read_file(path)
+  if not s then return nil end
+  return serialize.deserialize(s, "@" .. path)
+end
+
+-- ---------------------------------------------------------------- shared models
+-- Figures that analyse the same trained model take its settings from here, so that they
+-- hash to the same cached model and cannot drift apart.
+
+-- Every shared profile carries the settings of both data sources, so that --data=corpus or
+-- --data=organism switches a profile's data from the command line: the organism task
+-- (data.organism: vocab_size, n_triggers, groups, alpha, p_trigger, n_delim, p_delim, n_weak, p_weak) and
+-- the generated corpus (n_tokens, vocab_size). data_seed seeds either.
+local ORGANISM_TASK = { vocab_size = 128, n_triggers = 24, groups = 6, alpha = 0.1, p_trigger = 0.12, n_delim = 0,
+                        p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1 }
+local function with_task(t, task)
+  local o = config.deep_copy(ORGANISM_TASK)
+  for k, v in pairs(task or {}) do o[k] = v end
+  for k, v in pairs(t) do o[k] = v end
+  return o
+end
+M.ORGANISM_TASK = ORGANISM_TASK
+
+-- The training recipe of a shared profile: warmup, then the schedule (cosine to lr/10, linear to
+-- 0, or constant), AdamW with β = (0.9, beta2), decoupled weight decay on >= 2-D parameters,
+-- clip 1. The default profiles (the model organism, docs/ORGANISM.md) train at a constant high
+-- learning rate with weight decay; the paper profiles keep the papers' recipes.
+local function recipe(cfg, o)
+  return { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = cfg.schedule or o.schedule,
+           min_lr = (cfg.schedule or o.schedule) == "linear" and 0 or nil,
+           weight_decay = cfg.weight_decay or o.weight_decay, betas = { 0.9, cfg.beta2 or o.beta2 },
+           eps = o.eps, clip = 1.0 }
+end
+M.recipe = recipe
+local function overrides(cfg, base)
+  local ov = base or {}
+  if cfg.n_layer then ov.n_layer = cfg.n_layer end   -- the organism map's depth knob
+  return ov
+end
+
+-- QT's BERT pre-training recipe (docs/EXPERIMENTS.md, paper-scale settings: AdamW β (0.9, 0.999),
+-- ε 1e-6, wd 0.01, linear decay to 0, clip 1) with MLM batches (qt-fig1, qt-fig2, qt-fig10-13 ...)
+function M.bert_mlm_spec(cfg)
+  return {
+    model = { preset = cfg.preset, overrides = overrides(cfg, { dropout = cfg.dropout }) },
+    data = batcher.data_spec(cfg),
+    batch = { B = cfg.batch, T = cfg.seq_len, kind = "mlm" },
+    train = recipe(cfg, { schedule = "linear", weight_decay = 0.01, beta2 = 0.999, eps = 1e-6 }),
+    seed = cfg.seed,
+  }
+end
+M.BERT_MLM_PROFILES = {
+  quick = with_task({ preset = "bert-quick", data = "organism", n_tokens = 40000, seq_len = 32, batch = 8,
+            steps = 20, lr = 3e-3, warmup = 2, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+            dropout = 0.0, eval_batches = 2, seed = 1 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
+  default = with_task({ preset = "bert-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
+              steps = 2500, lr = 3e-3, warmup = 200, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              dropout = 0.0, eval_batches = 16, seed = 1 }),
+  long = with_task({ preset = "bert-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
+              steps = 10000, lr = 3e-3, warmup = 200, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              dropout = 0.0, eval_batches = 16, seed = 1 }),
+  paper = with_task({ preset = "bert-base", data = "corpus", n_tokens = 100000000, vocab_size = 30522, seq_len = 128,
+            batch = 256, steps = 1000000, lr = 1e-4, warmup = 10000, schedule = "linear", weight_decay = 0.01,
+            beta2 = 0.999, dropout = 0.1, eval_batches = 64, seed = 1 }),
+}
+
+-- SO's nanoGPT recipe (AdamW β (0.9, 0.95), wd 0.1, warmup + cosine, clip 1) for the
+-- LLaMA-style decoder on LM batches (so-fig3, so-fig6, so-fig5, so-table1, ...)
+function M.llama_lm_spec(cfg)
+  return {
+    model = { preset = cfg.preset, overrides = overrides(cfg) },
+    data = batcher.data_spec(cfg),
+    batch = { B = cfg.batch, T = cfg.seq_len, kind = "lm" },
+    train = recipe(cfg, { schedule = "cosine", weight_decay = 0.1, beta2 = 0.95 }),
+    seed = cfg.seed,
+  }
+end
+M.LLAMA_LM_PROFILES = {
+  quick = with_task({ preset = "llama-quick", data = "organism", n_tokens = 40000, seq_len = 32, batch = 8,
+            steps = 20, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+            eval_batches = 2, seed = 1 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
+  default = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 128, batch = 16,
+              steps = 3000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              eval_batches = 16, seed = 1 }),
+  long = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 128, batch = 16,
+              steps = 12000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              eval_batches = 16, seed = 1 }),
+  paper = with_task({ preset = "tinyllama-120m", data = "corpus", n_tokens = 100000000, vocab_size = 32000,
+            seq_len = 1024, batch = 480, steps = 50000, lr = 6e-4, warmup = 2000, schedule = "cosine",
+            weight_decay = 0.1, beta2 = 0.95, eval_batches = 64, seed = 1 }),
+}
+
+-- base profiles with each profile's extra settings added: profiles_with(base, {quick = {tau = 10}, ...})
+-- (the long profile takes the default profile's extras unless it has its own)
+function M.profiles_with(base, extra)
+  local out = {}
+  for name, p in pairs(base) do
+    local q = config.deep_copy(p)
+    for k, v in pairs(extra[name] or (name == "long" and extra.default) or {}) do q[k] = v end
+    out[name] = q
+  end
+  return out
+end
+
+-- the model config of a spec: preset + overrides, vocab_size and block_size from the data
+local model_cfg = require("outlierlab.models").spec_cfg   -- one conversion (models.spec_cfg)
+M.model_cfg = model_cfg
+
+-- Phenomena of a ViT on one held-out batch (at most 16 images): [CLS] is the initial token,
+-- background patches are "weak" (they carry no information), object patches "other"
+-- (outlierlab.phenomena.vit_batch); the sinks looked for are [CLS] and background patches.
+function M.measure_vit_phenomena(ctx, m, spec)
+  local phenomena = require "outlierlab.analysis.phenomena"
+  local probes = require "outlierlab.analysis.probes"
+  local d = spec.data
+  local NP = (d.size / spec.batch.patch) ^ 2
+  local ph = phenomena.new{ category = phenomena.vit_category, T = NP + 1, C = m.cfg.d_model, n_head = m.cfg.n_head,
+                            sink_categories = phenomena.VIT_SINKS }
+  local va = batcher.batcher(d, { B = math.min(16, spec.batch.B), split = "val", patch = spec.batch.patch })
+  ctx:no_grad(function()
+    ctx:reset()
+    local P = probes.new{}
+    ph:attach(P)
+    P:forward(m, phenomena.vit_batch(ctx, va:next(ctx)))
+  end)
+  ctx:reset()
+  return ph:result()
+end
+
+-- the trainer of an image spec (a ViT on the synthetic images, outlierlab.data.images)
+local function image_trainer(run, spec)
+  return function(dir, ckpt)
+    M.check_memory(spec)
+    local models = require "outlierlab.models"
+    local train = require "outlierlab.train.loop"
+    local ctx = ol.Context{ seed = spec.seed }
+    local m = models.build(ctx, model_cfg(spec))
+    local tcfg = {}
+    for k, v in pairs(spec.train) do tcfg[k] = v end
+    tcfg.progress = tcfg.progress or "plain"
+    tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
+    run:log("%s, %d steps of %d images", m:describe(), spec.train.steps, spec.batch.B)
+    -- every ViT records its sinks, drains, massive activations and kurtosis as it trains
+    local track = M.tracker(spec, dir, function() return M.measure_vit_phenomena(ctx, m, spec) end)
+    local res = train.run{ ctx = ctx, model = m, loader = batcher.image_loader(spec, "train", true),
+                           val_loader = batcher.image_loader(spec, "val"), cfg = tcfg, ckpt = ckpt,
+                           on_step = track.on_step }
+    local val = res.val[#res.val]
+    return { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
+             val_loss = val and val.loss or nil, steps = res.step, curve = track.curve,
+             stopped_by_signal = res.stopped_by_signal, params = m:num_params(), describe = m:describe() }
+  end
+end
+
+-- Train (or reuse) the model of spec = { model = {preset =, overrides = {}}, data = {seed =,
+-- n_tokens =, vocab_size =}, batch = {B =, T =, kind = "lm"|"mlm"}, train = {steps =, lr =,
+-- ...outlierlab.train keys}, seed = }. Returns run:model's handle (dir, ckpt, info with the
+-- training losses). An image spec (batch.kind = "image", recipes.papers' image_spec) trains a ViT
+-- on the synthetic images. The one trainer of the package's models.
+function M.fit(run, spec)
+  M.check_run(spec)   -- sizes and recipe, before the cache lock (outlierlab.train.bounds)
+  if spec.batch.kind == "image" then return run:model(spec, image_trainer(run, spec)) end
+  return run:model(spec, function(dir, ckpt)
+    M.check_memory(spec)   -- training this model must fit in memory
+    local models = require "outlierlab.models"
+    local train = require "outlierlab.train.loop"
+    local corpus = batcher.corpus(spec.data)
+    local ctx = ol.Context{ seed = spec.seed }
+    local m = models.build(ctx, model_cfg(spec))
+    local tr = batcher.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed,
+                                   shard = true })
+    local va = batcher.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed, split = "val" })
+    local tcfg = {}
+    for k, v in pairs(spec.train) do tcfg[k] = v end
+    tcfg.progress = tcfg.progress or "plain"
+    tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
+    run:log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, spec.batch.B, spec.batch.T)
+    -- every model records its sinks, drains, massive activations and kurtosis as it trains
+    local track = M.tracker(spec, dir, function() return M.measure_phenomena(ctx, m, corpus, spec) end)
+    local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va, cfg = tcfg, ckpt = ckpt,
+                           on_step = track.on_step }
+    local val = res.val[#res.val]
+    -- the per-step curves go into the model's training history (outlierlab.runner.history)
+    return { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
+             val_loss = val and val.loss or nil, steps = res.step,
+             stopped_by_signal = res.stopped_by_signal, curve = track.curve,
+             params = m:num_params(), describe = m:describe() }
+  end)
+end
+
+-- Phenomena during training (outlierlab.analysis.phenomena): at step 0 and every steps/TRACK_POINTS
+-- steps, one held-out batch (at most 16 rows) of the model's validation stream is run with the
+-- probes on; curve[i] = { step, loss, sink_share, value_ratio, sink_layer, sink_head,
+-- sink_category, massive_ratio, massive_layer, massive_category, max_ratio, max_inf_norm,
+-- avg_kurtosis, max_kurtosis } (max_inf_norm: the per-sequence max |h| averaged over sequences,
+-- largest over layers; kurtosis Pearson, of the layer outputs h). The curve is saved beside the checkpoint (track.lua, atomically) so that a
+-- resumed run keeps the points measured before the kill. The measurement runs without
+-- gradients after the optimizer step and changes nothing the next step uses.
+M.TRACK_POINTS = 20
+function M.measure_phenomena(ctx, m, corpus, spec, B)
+  local phenomena = require "outlierlab.analysis.phenomena"
+  local probes = require "outlierlab.analysis.probes"
+  local ph = phenomena.new{ category = corpus.category, T = spec.batch.T, C = m.cfg.d_model, n_head = m.cfg.n_head,
+                            causal = spec.batch.kind == "lm" }
+  local va = batcher.batcher(corpus, { B = math.min(B or 16, spec.batch.B), T = spec.batch.T, kind = spec.batch.kind,
+                                 seed = spec.seed + 1, split = "val" })
+  ctx:no_grad(function()
+    ctx:reset()
+    local P = probes.new{}
+    ph:attach(P)
+    P:forward(m, va:next(ctx))
+  end)
+  ctx:reset()
+  return ph:result()
+end
+local function curve_point(step, loss, r)
+  local inf = 0 / 0   -- QT's max inf norm of the layer outputs: per-sequence max |h| averaged, max over layers
+  for _, l in ipairs(r.layers) do
+    local v = r.per_layer[l].top1
+    if v == v and not (v <= inf) then inf = v end
+  end
+  return { step = step, loss = loss, sink_share = r.sink.share, value_ratio = r.sink.value_ratio, max_inf_norm = inf,
+           sink_layer = r.sink.layer, sink_head = r.sink.head, sink_category = r.sink.category,
+           massive_ratio = r.massive.ratio, massive_layer = r.massive.layer, massive_category = r.massive.category,
+           max_ratio = r.max_ratio.ratio, avg_kurtosis = r.avg_kurtosis, max_kurtosis = r.max_kurtosis }
+end
+M.curve_point = curve_point
+function M.tracker(spec, dir, measure_fn)
+  local path = dir .. "/track.lua"
+  local steps = spec.train.steps
+  local every = math.max(1, math.floor(steps / M.TRACK_POINTS))
+  local tr = { curve = load_data(path) or {} }
+  local function save()
+    if dist.rank() == 0 then fs.write_atomic(path, serialize.serialize(tr.curve)) end
+  end
+  local function measure(step, loss)
+    local c = tr.curve
+    if #c > 0 and c[#c].step >= step then return end
+    c[#c + 1] = curve_point(step, loss, measure_fn())
+    save()
+  end
+  if #tr.curve == 0 then measure(0, 0 / 0) end
+  function tr.on_step(step, rec)
+    if step % every == 0 or step == steps then measure(step, rec.loss) end
+  end
+  return tr
+end
+
+-- the loaders of a model's evaluations: { val = fn() -> held-out loader, calib = fn() ->
+-- training-split loader, metric = "ppl"|"acc" } (the corpus is built on first use)
+local function eval_loaders(spec)
+  if spec.batch.kind == "image" then
+    return { metric = "acc", val = function() return batcher.image_loader(spec, "val") end,
+             calib = function() return batcher.image_loader(spec, "train") end }
+  end
+  local b = spec.batch
+  return {
+    metric = "ppl",
+    val = function() return batcher.batcher(batcher.corpus(spec.data), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 1, split = "val" }) end,
+    calib = function() return batcher.batcher(batcher.corpus(spec.data), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 2 }) end,
+  }
+end
+
+-- a fresh context with the trained model loaded from the cache (eval mode), and the loaders of
+-- its evaluations: returns ctx, m, { val =, calib =, metric = } (eval_loaders). An imported
+-- model (--model=DIR) stands in for the trained one. The one loader of the package's models.
+function M.load(spec, handle)
+  if handle.pretrained then
+    local ctx, m = handle.pretrained:load(function(...) io.write("[stream] ", string.format(...), "\n") io.flush() end)
+    return ctx, m, eval_loaders(spec)
+  end
+  local models = require "outlierlab.models"
+  local checkpoint = require "outlierlab.train.checkpoint"
+  local ctx = ol.Context{ seed = spec.seed }
+  local m = models.build(ctx, model_cfg(spec))
+  checkpoint.load(handle.ckpt, ctx)
+  if m.eval then m:eval() end
+  return ctx, m, eval_loaders(spec)
+end
+-- the names the experiment files have used (outlierlab.experiment, outlierlab.ptq)
+M.train_model, M.load_model = M.fit, M.load
+
+
+return M

@@ -1,0 +1,232 @@
+-- runner/cache — the trained-model cache of the runner (run:model) and what its keys hash.
+--
+-- Caching (cache root: --cache= or $OUTLIERLAB_CACHE, default <root>/cache):
+--   run:model(spec, trainer): spec is every setting that determines the trained weights
+--   (model config, data, training recipe, seed). Its hash together with the engine version,
+--   the content hash of the code the weights are computed through (M.code_hash: by folder, below)
+--   and of the files outside
+--   the package the training runs through (M.extra_sources: the trainer's file, user attention
+--   variants) names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
+--   share a model train it once); otherwise trainer(dir, ckpt_path) runs: it trains with
+--   train.run{ckpt = ckpt_path}, which resumes from the checkpoint an interrupted run left,
+--   and returns a table of training facts (losses...), stored in done.lua.
+--   A stage marked cache = true stores its return value in cache/stages/<id>/<stage>-<hash>.lua,
+--   hash of (settings, engine version, code hash, experiment file text, the hashes of the models
+--   the run used): a rerun with the same inputs skips it, a changed setting, file or model
+--   recomputes it. --retrain trains every model of the run anew; --reanalyze recomputes the
+--   cached stages.
+local ol = require "outlierlab"
+local fs = require "outlierlab.util.fs"
+local serialize = require "outlierlab.util.serialize"
+local dist = require "outlierlab.util.dist"
+local progress = require "outlierlab.util.progress"
+local results = require "outlierlab.figure.netcdf"
+
+local M = {}
+
+-- exit status of a run stopped by the batch system's signal after its checkpoint was written
+-- (the Slurm script requeues on it; outlierlab.runner.slurm)
+M.REQUEUE_STATUS = 75
+
+local read_file = fs.read_file
+local function load_data(path)
+  local s = read_file(path)
+  if not s then return nil end
+  return serialize.deserialize(s, "@" .. path)
+end
+local function save_data(path, v) fs.write_atomic(path, serialize.serialize(v)) end
+M.load_data, M.save_data = load_data, save_data
+
+-- ---------------------------------------------------------------- what a cached result depends on
+-- A cached model or stage is reused only when everything that shaped it is unchanged: its
+-- settings, the engine version, and the text of the code it ran through, hashed by content.
+-- Which code that is follows the package's folders (docs/ARCHITECTURE.md), never a list of
+-- module names, so that a new module falls into the category of its folder:
+--   a trained model ("model"): the engine's numerics — engine/*.c and engine/*.h except the
+--     files that only write results or serve the analysis (ENGINE_NOT_TRAINING: the NetCDF
+--     writer, the Hugging Face importer, the compression kernels, the outlier statistics) —
+--     and the Lua the weights are computed through: the binding (init.lua), optim.lua and the
+--     folders nn/ models/ data/ train/ recipes/ util/ (except util/progress.lua, which prints);
+--   a cached stage ("stage"): all of that, the whole engine except io_netcdf.c, and the
+--     folders analysis/ and pretrained/ and figure/overview.lua (the measurements of SO Fig. 1).
+-- Never hashed: runner/ (running, caching, reporting, listing, Slurm, history, gallery),
+-- figure/ (declarations, NetCDF, gnuplot), cli.lua, config.lua, tap.lua, engine/host/ and
+-- the docs. Computed once per process (docs/EXPERIMENTS.md, "Caching").
+M.ENGINE_NOT_TRAINING = { ["io_netcdf.c"] = true, ["io_hf.c"] = true, ["compress.c"] = true, ["analysis.c"] = true }
+M.ENGINE_NOT_STAGE = { ["io_netcdf.c"] = true }
+M.MODEL_LUA = { "lua/outlierlab/init.lua", "lua/outlierlab/optim.lua", "lua/outlierlab/nn/", "lua/outlierlab/models/",
+                "lua/outlierlab/data/", "lua/outlierlab/train/", "lua/outlierlab/recipes/", "lua/outlierlab/util/" }
+M.MODEL_LUA_NOT = { "lua/outlierlab/util/progress.lua" }
+M.STAGE_LUA = { "lua/outlierlab/analysis/", "lua/outlierlab/pretrained/", "lua/outlierlab/figure/overview.lua" }
+
+local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local function under(f, list)
+  for _, p in ipairs(list) do if f == p or (p:sub(-1) == "/" and f:sub(1, #p) == p) then return true end end
+  return false
+end
+
+-- the hashed source files under root, sorted, as paths relative to root; what = "model" (the
+-- default: the code a training runs through) or "stage" (also the analysis code)
+function M.code_files(root, what)
+  root = root or ol.root
+  local p = io.popen("cd " .. quote(root) .. " && find engine -maxdepth 1 \\( -name '*.c' -o -name '*.h' \\) " ..
+                     "2>/dev/null; cd " .. quote(root) .. " && find lua/outlierlab -name '*.lua' 2>/dev/null")
+  local out = {}
+  for f in p:lines() do
+    local keep
+    if f:match("^engine/") then
+      local base = f:match("([^/]+)$")
+      keep = not (what == "stage" and M.ENGINE_NOT_STAGE or M.ENGINE_NOT_TRAINING)[base]
+    else
+      keep = (under(f, M.MODEL_LUA) and not under(f, M.MODEL_LUA_NOT)) or (what == "stage" and under(f, M.STAGE_LUA))
+    end
+    if keep then out[#out + 1] = f end
+  end
+  p:close()
+  table.sort(out)
+  return out
+end
+
+-- content hash of the code under root (memoised per root and what)
+local code_hashes = {}
+function M.code_hash(root, what)
+  root = root or ol.root
+  local key = root .. "\0" .. (what or "model")
+  if not code_hashes[key] then
+    local parts = {}
+    for _, f in ipairs(M.code_files(root, what)) do parts[#parts + 1] = f .. "\0" .. fs.hash(read_file(root .. "/" .. f) or "") end
+    code_hashes[key] = fs.hash(table.concat(parts, "\n"))
+  end
+  return code_hashes[key]
+end
+
+-- Source outside the package that a model's training runs through: the file that defines the
+-- trainer function (an experiment file with its own training loop), and the file of every
+-- attention variant registered from outside the package (attention.register in a user file)
+-- whose name appears in the spec. Returns { [path] = content hash } (chunks loaded from a
+-- string are hashed by their text). Returns a sorted list of "file-name:content-hash".
+function M.extra_sources(spec, trainer)
+  local pkg = ol.root .. "/lua/outlierlab/"
+  local set = {}
+  local function add_fn(fn)
+    if type(fn) ~= "function" then return end
+    local src = debug.getinfo(fn, "S").source or ""
+    if src:sub(1, 1) == "@" then
+      local path = src:sub(2)
+      if path:sub(1, #pkg) ~= pkg and not path:match("^lua/outlierlab/") then
+        set[path:match("([^/]+)$") .. ":" .. fs.hash(read_file(path) or "")] = true
+      end
+    elseif src ~= "=[C]" then
+      set["(string):" .. fs.hash(src)] = true
+    end
+  end
+  add_fn(trainer)
+  local att = package.loaded["outlierlab.nn.attention"]
+  local reg = type(att) == "table" and att.registry or {}
+  local seen = {}
+  local function walk(v)
+    if type(v) == "string" and reg[v] then
+      for _, f in pairs(reg[v]) do add_fn(f) end
+    elseif type(v) == "table" and not seen[v] then
+      seen[v] = true
+      for _, x in pairs(v) do walk(x) end
+    end
+  end
+  walk(spec)
+  local out = {}
+  for k in pairs(set) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+-- the key of a trained model: its spec, the engine version, the model code hash and the
+-- sources outside the package its training runs through
+function M.model_key(spec, trainer)
+  return results.canonical_json({ spec = spec, engine = ol.version(), code = M.code_hash(),
+                                  sources = M.extra_sources(spec, trainer) })
+end
+
+-- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool }
+function M.model(self, spec, trainer)
+  if self.count_sweep then error({ sweep_size = 0 }, 0) end   -- M.sweep_size: a model before any sweep
+  if type(spec) ~= "table" then error("run:model: spec must be a table of the settings that determine the model", 2) end
+  if type(trainer) ~= "function" then error("run:model: trainer must be a function(dir, ckpt)", 2) end
+  local key = M.model_key(spec, trainer)
+  local hash = fs.hash(key)
+  local dir = self.cache_root .. "/models/" .. hash
+  local ckpt = dir .. "/model.safetensors"
+  self.model_hashes = self.model_hashes or {}
+  self.model_hashes[hash] = dir
+  require("outlierlab.data.batcher").active_cache_root = self.cache_root   -- where the trainer's corpus file goes (batcher.corpus)
+  -- --retrain: this run trains the model anew (once per process), whatever the cache holds
+  if self.retrain and not (self.retrained or {})[hash] and dist.rank() == 0 then
+    os.execute("find " .. quote(dir) .. " -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf {} + 2>/dev/null")
+  end
+  if self.retrain then
+    self.retrained = self.retrained or {}
+    self.retrained[hash] = true
+    if dist.size() > 1 then dist.barrier() end
+  end
+  -- Under MPI the ranks of a group train one model together (data parallel): rank 0 of the
+  -- group alone takes the cache lock and decides "cached" or "train"; the others follow.
+  local lead = dist.rank() == 0
+  local decision = lead and M.claim(self, dir, hash) or nil
+  if dist.size() > 1 then decision = dist.allgather_string(decision or "")[1] end
+  if decision == "cached" then
+    self:log("model %s: cached (%s)", hash, dir)
+    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash }
+  end
+  if lead then fs.write_atomic(dir .. "/spec.json", key .. "\n") end
+  local resumed = read_file(ckpt) ~= nil
+  self:log("model %s: %s", hash, resumed and "resuming from its checkpoint" or "training")
+  local t0 = progress.now()
+  local ok, info = pcall(trainer, dir, ckpt)
+  -- the lock is released only after done.lua is written (a waiting run then finds the model
+  -- done), or now when there will be no done.lua
+  local function unlock()
+    if lead and self._locks and self._locks[dir] then self._locks[dir]:release(); self._locks[dir] = nil end
+  end
+  if not ok or type(info) ~= "table" or info.stopped_by_signal then unlock() end
+  if not ok then error(info, 0) end
+  if type(info) ~= "table" then error("run:model: the trainer must return a table (training facts)", 2) end
+  if info.stopped_by_signal then
+    -- the batch system's time limit is near: the checkpoint is written, nothing is "done"
+    error({ exit_status = M.REQUEUE_STATUS, message = string.format(
+      "model %s: stopped by a signal at step %s with its checkpoint saved; run again to resume", hash,
+      tostring(info.stopped_by_signal)) }, 0)
+  end
+  info.train_seconds = (info.train_seconds or 0) + (progress.now() - t0)
+  info.resumed = resumed
+  if lead then save_data(dir .. "/done.lua", info) end
+  unlock()
+  if dist.size() > 1 then dist.barrier() end   -- done.lua is there before any rank reads it
+  return { dir = dir, ckpt = ckpt, info = info, cached = false, hash = hash }
+end
+
+-- The cache lock of one model (run by one process): "cached" when the model is done,
+-- "train" when this process now holds the lock. One trainer per model: an flock'd file
+-- <dir>/.lock (outlierlab.util.fs: the kernel drops it when its process dies, kill -9 included;
+-- an older version's lock directory is taken over when stale); a second run of the same spec
+-- waits and then reuses the finished model. A lock that cannot be created is an error naming
+-- the path. The holder removes the temporaries a killed writer left in the model directory.
+function M.claim(self, dir, hash)
+  if load_data(dir .. "/done.lua") then return "cached" end
+  fs.mkdir_p(dir, "model cache (--cache=" .. tostring(self.cache_root) .. ")")
+  self._locks = self._locks or {}
+  if self._locks[dir] then self._locks[dir]:release() end
+  local lk = fs.lock(dir .. "/.lock", {
+    on_wait = function(owner) self:log("model %s: locked by %s; waiting", hash, owner) end,
+    until_fn = function() return load_data(dir .. "/done.lua") ~= nil end,
+  })
+  if not lk then return "cached" end
+  self._locks[dir] = lk
+  if load_data(dir .. "/done.lua") then lk:release() return "cached" end
+  fs.remove_stale_temporaries(dir, { all = true })
+  return "train"
+end
+
+-- Sweeps: run fn(item, i) for every item of a list (variants, seeds, γ values) and return
+-- the list of results, the same on every rank. Under MPI the ranks split into
+-- min(#items, ranks) groups (MPI_Comm_split); group g runs items g+1, g+1+G, …, data
+
+return M

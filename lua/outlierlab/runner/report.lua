@@ -1,0 +1,144 @@
+-- runner/report — what a run leaves behind: <run dir>/summary.md, run.json (what the results
+-- gallery reads) and the training history of each model the run used (outlierlab.runner.history).
+local ol = require "outlierlab"
+local fs = require "outlierlab.util.fs"
+local dist = require "outlierlab.util.dist"
+local results = require "outlierlab.figure.netcdf"
+local plot = require "outlierlab.figure.gnuplot"
+
+local M = {}
+local read_file = fs.read_file
+
+-- ---------------------------------------------------------------- summary.md
+-- The quick profile is a smoke test (seconds of training): its summaries give the numbers but
+-- no verdict (M.NO_VERDICT), whatever the experiment's criterion says.
+M.NO_VERDICT = "no verdict (quick profile: a smoke test)"
+local function verdict_word(s)
+  if s.no_verdict then return M.NO_VERDICT end
+  return s.holds == true and "holds" or s.holds == false and "does not hold" or "inconclusive"
+end
+M.verdict_word = verdict_word
+local function verdict(s)
+  if s.no_verdict then return "**" .. M.NO_VERDICT .. "**" end
+  local h = s.holds
+  if h == true then return "the claim **holds** at this scale" end
+  if h == false then return "the claim **does not hold** at this scale" end
+  return "the claim is **inconclusive** at this scale"
+end
+
+local function write_summary(run, s, timings)
+  local src = run.exp.source
+  local lines = {
+    "# " .. run.id .. " — " .. run.exp.title, "",
+    "Source: " .. src.paper .. (src.figure ~= "" and (", " .. src.figure) or ""), "",
+    "## Claim", "", src.claim, "",
+    "## Result", "",
+    "- Paper: " .. tostring(s.paper or "(no number given)"),
+    "- Reproduced (" .. run.profile .. " profile): " .. tostring(s.reproduced or "(none)"),
+    "- Verdict: " .. verdict(s) .. ".",
+  }
+  if s.notes and s.notes ~= "" then
+    lines[#lines + 1] = ""
+    lines[#lines + 1] = s.notes
+  end
+  lines[#lines + 1] = ""
+  lines[#lines + 1] = "## Run"
+  lines[#lines + 1] = ""
+  lines[#lines + 1] = "- Profile: " .. run.profile .. ", seed " .. tostring(run.seed)
+  lines[#lines + 1] = "- Settings: `" .. results.canonical_json(run.cfg) .. "`"
+  lines[#lines + 1] = "- Engine: " .. ol.version() .. ", git commit " .. results.git_commit()
+  lines[#lines + 1] = "- Command: `" .. results.command_line() .. "`"
+  local parts = {}
+  for _, t in ipairs(timings) do
+    parts[#parts + 1] = string.format("%s %.1f s%s", t.name, t.seconds, t.cached and " (cached)" or "")
+  end
+  lines[#lines + 1] = "- Stages: " .. table.concat(parts, ", ")
+  local files = {}
+  for _, f in ipairs(run.files) do
+    local base = f:match("([^/]+)$")
+    if not base:match("%.dat$") then files[#files + 1] = "`" .. base .. "`" end
+  end
+  lines[#lines + 1] = "- Files: " .. table.concat(files, ", ")
+  plot.write_atomic(run.dir .. "/summary.md", table.concat(lines, "\n") .. "\n")
+end
+
+-- ---------------------------------------------------------------- results directory, run.json
+-- Where a run's files go: <results root>/<id>/<profile>/, so that runs of different profiles
+-- never overwrite each other; a run on an imported model (o.model = its name or directory)
+-- goes to <results root>/<id>/<model name>-<profile>/.
+function M.results_dir(root, id, o)
+  o = o or {}
+  local leaf = o.profile or "default"
+  if o.model and o.model ~= "" then
+    local name = tostring(o.model):gsub("/+$", ""):match("([^/]+)$") or "model"
+    leaf = name:gsub("[^%w%-_%.]", "_") .. "-" .. leaf
+  end
+  return root .. "/" .. id .. "/" .. leaf
+end
+
+-- the hashes of the models this run used (trained or cached), the same list on every rank
+-- (sweep groups each saw their own members)
+local function model_list(run)
+  local mine = {}
+  for h in pairs(run.model_hashes or {}) do mine[#mine + 1] = h end
+  if dist.world_size() > 1 then
+    local set = {}
+    for _, text in ipairs(dist.allgather_string(table.concat(mine, " "))) do
+      for h in text:gmatch("%x+") do set[h] = true end
+    end
+    mine = {}
+    for h in pairs(set) do mine[#mine + 1] = h end
+  end
+  table.sort(mine)
+  return mine
+end
+
+-- each model's training history (outlierlab.runner.history), written next to the cached model when
+-- missing and copied to <run dir>/history/<hash>.{nc,png} (rank 0)
+local function copy_histories(run, hashes)
+  local history = require "outlierlab.runner.history"
+  run.histories = {}
+  for _, h in ipairs(hashes) do   -- every rank's models (model_list): sweep groups trained some of them
+    local dir = run.cache_root .. "/models/" .. h
+    if not read_file(dir .. "/history.nc") then
+      local ok, err = pcall(history.write, dir, nil, { id = run.id, profile = run.profile, seed = run.seed,
+                                                       config = { model_hash = h } })
+      if not ok then run:log("model %s: no training history (%s)", h, tostring(err)) end
+    end
+    for _, ext in ipairs({ "nc", "png" }) do
+      local text = read_file(dir .. "/history." .. ext)
+      if text then
+        local dst = run.dir .. "/history/" .. h .. "." .. ext
+        plot.write_atomic(dst, text)
+        run.files[#run.files + 1] = dst
+        run.histories[#run.histories + 1] = "history/" .. h .. "." .. ext
+      end
+    end
+  end
+end
+
+-- run.json: what the results gallery (outlierlab.runner.gallery) reads about one run
+local function write_run_json(run, s, timings, seconds, models)
+  local src = run.exp.source
+  local files = {}
+  for _, f in ipairs(run.files) do
+    local rel = f:sub(1, #run.dir + 1) == run.dir .. "/" and f:sub(#run.dir + 2) or f
+    files[#files + 1] = rel
+  end
+  files[#files + 1] = "summary.md"
+  local stages = {}
+  for i, t in ipairs(timings) do stages[i] = { name = t.name, seconds = t.seconds, cached = t.cached } end
+  local rec = {
+    id = run.id, title = run.exp.title, paper = src.paper, figure = src.figure, claim = src.claim,
+    profile = run.profile, seed = run.seed, settings = run.cfg,
+    paper_result = s.paper and tostring(s.paper) or nil, reproduced = s.reproduced and tostring(s.reproduced) or nil,
+    verdict = verdict_word(s), criterion_met = s.criterion_met,
+    seconds = seconds, stages = stages, files = files, models = models,
+    histories = run.histories, engine = ol.version(), git_commit = results.git_commit(),
+    date = results.timestamp(), mpi_ranks = results.mpi_ranks(), command = results.command_line(),
+  }
+  plot.write_atomic(run.dir .. "/run.json", results.canonical_json(rec) .. "\n")
+end
+M.model_list, M.copy_histories, M.write_summary, M.write_run_json = model_list, copy_histories, write_summary, write_run_json
+
+return M

@@ -1,0 +1,306 @@
+-- runner/run — the runner behind `bin/outlierlab run experiments/<id>.lua --profile=quick`.
+--
+-- An experiment file returns a table (docs/EXPERIMENTS.md):
+--   { id = "qt-fig1", title = "...",
+--     source = { paper = "QT", figure = "Fig. 1", claim = "..." },
+--     profiles = { quick = {...}, default = {...}, paper = {...} },   -- settings, seed included
+--     stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", plot } },
+--     summary = function(run) return { paper =, reproduced =, holds = true|false|nil, notes = } end }
+-- (stages may also be a map { train = fn, analyze = fn, plot = fn }: run in that order, analyze cached).
+--
+-- The runner picks the profile (--profile=, default "default"), applies --key=value overrides
+-- to it (an unknown key is an error listing the valid ones: outlierlab.config), then calls
+-- each stage as fn(run) with
+--   run.id, run.profile, run.cfg (the settings), run.seed, run.dir (results/<id>/<profile>/, runner/report.results_dir),
+--   run.out[stage] (what earlier stages returned), run.file, run.exp,
+--   run:model(spec, trainer)   -- trained-model cache, see below
+--   run:netcdf(name?)          -- outlierlab.figure.netcdf file <run.dir>/<name or id>.nc, meta filled in
+--   run:figure(name, script, blocks) -- .dat + PNG + PDF in run.dir (outlierlab.figure.gnuplot)
+--   run:log(fmt, ...)
+-- and finally writes <run.dir>/summary.md from exp.summary(run), run.json (what the results
+-- gallery reads: claim, verdict, profile, seconds, files) and history/<hash>.{nc,png}, the
+-- training history of each model the run used (outlierlab.runner.history).
+--
+-- Caching (cache root: --cache= or $OUTLIERLAB_CACHE, default <root>/cache):
+--   run:model(spec, trainer): spec is every setting that determines the trained weights
+--   (model config, data, training recipe, seed). Its hash together with the engine version,
+--   the content hash of the code the weights are computed through (runner/cache.code_hash, by folder) and of the files outside
+--   the package the training runs through (runner/cache.extra_sources: the trainer's file, user attention
+--   variants) names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
+--   share a model train it once); otherwise trainer(dir, ckpt_path) runs: it trains with
+--   train.run{ckpt = ckpt_path}, which resumes from the checkpoint an interrupted run left,
+--   and returns a table of training facts (losses...), stored in done.lua.
+--   A stage marked cache = true stores its return value in cache/stages/<id>/<stage>-<hash>.lua,
+--   hash of (settings, engine version, code hash, experiment file text, the hashes of the models
+--   the run used): a rerun with the same inputs skips it, a changed setting, file or model
+--   recomputes it. --retrain trains every model of the run anew; --reanalyze recomputes the
+--   cached stages.
+-- Results root: --out= or $OUTLIERLAB_RESULTS, default <root>/results.
+local ol = require "outlierlab"
+local config = require "outlierlab.config"
+local results = require "outlierlab.figure.netcdf"
+local plot = require "outlierlab.figure.gnuplot"
+local progress = require "outlierlab.util.progress"
+local ffi = require "ffi"
+local cache = require "outlierlab.runner.cache"
+
+local M = {}
+
+-- exit status of a run stopped by the batch system's signal after its checkpoint was written
+-- (the Slurm script requeues on it; outlierlab.runner.slurm)
+M.REQUEUE_STATUS = cache.REQUEUE_STATUS
+local serialize = require "outlierlab.util.serialize"
+local dist = require "outlierlab.util.dist"
+local fs = require "outlierlab.util.fs"
+local report = require "outlierlab.runner.report"
+local bounds = require "outlierlab.train.bounds"
+M.serialize, M.deserialize = serialize.serialize, serialize.deserialize
+local read_file, mkdir = fs.read_file, fs.mkdir_p
+local load_data, save_data = cache.load_data, cache.save_data
+local verdict_word, model_list, copy_histories = report.verdict_word, report.model_list, report.copy_histories
+local write_summary, write_run_json = report.write_summary, report.write_run_json
+M.results_dir = report.results_dir
+M.NO_VERDICT = report.NO_VERDICT
+
+-- ---------------------------------------------------------------- the run object
+local Run = {}
+Run.__index = Run
+
+function Run:log(fmt, ...)
+  if progress.is_rank0() then
+    io.stdout:write(string.format("[%s] ", self.id), string.format(fmt, ...), "\n")
+    io.stdout:flush()
+  end
+end
+
+
+-- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool } (outlierlab.runner.cache)
+function Run:model(spec, trainer) return cache.model(self, spec, trainer) end
+
+-- parallel inside the group; results travel to every rank. fn's result must be plain data
+-- (outlierlab.util.serialize); a model trained inside fn is in the shared cache for everyone.
+--
+-- Job arrays (make sbatch-<id> ARRAY=n): --sweep_index=i runs member i (0-based) of the
+-- experiment's first sweep, then stops (exit 0); a final run without --sweep_index finds every
+-- member's model in the cache and goes on to the analysis and the figures.
+function Run:sweep(items, fn)
+  if self.count_sweep then error({ sweep_size = #items }, 0) end   -- M.sweep_size
+  if self.sweep_index and self.sweep_index >= 0 then
+    local i = self.sweep_index + 1
+    if i > #items or i ~= math.floor(i) then
+      error(string.format("experiment %s: --sweep_index=%s but the sweep has %d members (0..%d)", self.id,
+        tostring(self.sweep_index), #items, #items - 1), 0)
+    end
+    fn(items[i], i)
+    error({ exit_status = 0, message = string.format("%s: sweep member %d of %d done; run without --sweep_index " ..
+      "(after every member) to analyse and plot from the cached models", self.id, i - 1, #items) }, 0)
+  end
+  local world = dist.world_size()
+  if world == 1 or #items <= 1 then
+    local out = {}
+    for i, it in ipairs(items) do out[i] = fn(it, i) end
+    return out
+  end
+  local G = math.min(#items, world)
+  local g = dist.world_rank() % G
+  dist.split(g)
+  local mine = {}
+  local ok, err = pcall(function()
+    for i = g + 1, #items, G do mine[i] = fn(items[i], i) end
+  end)
+  dist.unsplit()
+  if not ok then error(err, 0) end
+  local out = {}
+  local lead = dist.world_rank() < G   -- world ranks 0..G-1 are the groups' rank 0
+  for _, text in ipairs(dist.allgather_string(lead and M.serialize(mine) or M.serialize({}))) do
+    for i, v in pairs(M.deserialize(text, "=sweep") or {}) do out[i] = v end
+  end
+  return out
+end
+
+-- an imported model (--model=DIR, outlierlab.pretrained) stands in for every trained one
+local train_or_cache = Run.model
+function Run:model(spec, trainer)
+  if self.pretrained then return self.pretrained:handle() end
+  return train_or_cache(self, spec, trainer)
+end
+
+function Run:meta()
+  return { title = self.exp.title, id = self.id, profile = self.profile, seed = self.seed,
+           config = { experiment = self.id, profile = self.profile, settings = self.cfg },
+           summary = self.exp.source.claim and (self.exp.source.paper .. " " .. self.exp.source.figure ..
+             ": " .. self.exp.source.claim) or self.exp.title,
+           references = self.exp.source.paper .. " " .. (self.exp.source.figure or "") }
+end
+
+-- a results file in results/<id>/; the caller adds dims/vars and closes it
+function Run:netcdf(name)
+  local path = self.dir .. "/" .. (name or self.id) .. ".nc"
+  self.files[#self.files + 1] = path
+  return results.new(path, self:meta())
+end
+
+-- .dat + .png + .pdf in results/<id>/
+function Run:figure(name, script, blocks)
+  local files = plot.figure(self.dir, name, script or name, blocks)
+  for _, f in ipairs(files) do self.files[#self.files + 1] = f end
+  return files
+end
+
+-- ---------------------------------------------------------------- validation
+local function validate(exp, file)
+  local function fail(msg) error("experiment " .. file .. ": " .. msg, 0) end
+  if type(exp.id) ~= "string" or not exp.id:match("^[%w%-_]+$") then fail("id must be a string of letters, digits, - and _") end
+  if type(exp.title) ~= "string" then fail("title is required") end
+  if type(exp.source) ~= "table" or type(exp.source.paper) ~= "string" or type(exp.source.claim) ~= "string" then
+    fail("source = {paper =, figure =, claim =} is required")
+  end
+  exp.source.figure = exp.source.figure or ""
+  if type(exp.profiles) ~= "table" or type(exp.profiles.default) ~= "table" then
+    fail("profiles must hold at least a default profile")
+  end
+  -- stages: ordered list of {name, fn, cache=} or a map train/analyze/plot
+  local list = {}
+  if #exp.stages > 0 then
+    for i, s in ipairs(exp.stages) do
+      local name, fn = s[1] or s.name, s[2] or s.fn
+      if type(name) ~= "string" or type(fn) ~= "function" then fail("stage " .. i .. " must be {name, function}") end
+      list[#list + 1] = { name = name, fn = fn, cache = s.cache == true }
+    end
+  else
+    local order = { "train", "analyze", "plot" }
+    local seen = {}
+    for _, n in ipairs(order) do
+      if exp.stages[n] then list[#list + 1] = { name = n, fn = exp.stages[n], cache = n == "analyze" }; seen[n] = true end
+    end
+    local rest = {}
+    for n in pairs(exp.stages) do if not seen[n] then rest[#rest + 1] = n end end
+    table.sort(rest)
+    for _, n in ipairs(rest) do list[#list + 1] = { name = n, fn = exp.stages[n], cache = false } end
+  end
+  if #list == 0 then fail("stages is empty") end
+  if exp.summary ~= nil and type(exp.summary) ~= "function" then fail("summary must be a function(run)") end
+  return list
+end
+
+
+-- The number of members of an experiment's first sweep in a profile, without training
+-- anything: the stages run until the first run:sweep (its size) or run:model outside a sweep
+-- (0: no sweep). args: a list of "--key=value" settings applied to the profile. Used to
+-- refuse a Slurm job array larger than the sweep (outlierlab.runner.slurm, make sbatch-<id> ARRAY=).
+function M.sweep_size(exp, file, profile, args)
+  local stages = validate(exp, file)
+  local prof = exp.profiles[profile]
+  if type(prof) ~= "table" then error(string.format("experiment %s: unknown profile '%s'", file, tostring(profile)), 0) end
+  local saved = config.overrides
+  config.overrides = {}
+  for _, a in ipairs(args or {}) do
+    local k, v = a:match("^%-%-([%w_%.%-]+)=(.*)$")
+    if k then config.overrides[k] = v end
+  end
+  local ok, cfg = pcall(config.get, prof, { strict = false })
+  config.overrides = saved
+  if not ok then error(cfg, 0) end
+  local run = setmetatable({ id = exp.id, exp = exp, file = file, profile = profile, cfg = cfg, seed = cfg.seed or 0,
+                             count_sweep = true, out = {}, files = {} }, Run)
+  -- nothing is trained here: the size and memory checks of a training belong to the machine
+  -- that trains (a cluster node), not to the one that counts
+  local recipes = require "outlierlab.recipes"
+  local check_run = recipes.check_run
+  recipes.check_run = function() end
+  for _, st in ipairs(stages) do
+    local sok, v = pcall(st.fn, run)
+    if not sok then
+      recipes.check_run = check_run
+      if type(v) == "table" and v.sweep_size then return v.sweep_size end
+      error(v, 0)
+    end
+    run.out[st.name] = v
+  end
+  recipes.check_run = check_run
+  return 0
+end
+
+-- ---------------------------------------------------------------- entry point
+function M.run_file(exp, file)
+  local stages = validate(exp, file)
+  -- Slurm's --signal=B:USR1@… reaches the ranks shortly before the time limit: training then
+  -- checkpoints at the next step and the run exits with REQUEUE_STATUS (outlierlab.runner.slurm)
+  dist.watch_signal(dist.SIGUSR1)
+  local root = ol.root
+  local opts = config.get({ profile = "default", sweep_index = -1, retrain = false, reanalyze = false,
+                            model = "", text = "", stream = "auto",   -- a pretrained model (outlierlab.pretrained)
+                            out = os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results"),
+                            cache = os.getenv("OUTLIERLAB_CACHE") or (root .. "/cache") }, { strict = false })
+  local prof = exp.profiles[opts.profile]
+  if type(prof) ~= "table" then
+    local names = {}
+    for k in pairs(exp.profiles) do names[#names + 1] = k end
+    table.sort(names)
+    error(string.format("experiment %s: unknown profile '%s'; valid: %s", file, opts.profile, table.concat(names, ", ")), 0)
+  end
+  local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
+                                            retrain = true, reanalyze = true, model = true, text = true, stream = true } })
+  bounds.check_profile(cfg)   -- sizes and learning rates of the settings, before any stage (outlierlab.train.bounds)
+  if opts.text ~= "" and opts.model == "" then error("experiment " .. file .. ": --text=FILE needs --model=DIR (the model that reads it)", 0) end
+  local pretrained = opts.model ~= "" and require("outlierlab.pretrained").attach(exp, opts, cfg) or nil
+
+  local run = setmetatable({
+    id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
+    dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name }),
+    results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
+    sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze,
+    out = {}, files = {},
+  }, Run)
+  mkdir(run.dir)
+  local ftext = read_file(file) or ""
+  local t_all = progress.now()
+  local timings = {}
+  run:log("%s (%s %s), profile %s", exp.title, exp.source.paper, exp.source.figure, run.profile)
+  for _, st in ipairs(stages) do
+    local t0 = progress.now()
+    local cached = false
+    local cpath
+    if st.cache then
+      -- the models the earlier stages trained or loaded are part of the key: a retrained
+      -- model (new code) gives a new analysis
+      local h = fs.hash(results.canonical_json({ cfg = cfg, profile = run.profile, engine = ol.version(),
+                                                code = cache.code_hash(nil, "stage"), file = ftext, stage = st.name,
+                                                models = model_list(run),
+                                                pretrained = pretrained and pretrained.fingerprint }))
+      cpath = run.cache_root .. "/stages/" .. exp.id .. "/" .. st.name .. "-" .. h .. ".lua"
+      local v = not run.reanalyze and load_data(cpath) or nil
+      if v ~= nil then run.out[st.name] = v; cached = true end
+    end
+    if not cached then
+      run:log("stage %s", st.name)
+      local v = st.fn(run)
+      run.out[st.name] = v
+      if st.cache and v ~= nil and progress.is_rank0() then
+        mkdir(cpath:match("^(.*)/"))
+        save_data(cpath, v)
+      end
+    else
+      run:log("stage %s: cached", st.name)
+    end
+    timings[#timings + 1] = { name = st.name, seconds = progress.now() - t0, cached = cached }
+  end
+  local s = exp.summary and exp.summary(run) or {}
+  if pretrained then s = pretrained:summary(run, s) end
+  if run.profile == "quick" and not pretrained then
+    s.criterion_met, s.holds, s.no_verdict = s.holds, nil, true
+  end
+  local models = model_list(run)   -- a collective under MPI: every rank calls it
+  if progress.is_rank0() then
+    copy_histories(run, models)
+    write_summary(run, s, timings)
+    write_run_json(run, s, timings, progress.now() - t_all, models)
+  end
+  run:log("done in %.1f s: %s/summary.md — %s", progress.now() - t_all, run.dir,
+          s.no_verdict and M.NO_VERDICT or ("claim " .. verdict_word(s)))
+  if s.reproduced then run:log("reproduced: %s", s.reproduced) end
+  return run
+end
+
+
+return M
