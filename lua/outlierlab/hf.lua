@@ -52,6 +52,15 @@ local function read_file(path)
 end
 M.read_file = read_file
 
+-- the XXH64 of a file's whole content as 16 hex digits (engine/io_hf.c ol_hf_hash_file):
+-- content-based cache keys for every file an analysis of an imported model reads
+local hash_buf = ffi.new("uint64_t[1]")
+function M.hash_file(path)
+  if C.ol_hf_hash_file(path, hash_buf) ~= 0 then ol.engine_error(1) end
+  local h = hash_buf[0]
+  return bit.tohex(tonumber(h / 0x100000000ULL)) .. bit.tohex(tonumber(h % 0x100000000ULL))
+end
+
 local function read_json(path, what)
   local text = read_file(path)
   if not text then return nil end

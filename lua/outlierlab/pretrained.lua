@@ -12,8 +12,9 @@
 --                             for that model where the paper has one (SO: GPT-2, LLaMA-2-7B;
 --                             QT: BERT-base)
 -- The results go to results/<id>/<model name>-<profile>/ (experiment.results_dir); run.cfg's
--- vocab_size becomes the model's. The stage cache key holds a fingerprint of the model files
--- (sizes and times) and of the text, so a changed model or text is analysed again.
+-- vocab_size becomes the model's. The stage cache key holds the XXH64 of the whole content of
+-- every file the analysis reads (config.json, the index and every shard, the tokenizer files,
+-- the text), so a changed model, tokenizer or text is analysed again (docs/PRETRAINED.md "Cache").
 local hf = require "outlierlab.hf"
 
 local M = {}
@@ -57,16 +58,19 @@ function M.paper_model(cfg)
   return nil
 end
 
--- size and modification time of the files that make the model and the text (cache keys)
+-- the files of a model directory that the tokenizer reads (outlierlab.tokenizers.load and
+-- its special-token look-up), those that exist
+M.TOKENIZER_FILES = { "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt", "vocab.txt" }
+
+-- the cache key of the files an analysis reads: each file's name and the XXH64 of its whole
+-- content (engine/io_hf.c), never its size or time, so a file changed in place with its size
+-- and mtime kept (cp -p, rsync -a) or a changed copy elsewhere is analysed again
 local function fingerprint(paths)
   local out = {}
-  for _, p in ipairs(paths) do
-    local f = io.popen("stat -L -c '%s %Y' '" .. p:gsub("'", "'\\''") .. "' 2>/dev/null")
-    out[#out + 1] = p:match("([^/]+)$") .. " " .. (f:read("*l") or "?")
-    f:close()
-  end
+  for _, p in ipairs(paths) do out[#out + 1] = p:match("([^/]+)$") .. " " .. hf.hash_file(p) end
   return table.concat(out, "; ")
 end
+M.fingerprint = fingerprint
 
 local Pre = {}
 Pre.__index = Pre
@@ -93,7 +97,12 @@ function M.attach(exp, opts, cfg)
   local self = setmetatable({ id = id, dir = d.dir, name = d.name, cfg = cfg_m, d = d, text = opts.text ~= "" and opts.text or nil,
                               stream = opts.stream or "auto" }, Pre)
   local files = { d.dir .. "/config.json" }
+  if d.index then files[#files + 1] = d.dir .. "/model.safetensors.index.json" end
   for _, f in ipairs(d.files) do files[#files + 1] = d.dir .. "/" .. f.name end
+  for _, f in ipairs(M.TOKENIZER_FILES) do
+    local h = io.open(d.dir .. "/" .. f, "rb")
+    if h then h:close() files[#files + 1] = d.dir .. "/" .. f end
+  end
   if cfg_m.family == "vit" then
     if self.text then d:close() error(string.format("experiment %s analyses images: --text does not apply to a ViT", id), 0) end
   else
@@ -107,7 +116,7 @@ function M.attach(exp, opts, cfg)
     end
     if cfg.vocab_size then cfg.vocab_size = cfg_m.vocab_size end
   end
-  self.fingerprint = fingerprint(files)
+  self.fingerprint = "model " .. self.name .. "; " .. fingerprint(files)
   return self
 end
 
