@@ -60,7 +60,7 @@ local function libs()
   return pcre, u8p
 end
 
-local PCRE2_UTF, PCRE2_UCP, PCRE2_JIT_COMPLETE = 0x00080000, 0x00020000, 1
+local PCRE2_UTF, PCRE2_UCP, PCRE2_JIT_COMPLETE, PCRE2_NO_UTF_CHECK = 0x00080000, 0x00020000, 1, 0x40000000
 
 -- a compiled regex: re:each(s, fn(a, b)) calls fn for every match [a, b) (0-based byte offsets)
 local Regex = {}
@@ -79,11 +79,17 @@ function M.regex(pattern)
   local md = ffi.gc(P.pcre2_match_data_create_from_pattern_8(code, nil), P.pcre2_match_data_free_8)
   return setmetatable({ code = code, md = md, ov = P.pcre2_get_ovector_pointer_8(md), pattern = pattern }, Regex)
 end
+-- The first match validates the UTF-8 of the whole subject; later matches pass
+-- PCRE2_NO_UTF_CHECK, since PCRE2 would otherwise check the rest of the subject again at every
+-- match (quadratic: 256 KB took seconds, a 4.4 MB text half an hour). Every later start offset
+-- is the end of a match or a character boundary, as NO_UTF_CHECK requires.
 function Regex:each(s, fn)
   local P = pcre
   local n, pos = #s, 0
+  local opts = 0
   while pos < n do
-    local rc = P.pcre2_match_8(self.code, s, n, pos, 0, self.md, nil)
+    local rc = P.pcre2_match_8(self.code, s, n, pos, opts, self.md, nil)
+    opts = PCRE2_NO_UTF_CHECK
     if rc < 0 then
       if rc == -1 then break end   -- PCRE2_ERROR_NOMATCH
       error(string.format("tokenizers: regex %q failed on the input (PCRE2 error %d; invalid UTF-8?)", self.pattern, rc), 2)
@@ -224,14 +230,21 @@ function Tokenizer:add_tokens(list)
 end
 
 -- pieces of text split at added tokens: calls fn(piece, nil) for text, fn(nil, id) for an added token
+-- (each added token's next occurrence is remembered, so the text is searched once per token:
+-- linear in the text length however many added tokens occur)
 local function split_added(self, text, fn)
   if #self.added == 0 then fn(text) return end
   local pos = 1
+  local nexts, nexte = {}, {}
   while pos <= #text do
     local best_a, best_b, best_id
-    for _, a in ipairs(self.added) do
-      local s, e = text:find(a.content, pos, true)
-      if s and (not best_a or s < best_a) then best_a, best_b, best_id = s, e, a.id end
+    for k, a in ipairs(self.added) do
+      if nexts[k] ~= false and (nexts[k] == nil or nexts[k] < pos) then
+        local s, e = text:find(a.content, pos, true)
+        nexts[k], nexte[k] = s or false, e
+      end
+      local s = nexts[k]
+      if s and (not best_a or s < best_a) then best_a, best_b, best_id = s, nexte[k], a.id end
     end
     if not best_a then fn(text:sub(pos)) return end
     if best_a > pos then fn(text:sub(pos, best_a - 1)) end
@@ -474,6 +487,7 @@ function M.bpe_sp(vocab, merges, o)
   end
   t.split_sp = not cross_space
   t.split_nl = not cross_nl
+  t.chunk_safe = t.split_sp and t.split_nl   -- data.text may cut the text after a "\n" only where the words split
   return t
 end
 
