@@ -107,6 +107,11 @@ function M.attach(exp, opts, cfg)
     if self.text then d:close() error(string.format("experiment %s analyses images: --text does not apply to a ViT", id), 0) end
   else
     if not self.text then d:close() error(string.format("experiment %s: --model=%s needs --text=FILE (the text the model reads)", id, opts.model), 0) end
+    if hf.is_dir(self.text) then d:close() error(string.format("experiment %s: --text=%s is a directory, not a text file", id, self.text), 0) end
+    local fh, ferr = io.open(self.text, "rb")
+    if not fh then d:close() error(string.format("experiment %s: --text=%s: cannot open %s", id, self.text, tostring(ferr)), 0) end
+    fh:close()
+    if not hf.is_file(self.text) then d:close() error(string.format("experiment %s: --text=%s is not a regular file", id, self.text), 0) end
     files[#files + 1] = self.text
     local T = cfg.seq_len
     if T and T > cfg_m.block_size then

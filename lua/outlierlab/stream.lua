@@ -62,7 +62,7 @@ function M.open(dir, opts)
     end
     -- check the whole directory now (names, shapes, dtypes, extras), before any compute
     local used = {}
-    d:resolve(hf.entries(cfg), used)
+    d:check_finite(d:resolve(hf.entries(cfg), used))   -- every layer's values too: refused before any compute
     d:check_extra(used)
     local sk = copy(cfg)
     sk.n_layer = 1

@@ -27,8 +27,9 @@ local M = {}
 local function read(path)
   local f, err = io.open(path, "rb")
   if not f then error("data.text: cannot open " .. tostring(err), 3) end
-  local s = f:read("*a")
+  local s, rerr = f:read("*a")
   f:close()
+  if not s then error(string.format("data.text: cannot read %s: %s (a directory?)", path, tostring(rerr)), 3) end
   return s
 end
 
