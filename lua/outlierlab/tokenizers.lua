@@ -339,7 +339,7 @@ function Tokenizer:bert_words(text, fn)
   local function flush() if #word > 0 then fn(table.concat(word)) word = {} end end
   for _, cp in ipairs(codepoints(text)) do
     local cat = U.utf8proc_category(cp)
-    if cp == 32 or cp == 9 or cp == 10 or cp == 13 or cat == CAT_ZS then flush()
+    if cp == 32 or cp == 9 or cp == 10 or cp == 13 or (cat >= CAT_ZS and cat <= CAT_ZS + 2) then flush()   -- Zs, Zl (U+2028), Zp (U+2029)
     elseif cp == 0 or cp == 0xFFFD or (cat >= CAT_CC and cat <= 29) then   -- control: dropped
     elseif is_punct_cp(cp) or is_cjk(cp) then flush() fn(utf8(cp))
     else word[#word + 1] = utf8(cp) end
@@ -364,7 +364,10 @@ function Tokenizer:encode(text, opts)
       self.re:each(piece, function(a, b) self:word_ids(piece:sub(a + 1, b), out) end)
     else   -- SentencePiece-style: spaces are "▁", one "▁" in front, words split before each "▁"
       local s = piece:gsub(" ", "▁")
-      if s ~= "" and not at_start and (self.prepend == "always" or (self.prepend == "first" and first)) then s = "▁" .. s end
+      -- the legacy Prepend normalizer prepends always; the Metaspace pre-tokenizer only when the
+      -- text does not start with "▁" already (metaspace.rs: no second ▁ for " hello")
+      if s ~= "" and not at_start and (self.prepend == "always" or (self.prepend == "first" and first))
+         and not (self.metaspace and s:sub(1, 3) == "▁") then s = "▁" .. s end
       for _, w in ipairs(self:sp_words(s)) do self:word_ids(w, out) end
     end
     first = false
@@ -374,12 +377,13 @@ end
 
 -- SentencePiece-style words: split where no vocabulary entry can cross (checked at load:
 -- before a "▁" that follows a non-"▁" character, and at "\n" unless a token holds one)
+-- Metaspace with split = true cuts before every "▁" (MergedWithNext), whatever the vocabulary.
 function Tokenizer:sp_words(s)
-  if not self.split_sp then return { s } end
+  if not self.split_sp and not self.meta_split then return { s } end
   local out, cur = {}, {}
   local prev
   for _, c in ipairs(chars(s)) do
-    if (c == "▁" and prev and prev ~= "▁") or (self.split_nl and (c == "\n" or prev == "\n")) then
+    if (c == "▁" and prev and (prev ~= "▁" or self.meta_split)) or (self.split_nl and (c == "\n" or prev == "\n")) then
       out[#out + 1] = table.concat(cur) cur = {}
     end
     cur[#cur + 1] = c
@@ -596,6 +600,10 @@ function M.from_json(path, dir)
       end
       t = M.bpe_sp(model.vocab, model.merges or {}, { where = path, byte_fallback = model.byte_fallback == true,
                                                       prepend = prepend, unk = model.unk_token, ignore_merges = model.ignore_merges })
+      if meta then
+        t.metaspace = true
+        t.meta_split = meta.split == true
+      end
     end
   else
     error(string.format("tokenizers: %s: model type '%s' is not supported (BPE, WordPiece)", path, tostring(model.type)), 0)
