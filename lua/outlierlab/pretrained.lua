@@ -180,8 +180,34 @@ function M.probe_batches(ctx, m, P, corpus, spec, n)
   ctx:reset()
 end
 
+-- The settings an analysis of an imported model used: the profile's settings without those that
+-- only train a model (the recipe, the generated corpus, the preset: every key of the shared
+-- training profiles except seq_len, batch, eval_batches and seed), so the Settings line of
+-- summary.md says what was run and lists no training setting, since nothing was trained.
+local ANALYSIS_KEYS = { seq_len = true, batch = true, eval_batches = true, seed = true }
+local TRAIN_KEYS = { preset = true, data = true, n_tokens = true, steps = true, lr = true, warmup = true, schedule = true,
+                     weight_decay = true, beta2 = true, min_lr = true, data_seed = true, vocab_size = true }
+function M.analysis_settings(cfg)
+  local ex = require "outlierlab.experiment"
+  local train = {}
+  for k in pairs(TRAIN_KEYS) do train[k] = true end
+  for k in pairs(ex.ORGANISM_TASK or {}) do train[k] = true end
+  for _, set in ipairs { ex.LLAMA_LM_PROFILES or {}, ex.BERT_MLM_PROFILES or {} } do
+    for _, prof in pairs(set) do for k in pairs(prof) do train[k] = true end end
+  end
+  local out = {}
+  for k, v in pairs(cfg) do if ANALYSIS_KEYS[k] or not train[k] then out[k] = v end end
+  return out
+end
+
+-- how a figure or a line names the model: "my-llama (llama, 6,738,415,616 parameters)"
+function Pre:label()
+  local models = require "outlierlab.models"
+  return string.format("%s (%s, %s parameters)", self.name, self.cfg.family, models.commas(models.count_params(self.cfg)))
+end
+
 -- the summary of a run on an imported model: the model and text named, the paper's statement
--- for that model where the paper has one
+-- for that model where the paper has one, and the Settings line (s.settings)
 function Pre:summary(run, s)
   local pm = M.paper_model(self.cfg)
   local mine = pm and M.PAPER[self.id] and M.PAPER[self.id][pm]
@@ -193,6 +219,8 @@ function Pre:summary(run, s)
   if mine then out.paper = mine .. " [the paper's model; the experiment's general statement: " .. tostring(s.paper) .. "]"
   else out.paper = string.format("(no number in the paper for %s) %s", pm or ("this " .. self.cfg.family .. " model"), tostring(s.paper)) end
   out.reproduced = what .. ": " .. tostring(s.reproduced)
+  out.settings = string.format("imported model %s from %s, %s; nothing trained; analysis settings `%s`", self:label(), self.dir,
+    self.text and ("text " .. self.text) or "synthetic images", require("outlierlab.results").canonical_json(M.analysis_settings(run.cfg)))
   out.notes = "Pretrained " .. what .. (self.model and self.model.streamed and " — run layer by layer from the memory-mapped checkpoint" or "") ..
     ".\n\n" .. (s.notes or "")
   return out
