@@ -158,6 +158,15 @@ function Pre:corpus(need)
   local text = require "outlierlab.data.text"
   local tk = tokenizers.load(self.dir)
   self._corpus = text.corpus{ path = self.text, tokenizer = tk, max_tokens = need }
+  -- every id the tokenizer gives must have a row in the model's embedding
+  local c, V = self._corpus, self.cfg.vocab_size
+  for i = 0, c.n - 1 do
+    local id = c.tokens[i]
+    if id >= V then
+      error(string.format("experiment %s: %s gives token id %d (%q) at token %d of %s, but config.json 'vocab_size' = %d: the tokenizer does not belong to this model",
+        self.id, (tk.file or self.dir):match("([^/]+)$") or tostring(tk.file), id, tostring(tk.id_to[id]), i, self.text, V), 0)
+    end
+  end
   return self._corpus
 end
 

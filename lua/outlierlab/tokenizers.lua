@@ -260,11 +260,11 @@ local function push_symbols(self, out, syms)
     elseif self.byte_fallback then
       for i = 1, #s do
         local bid = self.vocab[string.format("<0x%02X>", s:byte(i))]
-        if not bid then error(string.format("tokenizers: byte fallback: no token <0x%02X> in the vocabulary", s:byte(i)), 4) end
+        if not bid then error(string.format("tokenizers: %s: byte fallback: no token <0x%02X> in the vocabulary", self.where, s:byte(i)), 0) end
         out[#out + 1] = bid
       end
     elseif self.unk_id then out[#out + 1] = self.unk_id
-    else error(string.format("tokenizers: symbol %q is not in the vocabulary and there is no unknown token", s), 4) end
+    else error(string.format("tokenizers: %s: symbol %q is not in the vocabulary and there is no unknown token", self.where, s), 0) end
   end
 end
 
@@ -560,6 +560,19 @@ function M.from_json(path, dir)
   local j = read_json(path)
   if type(j) ~= "table" or type(j.model) ~= "table" then error("tokenizers: " .. path .. ": no 'model' object", 0) end
   local model = j.model
+  -- the shapes of the parts read below (a hostile file gets a message, not a traceback)
+  if type(model.vocab) ~= "table" or model.vocab[1] ~= nil then
+    error(string.format("tokenizers: %s: 'model.vocab' must be an object {token: id}", path), 0)
+  end
+  if model.merges ~= nil and (type(model.merges) ~= "table" or (next(model.merges) ~= nil and model.merges[1] == nil)) then
+    error(string.format("tokenizers: %s: 'model.merges' must be a list", path), 0)
+  end
+  if j.added_tokens ~= nil and type(j.added_tokens) ~= "table" then error(string.format("tokenizers: %s: 'added_tokens' must be a list", path), 0) end
+  for i, a in ipairs(j.added_tokens or {}) do
+    if type(a) ~= "table" or type(a.content) ~= "string" or type(a.id) ~= "number" or a.id < 0 or a.id ~= math.floor(a.id) then
+      error(string.format("tokenizers: %s: added_tokens[%d] must have a string 'content' and a non-negative integer 'id'", path, i), 0)
+    end
+  end
   local pre = j.pre_tokenizer
   local pres = {}
   local function addp(x) if x == nil then return end if x.type == "Sequence" then for _, y in ipairs(x.pretokenizers or {}) do addp(y) end else pres[#pres + 1] = x end end

@@ -134,6 +134,30 @@ t.ok(not ok and out:find("--text=" .. root .. " is a directory", 1, true) and no
      "--text=<a directory>: one clean line", out)
 out, ok = run(good, root .. "/none.txt")
 t.ok(not ok and out:find(root .. "/none.txt", 1, true) and not out:find("traceback", 1, true), "--text=<a missing file>: named", out)
+-- hostile tokenizers: the message names tokenizer.json and the token, key or id
+local function copy(x) local o = {} for k, v in pairs(x) do o[k] = v end return o end
+local function tok_case(name, tj, want, label)
+  local d = root .. "/" .. name
+  os.execute("rm -rf " .. d .. " && cp -r " .. good .. " " .. d)
+  write(d .. "/tokenizer.json", tj)
+  local o, k = run(d)
+  local clean = not o:find("traceback", 1, true) and not o:find("%.lua:%d+:")
+  local fine = not k and clean
+  for _, w in ipairs(want) do if not o:find(w, 1, true) then fine = false end end
+  t.ok(fine, label, o)
+end
+local norm = { type = "Sequence", normalizers = { { type = "Prepend", prepend = "▁" }, { type = "Replace", pattern = { String = " " }, content = "▁" } } }
+local big = copy(vocab) big["▁A"] = 400 big["▁"] = 401
+tok_case("tok-bigid", json.encode({ model = { type = "BPE", byte_fallback = true, vocab = big, merges = { "▁ A" } }, normalizer = norm }),
+  { "tokenizer.json", "id 400", "'vocab_size' = 256" }, "a tokenizer id beyond the model's vocab_size: names tokenizer.json, the id and config.json's key")
+local nofb = copy(vocab) nofb["<0x41>"] = nil
+tok_case("tok-nofallback", json.encode({ model = { type = "BPE", byte_fallback = true, vocab = nofb, merges = {} }, normalizer = norm }),
+  { "tokenizer.json", "<0x41>" }, "byte fallback without the byte's token: names tokenizer.json and the token")
+tok_case("tok-vocab-array", json.encode({ model = { type = "BPE", byte_fallback = true, vocab = { 1, 2, 3 }, merges = {} }, normalizer = norm }),
+  { "tokenizer.json", "'model.vocab'" }, "a vocabulary that is not an object: names tokenizer.json and model.vocab")
+tok_case("tok-merges-object", json.encode({ model = { type = "BPE", byte_fallback = true, vocab = vocab, merges = { a = 1 } }, normalizer = norm }),
+  { "tokenizer.json", "'model.merges'" }, "merges that are not a list: names tokenizer.json and model.merges")
+
 out, ok = run(good)
 t.ok(ok, "the unchanged model runs", out)
 
