@@ -38,7 +38,7 @@ pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
 local DTYPES = { F32 = C.OL_ST_F32, F16 = C.OL_ST_F16, BF16 = C.OL_ST_BF16, F64 = C.OL_ST_F64 }
 local ESIZE = { F32 = 4, F16 = 2, BF16 = 2, F64 = 8 }
 local TORCH_DTYPE = { F32 = "float32", F16 = "float16", BF16 = "bfloat16" }
-M.FAMILIES = { "bert", "gpt2", "llama", "opt", "vit" }
+M.FAMILIES = { "bert", "gpt2", "llama", "mistral", "opt", "vit" }
 
 local function fail(where, fmt, ...) error("hf: " .. where .. ": " .. string.format(fmt, ...), 0) end
 local function shape_str(s) return "(" .. table.concat(s, ",") .. ")" end
@@ -189,22 +189,42 @@ function from_hf.bert(hf, dir)
            d_ff = size(hf, dir, "intermediate_size"), dropout = 0.0, norm_eps = positive(hf, dir, "layer_norm_eps", 1e-12),
            act = act(hf, dir, "hidden_act", "gelu", "bert"), pooler = false }
 end
-function from_hf.llama(hf, dir)
-  must(hf, dir, "hidden_act", { "silu" }, "llama")
-  must(hf, dir, "attention_bias", { false }, "llama")
-  must(hf, dir, "mlp_bias", { false }, "llama")
-  if hf.rope_scaling ~= nil then fail(dir, "config.json 'rope_scaling' = %s is not supported for llama (only null: plain RoPE)", json.encode(hf.rope_scaling)) end
+-- LLaMA (modeling_llama.py LlamaForCausalLM) and the families that are LLaMA's block with
+-- other config keys: fam names the family in messages
+local function llama_like(hf, dir, fam)
+  must(hf, dir, "hidden_act", { "silu" }, fam)
+  must(hf, dir, "attention_bias", { false }, fam)
+  must(hf, dir, "mlp_bias", { false }, fam)
+  if hf.rope_scaling ~= nil then
+    fail(dir, "config.json 'rope_scaling' = %s is not supported for %s (only null: plain RoPE; LLaMA-3.1's \"llama3\" frequency scaling needs the engine's RoPE to take per-frequency factors)",
+         json.encode(hf.rope_scaling), fam)
+  end
   local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
   local KV = size(hf, dir, "num_key_value_heads", NH)
   heads(dir, "num_attention_heads", NH, "hidden_size", Cd, "num_key_value_heads", KV)
   if hf.head_dim ~= nil and hf.head_dim ~= json.null and int(hf, dir, "head_dim") * NH ~= Cd then
-    fail(dir, "config.json 'head_dim' = %d with %d heads differs from hidden_size %d: not supported for llama", hf.head_dim, NH, Cd)
+    fail(dir, "config.json 'head_dim' = %d with %d heads differs from hidden_size %d: not supported for %s", hf.head_dim, NH, Cd, fam)
   end
   return { family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings", 2048),
            n_layer = size(hf, dir, "num_hidden_layers"), n_head = NH, n_kv_head = KV,
            d_model = Cd, d_ff = size(hf, dir, "intermediate_size"), norm_eps = positive(hf, dir, "rms_norm_eps", 1e-6),
            rope_base = positive(hf, dir, "rope_theta", 10000.0), tie_embeddings = key(hf, dir, "tie_word_embeddings", false),
            init = "hf", dropout = 0.0 }
+end
+function from_hf.llama(hf, dir) return llama_like(hf, dir, "llama") end
+-- Mistral (modeling_mistral.py MistralForCausalLM): LLaMA's block and tensor names, with a
+-- sliding window (each query sees the last sliding_window keys: key j for query i when
+-- i − j < sliding_window). For T <= sliding_window the window masks nothing, so the model is
+-- LLaMA's exactly; the engine's attention has no window, so sliding_window bounds the sequence
+-- length (block_size): a longer sequence is refused by the model, never computed unwindowed.
+-- sliding_window null (Mistral-7B v0.2 and later) means full causal attention.
+function from_hf.mistral(hf, dir)
+  local c = llama_like(hf, dir, "mistral")
+  if hf.sliding_window ~= nil then
+    local w = size(hf, dir, "sliding_window")
+    if w < c.block_size then c.block_size = w end
+  end
+  return c
 end
 function from_hf.vit(hf, dir)
   must(hf, dir, "qkv_bias", { true }, "vit")
@@ -306,7 +326,7 @@ end
 local layout = {}   -- family -> { prefix(s), global(c), layer(c, l, lo), ignore = {patterns}, head_prefix }
 -- the config.json key of the number of layers
 local LAYER_KEY = { gpt2 = "n_layer", opt = "num_hidden_layers", bert = "num_hidden_layers", llama = "num_hidden_layers",
-                    vit = "num_hidden_layers" }
+                    mistral = "num_hidden_layers", vit = "num_hidden_layers" }
 
 layout.gpt2 = {
   prefixes = { "transformer.", "" }, export_prefix = "transformer.",
@@ -467,6 +487,7 @@ layout.vit = {
       up = "intermediate.dense", down = "output.dense", ln2 = "layernorm_after" }, "intermediate_size")
   end,
 }
+layout.mistral = layout.llama   -- MistralForCausalLM's names are LlamaForCausalLM's
 M.layout = layout
 
 -- every entry of a model config, layers in order: global first, then layer 0 .. L-1
@@ -485,7 +506,7 @@ local Dir = {}
 Dir.__index = Dir
 
 local PICKLES = { "%.bin$", "%.pt$", "%.pth$", "%.ckpt$", "%.pkl$" }
-local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM",
+local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM", mistral = "AutoModelForCausalLM",
                      bert = "AutoModelForMaskedLM", vit = "AutoModelForImageClassification" }
 
 local shape_buf = ffi.new("int64_t[8]")

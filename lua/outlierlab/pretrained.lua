@@ -24,6 +24,7 @@ M.EXPERIMENTS = {
   ["qt-fig1"] = { families = { bert = true, gpt2 = true, opt = true, llama = true }, text = true },
   ["qt-fig2"] = { families = { bert = true, gpt2 = true, opt = true, llama = true }, text = true },
   ["qt-fig3"] = { families = { vit = true }, text = false },
+  ["so-fig1"] = { families = { gpt2 = true, opt = true, llama = true }, text = true },
   ["so-fig3"] = { families = { gpt2 = true, opt = true, llama = true, bert = true }, text = true },
   ["so-fig5"] = { families = { llama = true }, text = false, why = "the gate, up and down projections of a SwiGLU MLP" },
   ["so-fig6"] = { families = { gpt2 = true, opt = true, llama = true, bert = true }, text = true },
@@ -116,8 +117,12 @@ function M.attach(exp, opts, cfg)
     local T = cfg.seq_len
     if T and T > cfg_m.block_size then
       d:close()
-      error(string.format("experiment %s: seq_len %d exceeds the model's %d positions (config.json); use --seq_len=%d or less", id, T,
-        cfg_m.block_size, cfg_m.block_size), 0)
+      local why = "config.json"
+      if d.family == "mistral" and d.hf.sliding_window == cfg_m.block_size then
+        why = "config.json 'sliding_window': the engine's attention has no window, so a Mistral reads at most that many tokens"
+      end
+      error(string.format("experiment %s: seq_len %d exceeds the model's %d positions (%s); use --seq_len=%d or less", id, T,
+        cfg_m.block_size, why, cfg_m.block_size), 0)
     end
     if cfg.vocab_size then cfg.vocab_size = cfg_m.vocab_size end
   end
