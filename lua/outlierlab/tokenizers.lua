@@ -347,6 +347,17 @@ function Tokenizer:bert_words(text, fn)
   flush()
 end
 
+-- Unicode NFC (utf8proc: STABLE | COMPOSE), the NFC normalizer of Qwen2's tokenizer.json
+local function nfc(text)
+  local _, U = libs()
+  local dst = ffi.new("uint8_t *[1]")
+  local n = U.utf8proc_map(text, #text, dst, 2 + 8)
+  if n < 0 then error("tokenizers: text is not valid UTF-8 (NFC failed)", 3) end
+  local out = ffi.string(dst[0], n)
+  ffi.C.free(dst[0])
+  return out
+end
+
 -- text -> list of token ids (no special tokens added). opts.continuation = true: the text
 -- continues an earlier call's (no space or "▁" is prepended to its start)
 function Tokenizer:encode(text, opts)
@@ -360,8 +371,16 @@ function Tokenizer:encode(text, opts)
     if self.kind == "wordpiece" then
       self:bert_words(piece, function(w) self:word_ids(w, out) end)
     elseif self.kind == "bpe-bytes" then
+      if self.nfc then piece = nfc(piece) end
       if self.add_prefix_space and first and not cont and piece:sub(1, 1) ~= " " then piece = " " .. piece end
-      self.re:each(piece, function(a, b) self:word_ids(piece:sub(a + 1, b), out) end)
+      local re2 = self.re2
+      if not self.re then self:word_ids(piece, out)
+      elseif re2 then
+        self.re:each(piece, function(a, b)
+          local w = piece:sub(a + 1, b)
+          re2:each(w, function(c, d) self:word_ids(w:sub(c + 1, d), out) end)
+        end)
+      else self.re:each(piece, function(a, b) self:word_ids(piece:sub(a + 1, b), out) end) end
     else   -- SentencePiece-style: spaces are "▁", one "▁" in front, words split before each "▁"
       local s = piece:gsub(" ", "▁")
       -- the legacy Prepend normalizer prepends always; the Metaspace pre-tokenizer only when the
@@ -464,8 +483,17 @@ end
 function M.bpe_bytes(vocab, merges, o)
   o = o or {}
   local t = new("bpe-bytes", vocab, { where = o.where or "bpe", ranks = merge_ranks(merges, o.where or "bpe"),
-                                       add_prefix_space = o.add_prefix_space })
-  t.re = M.regex(o.pattern or GPT2_PATTERN)
+                                       add_prefix_space = o.add_prefix_space, ignore_merges = o.ignore_merges, nfc = o.nfc })
+  -- o.pattern: a Split pre-tokenizer's regex; o.byte_regex = false: ByteLevel(use_regex =
+  -- false), so GPT-2's regex does not split again inside the Split's pieces (LLaMA-3, Qwen2)
+  if o.pattern then
+    t.re = M.regex(o.pattern)
+    if o.byte_regex ~= false then t.re2 = M.regex(GPT2_PATTERN) end
+  elseif o.byte_regex ~= false then
+    t.re = M.regex(GPT2_PATTERN)
+  else
+    t.chunk_safe = false   -- the whole text is one word: data.text must not cut it
+  end
   return t
 end
 
@@ -588,13 +616,24 @@ function M.from_json(path, dir)
     for _, p in ipairs(pres) do
       if p.type == "ByteLevel" then bytelevel = p
       elseif p.type == "Split" and type(p.pattern) == "table" and p.pattern.Regex and (p.behavior == "Isolated" or p.behavior == nil) and not p.invert then
+        if pattern then error(string.format("tokenizers: %s: two Split pre-tokenizers are not supported", path), 0) end
         pattern = p.pattern.Regex
       elseif p.type == "Metaspace" then meta = p
       else error(string.format("tokenizers: %s: pre-tokenizer %s is not supported", path, json.encode(p)), 0) end
     end
     if bytelevel then
-      t = M.bpe_bytes(model.vocab, model.merges or {}, { where = path, pattern = pattern,
-                                                          add_prefix_space = bytelevel.add_prefix_space })
+      -- a byte-level model reads the text as it is, or in NFC (Qwen2); other normalizers are refused
+      local nfc_on = false
+      local function norm(n)
+        if n == nil then return end
+        if n.type == "Sequence" then for _, x in ipairs(n.normalizers or {}) do norm(x) end
+        elseif n.type == "NFC" then nfc_on = true
+        else error(string.format("tokenizers: %s: normalizer %s is not supported with a ByteLevel pre-tokenizer", path, json.encode(n)), 0) end
+      end
+      norm(j.normalizer)
+      t = M.bpe_bytes(model.vocab, model.merges or {}, { where = path, pattern = pattern, byte_regex = bytelevel.use_regex,
+                                                          add_prefix_space = bytelevel.add_prefix_space,
+                                                          ignore_merges = model.ignore_merges == true, nfc = nfc_on })
     else
       local steps = normalizer_steps(j.normalizer, path)
       local prepend = false

@@ -81,5 +81,44 @@ local wj = tokenizers.load(dir)
 ids = wj:encode("A\u{2029}B")
 t.ok(same(ids, { 4, 5 }), "WordPiece (tokenizer.json): 'A<U+2029>B' -> a b", show(ids))
 
+-- LLaMA-3's tokenizer.json: Split(its regex, Isolated) then ByteLevel(use_regex = false), and
+-- a BPE model with ignore_merges = true (a word that is a vocabulary entry is one token even
+-- when the merges would not build it). Byte-level symbols: Ġ = space.
+do
+  local pattern = [[(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+]]
+  local v = {}
+  local n = 0
+  for c in ("abcdefghijklmnopqrstuvwxyzHIT0123456789'.,!"):gmatch(".") do v[c] = n n = n + 1 end
+  v["Ġ"], v["Ċ"] = n, n + 1
+  v["Ġhello"] = 100 v["Ġw"] = 101 v["123"] = 102 v["45"] = 103 v["'S"] = 104 v["<|begin_of_text|>"] = 105
+  local function l3(ignore, use_regex)
+    local d = dir .. "/l3-" .. tostring(ignore) .. tostring(use_regex)
+    os.execute("mkdir -p " .. d)
+    write(d .. "/tokenizer.json", json.encode({ added_tokens = { { id = 105, content = "<|begin_of_text|>", special = true } },
+      pre_tokenizer = { type = "Sequence", pretokenizers = { { type = "Split", pattern = { Regex = pattern }, behavior = "Isolated", invert = false },
+                                                              { type = "ByteLevel", add_prefix_space = false, trim_offsets = true, use_regex = use_regex } } },
+      model = { type = "BPE", ignore_merges = ignore, vocab = v, merges = { { "Ġ", "w" }, { "1", "2" }, { "12", "3" }, { "4", "5" } } } }))
+    write(d .. "/tokenizer_config.json", json.encode({ bos_token = "<|begin_of_text|>" }))
+    return tokenizers.load(d)
+  end
+  local tk = l3(true, false)
+  local got = tk:encode("IT'S hello w12345")
+  -- "IT" "'S" " hello" " w" "123" "45": (?i:'s) takes 'S; \p{N}{1,3} cuts digits in threes
+  t.ok(same(got, { v.I, v.T, 104, 100, 101, 102, 103 }), "LLaMA-3 tokenizer.json: 'IT'S hello w12345' -> I T 'S Ġhello Ġw 123 45 (ignore_merges keeps Ġhello whole)", show(got))
+  got = l3(false, false):encode(" hello")
+  t.ok(same(got, { v["Ġ"], v.h, v.e, v.l, v.l, v.o }), "ignore_merges = false: ' hello' -> Ġ h e l l o (no merge builds it)", show(got))
+  t.is(tk.special.bos, 105, "LLaMA-3: BOS <|begin_of_text|> from tokenizer_config.json")
+  -- ByteLevel with use_regex = true after a Split applies GPT-2's regex inside each piece too:
+  -- "a1" is one piece of the Split regex below, GPT-2's regex cuts it into "a" "1"
+  local d = dir .. "/both"
+  os.execute("mkdir -p " .. d)
+  write(d .. "/tokenizer.json", json.encode({ pre_tokenizer = { type = "Sequence", pretokenizers = {
+      { type = "Split", pattern = { Regex = [[\S+|\s+]] }, behavior = "Isolated", invert = false },
+      { type = "ByteLevel", add_prefix_space = false, use_regex = true } } },
+    model = { type = "BPE", vocab = { a = 0, ["1"] = 1, a1 = 2 }, merges = { { "a", "1" } } } }))
+  got = tokenizers.load(d):encode("a1")
+  t.ok(same(got, { 0, 1 }), "Split then ByteLevel(use_regex = true): both regexes apply ('a1' -> a 1)", show(got))
+end
+
 os.execute("rm -rf " .. dir)
 return t.done()
