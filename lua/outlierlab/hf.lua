@@ -20,8 +20,15 @@
 --         (transform + bias, decoder tied to the word embedding); the NSP head is skipped.
 --   llama LLaMA: grouped-query attention, rope_theta, rms_norm_eps, tied or untied head. HF
 --         stores q/k in the rotate-half layout that engine/ops_model.c's RoPE uses: no permutation.
+--   mistral  Mistral (modeling_mistral.py MistralForCausalLM): LLaMA's names and block;
+--         sliding_window bounds the sequence length (the window masks nothing for
+--         T <= sliding_window; the engine's attention has none), see from_hf.mistral.
 --   vit   ViT (vit.* and classifier): [CLS], the patch embedding convolution (C, 3, P, P) as
 --         the linear layer over patches flattened in (channel, row, column) order.
+-- Before anything is built, open() checks the config values (sizes 1 .. 2^31-1, heads dividing
+-- the width, positive finite epsilons and rope_theta, each named by its config.json key), counts
+-- the layers config.json asks for in the files, and resolves every tensor's shape and dtype;
+-- load() and stream.open() refuse a tensor holding +-Inf or NaN (Dir:check_finite).
 -- Every mismatch is an error that names the directory and the first tensor missing, extra or
 -- mis-shaped (with the config key behind the expected shape), or the config key or family that
 -- is not supported. PyTorch pickles (.bin, .pt) are refused, never unpickled: the message says
