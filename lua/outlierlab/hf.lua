@@ -23,6 +23,9 @@
 --   mistral  Mistral (modeling_mistral.py MistralForCausalLM): LLaMA's names and block;
 --         sliding_window bounds the sequence length (the window masks nothing for
 --         T <= sliding_window; the engine's attention has none), see from_hf.mistral.
+--   phi3  Phi-3 (modeling_phi3.py Phi3ForCausalLM): LLaMA's block with fused qkv_proj and
+--         gate_up_proj split into q, k, v, gate, up by rows (layout.phi3); sliding_window as
+--         Mistral's.
 --   vit   ViT (vit.* and classifier): [CLS], the patch embedding convolution (C, 3, P, P) as
 --         the linear layer over patches flattened in (channel, row, column) order.
 -- Before anything is built, open() checks the config values (sizes 1 .. 2^31-1, heads dividing
@@ -45,7 +48,7 @@ pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
 local DTYPES = { F32 = C.OL_ST_F32, F16 = C.OL_ST_F16, BF16 = C.OL_ST_BF16, F64 = C.OL_ST_F64 }
 local ESIZE = { F32 = 4, F16 = 2, BF16 = 2, F64 = 8 }
 local TORCH_DTYPE = { F32 = "float32", F16 = "float16", BF16 = "bfloat16" }
-M.FAMILIES = { "bert", "gpt2", "llama", "mistral", "opt", "vit" }
+M.FAMILIES = { "bert", "gpt2", "llama", "mistral", "opt", "phi3", "vit" }
 
 local function fail(where, fmt, ...) error("hf: " .. where .. ": " .. string.format(fmt, ...), 0) end
 local function shape_str(s) return "(" .. table.concat(s, ",") .. ")" end
@@ -225,13 +228,24 @@ function from_hf.llama(hf, dir) return llama_like(hf, dir, "llama") end
 -- LLaMA's exactly; the engine's attention has no window, so sliding_window bounds the sequence
 -- length (block_size): a longer sequence is refused by the model, never computed unwindowed.
 -- sliding_window null (Mistral-7B v0.2 and later) means full causal attention.
-function from_hf.mistral(hf, dir)
-  local c = llama_like(hf, dir, "mistral")
+local function sliding_window(hf, dir, c)
   if hf.sliding_window ~= nil then
     local w = size(hf, dir, "sliding_window")
     if w < c.block_size then c.block_size = w end
   end
   return c
+end
+function from_hf.mistral(hf, dir) return sliding_window(hf, dir, llama_like(hf, dir, "mistral")) end
+-- Phi-3 (modeling_phi3.py Phi3ForCausalLM; Phi-3-mini/medium 4k): LLaMA's block (RMSNorm,
+-- rotate-half RoPE over the whole head, SwiGLU) with fused projections: qkv_proj (q | k | v
+-- rows: num_attention_heads·head_dim, then num_key_value_heads·head_dim twice) and
+-- gate_up_proj (gate | up rows: modeling_phi3's chunk(2, dim=-1) then up · silu(gate)); the
+-- import copies each row block into the project's q, k, v, gate and up (layout.phi3).
+-- sliding_window as Mistral's. Refused: rope_scaling (the 128k models' "longrope"/"su") and a
+-- partial_rotary_factor below 1 (Phi-4-mini).
+function from_hf.phi3(hf, dir)
+  must(hf, dir, "partial_rotary_factor", { 1, 1.0 }, "phi3")
+  return sliding_window(hf, dir, llama_like(hf, dir, "phi3"))
 end
 function from_hf.vit(hf, dir)
   must(hf, dir, "qkv_bias", { true }, "vit")
@@ -333,7 +347,7 @@ end
 local layout = {}   -- family -> { prefix(s), global(c), layer(c, l, lo), ignore = {patterns}, head_prefix }
 -- the config.json key of the number of layers
 local LAYER_KEY = { gpt2 = "n_layer", opt = "num_hidden_layers", bert = "num_hidden_layers", llama = "num_hidden_layers",
-                    mistral = "num_hidden_layers", vit = "num_hidden_layers" }
+                    mistral = "num_hidden_layers", phi3 = "num_hidden_layers", vit = "num_hidden_layers" }
 
 layout.gpt2 = {
   prefixes = { "transformer.", "" }, export_prefix = "transformer.",
@@ -495,11 +509,34 @@ layout.vit = {
   end,
 }
 layout.mistral = layout.llama   -- MistralForCausalLM's names are LlamaForCausalLM's
+layout.phi3 = {
+  prefixes = { "model.", "" }, export_prefix = "model.",
+  ignore = { "^layers%.%d+%.self_attn%.rotary_emb%.inv_freq$" },
+  global = layout.llama.global,
+  layer = function(c, l, lo)
+    local Cd, F = c.d_model, c.d_ff
+    local KV = (c.n_kv_head or c.n_head) * (Cd / c.n_head)
+    local h, o = "layers." .. l .. ".", "layers" .. lo .. "."
+    return {
+      E(h .. "self_attn.qkv_proj.weight", { Cd + 2 * KV, Cd }, "hidden_size + 2 × num_key_value_heads × head_dim, hidden_size",
+        { { ours = o .. "attn.q_proj.weight", off = 0 }, { ours = o .. "attn.k_proj.weight", off = Cd * Cd },
+          { ours = o .. "attn.v_proj.weight", off = Cd * Cd + KV * Cd } }),
+      E(h .. "self_attn.o_proj.weight", { Cd, Cd }, "hidden_size", one(o .. "attn.o_proj.weight")),
+      E(h .. "mlp.gate_up_proj.weight", { 2 * F, Cd }, "2 × intermediate_size, hidden_size",
+        { { ours = o .. "mlp.gate_proj.weight", off = 0 }, { ours = o .. "mlp.up_proj.weight", off = F * Cd } }),
+      E(h .. "mlp.down_proj.weight", { Cd, F }, "hidden_size, intermediate_size", one(o .. "mlp.down_proj.weight")),
+      E(h .. "input_layernorm.weight", { Cd }, "hidden_size", one(o .. "ln1.weight")),
+      E(h .. "post_attention_layernorm.weight", { Cd }, "hidden_size", one(o .. "ln2.weight")),
+    }
+  end,
+}
 M.layout = layout
 
 -- every entry of a model config, layers in order: global first, then layer 0 .. L-1
-function M.entries(cfg)
-  local lay = layout[cfg.family]
+-- (family: the directory's layout when it differs from the model's family, e.g. phi3's fused
+-- tensors for a llama model)
+function M.entries(cfg, family)
+  local lay = layout[family or cfg.family]
   local out = {}
   for _, e in ipairs(lay.global(cfg)) do out[#out + 1] = e end
   for l = 0, cfg.n_layer - 1 do
@@ -513,7 +550,7 @@ local Dir = {}
 Dir.__index = Dir
 
 local PICKLES = { "%.bin$", "%.pt$", "%.pth$", "%.ckpt$", "%.pkl$" }
-local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM", mistral = "AutoModelForCausalLM",
+local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM", mistral = "AutoModelForCausalLM", phi3 = "AutoModelForCausalLM",
                      bert = "AutoModelForMaskedLM", vit = "AutoModelForImageClassification" }
 
 local shape_buf = ffi.new("int64_t[8]")
@@ -624,7 +661,7 @@ function M.open(dir, opts)
     end
     local used = {}
     self.pending = cfg
-    self:resolve(M.entries(cfg), used)
+    self:resolve(M.entries(cfg, family), used)
     self:check_extra(used)
     self.pending = nil
     cfg.name = opts.name or self.name
@@ -824,7 +861,7 @@ function M.load(dir, opts)
     local cfg = d.cfg
     -- names, shapes, dtypes and values checked before anything is built
     local used = {}
-    local entries = d:resolve(M.entries(cfg), used)
+    local entries = d:resolve(M.entries(cfg, d.family), used)
     d:check_extra(used)
     d:check_finite(entries)
     local nparams = models.count_params(cfg)

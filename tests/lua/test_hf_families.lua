@@ -7,6 +7,11 @@
 --            sliding window; config.json sliding_window bounds the sequence length (the
 --            window is the identity for T <= sliding_window, so nothing else is needed).
 --   llama3   LLaMA-3-8B's config shape: rope_theta 5e5, GQA, untied head, rope_scaling null.
+--   phi3     Phi3ForCausalLM (modeling_phi3.py, Phi-3-mini-4k): LLaMA's block with q, k, v fused
+--            in qkv_proj (rows q | k | v) and gate, up in gate_up_proj (rows gate | up, chunked
+--            in two: up · silu(gate)); sliding_window as Mistral's. The test writes these files
+--            itself (fusing the tensors of an exported LLaMA), and the reference slices the
+--            fused projections' outputs, as modeling_phi3.py does.
 -- Each: one file and shards, F32 and BF16; logits and every layer's output h equal the
 -- reference to fp32 rounding; so-fig1 and so-fig3 run end to end on the Mistral directory.
 local t = require "outlierlab.tap"
@@ -120,7 +125,19 @@ local function reference(W, c, ids, prefix)
   for l = 0, c.num_hidden_layers - 1 do
     local p = prefix .. "layers." .. l .. "."
     local a = rmsnorm(x, W[p .. "input_layernorm.weight"], eps)
-    local q, k, v = linear(a, W[p .. "self_attn.q_proj.weight"]), linear(a, W[p .. "self_attn.k_proj.weight"]), linear(a, W[p .. "self_attn.v_proj.weight"])
+    local q, k, v
+    if W[p .. "self_attn.qkv_proj.weight"] then   -- Phi-3: qkv = qkv_proj(x); q, k, v = slices of the last dim
+      local qkv = linear(a, W[p .. "self_attn.qkv_proj.weight"])
+      q, k, v = {}, {}, {}
+      for t0 = 1, T do
+        local r = qkv[t0]
+        q[t0] = { unpack(r, 1, NH * HD) }
+        k[t0] = { unpack(r, NH * HD + 1, NH * HD + NKV * HD) }
+        v[t0] = { unpack(r, NH * HD + NKV * HD + 1, NH * HD + 2 * NKV * HD) }
+      end
+    else
+      q, k, v = linear(a, W[p .. "self_attn.q_proj.weight"]), linear(a, W[p .. "self_attn.k_proj.weight"]), linear(a, W[p .. "self_attn.v_proj.weight"])
+    end
     for t0 = 1, T do rope(q[t0], NH, HD, t0 - 1, theta) rope(k[t0], NKV, HD, t0 - 1, theta) end
     local att = {}
     for t0 = 1, T do att[t0] = {} end
@@ -148,7 +165,18 @@ local function reference(W, c, ids, prefix)
     local o = linear(att, W[p .. "self_attn.o_proj.weight"])
     for t0 = 1, T do for i = 1, C do x[t0][i] = x[t0][i] + o[t0][i] end end
     local m = rmsnorm(x, W[p .. "post_attention_layernorm.weight"], eps)
-    local g, u = linear(m, W[p .. "mlp.gate_proj.weight"]), linear(m, W[p .. "mlp.up_proj.weight"])
+    local g, u
+    if W[p .. "mlp.gate_up_proj.weight"] then   -- Phi-3: gate, up = gate_up_proj(x).chunk(2, dim=-1)
+      local gu = linear(m, W[p .. "mlp.gate_up_proj.weight"])
+      g, u = {}, {}
+      for t0 = 1, T do
+        local F = #gu[t0] / 2
+        g[t0] = { unpack(gu[t0], 1, F) }
+        u[t0] = { unpack(gu[t0], F + 1, 2 * F) }
+      end
+    else
+      g, u = linear(m, W[p .. "mlp.gate_proj.weight"]), linear(m, W[p .. "mlp.up_proj.weight"])
+    end
     for t0 = 1, T do for i = 1, #g[t0] do g[t0][i] = silu(g[t0][i]) * u[t0][i] end end
     local d = linear(g, W[p .. "mlp.down_proj.weight"])
     for t0 = 1, T do for i = 1, C do x[t0][i] = x[t0][i] + d[t0][i] end end
@@ -213,6 +241,56 @@ local function make(name, preset, over, edit, opts)
   return dir, c
 end
 
+-- Phi-3's layout written from a LLaMA directory: qkv_proj = rows q | k | v, gate_up_proj =
+-- rows gate | up; dtype "F32" or "BF16"; shards = 2 puts the layers in a second file
+local DT = { F32 = ol.C.OL_ST_F32, BF16 = ol.C.OL_ST_BF16 }
+local function write_phi3(dir, dtype, shards)
+  local W = load_dir(dir)
+  os.execute("rm -f " .. dir .. "/*.safetensors " .. dir .. "/model.safetensors.index.json")
+  local out = {}
+  local function put(name, shape, v) out[#out + 1] = { name = name, shape = shape, v = v } end
+  for name, w in pairs(W) do
+    if not name:find("self_attn%.[qkv]_proj") and not name:find("mlp%.gate_proj") and not name:find("mlp%.up_proj") then put(name, w.shape, w.v) end
+  end
+  local l = 0
+  while W["model.layers." .. l .. ".self_attn.q_proj.weight"] do
+    local p = "model.layers." .. l .. "."
+    local q, k, v = W[p .. "self_attn.q_proj.weight"], W[p .. "self_attn.k_proj.weight"], W[p .. "self_attn.v_proj.weight"]
+    local cat = {}
+    for _, x in ipairs { q, k, v } do for _, y in ipairs(x.v) do cat[#cat + 1] = y end end
+    put(p .. "self_attn.qkv_proj.weight", { q.shape[1] + k.shape[1] + v.shape[1], q.shape[2] }, cat)
+    local g, u = W[p .. "mlp.gate_proj.weight"], W[p .. "mlp.up_proj.weight"]
+    cat = {}
+    for _, x in ipairs { g, u } do for _, y in ipairs(x.v) do cat[#cat + 1] = y end end
+    put(p .. "mlp.gate_up_proj.weight", { 2 * g.shape[1], g.shape[2] }, cat)
+    l = l + 1
+  end
+  table.sort(out, function(a, b) return a.name < b.name end)
+  local files, wm = {}, {}
+  for _, e in ipairs(out) do
+    local f = (shards == 2 and e.name:find("layers")) and 2 or 1
+    files[f] = files[f] or {}
+    table.insert(files[f], e)
+  end
+  for i, list in ipairs(files) do
+    local fname = shards == 2 and string.format("model-%05d-of-00002.safetensors", i) or "model.safetensors"
+    local w = ol.C.ol_st_writer_new()
+    local keep = {}
+    for _, e in ipairs(list) do
+      local n = #e.v
+      local f32 = ffi.new("float[?]", n, e.v)
+      local data = f32
+      if dtype == "BF16" then data = ffi.new("uint16_t[?]", n) assert(ol.C.ol_hf_from_f32(f32, n, DT.BF16, data) == 0) end
+      keep[#keep + 1] = data
+      assert(ol.C.ol_st_writer_add(w, e.name, DT[dtype], #e.shape, ffi.new("int64_t[?]", #e.shape, e.shape), data) == 0)
+      wm[e.name] = fname
+    end
+    assert(ol.C.ol_st_writer_save(w, dir .. "/" .. fname) == 0)
+    ol.C.ol_st_writer_free(w)
+  end
+  if shards == 2 then write(dir .. "/model.safetensors.index.json", json.encode({ metadata = {}, weight_map = wm })) end
+end
+
 local ids = {}
 for i = 1, 14 do ids[i] = (i * 37 + 11) % 256 end
 local variants = {
@@ -220,11 +298,15 @@ local variants = {
     function(c) c.model_type = "mistral" c.architectures = { "MistralForCausalLM" } c.sliding_window = 16 end },
   { "llama3", "llama-quick", { n_head = 4, n_kv_head = 1, tie_embeddings = false, rope_base = 500000 },
     function(c) c.rope_scaling = json.null c.architectures = { "LlamaForCausalLM" } end },
+  { "phi3", "llama-quick", { n_head = 4, n_kv_head = 2, tie_embeddings = false, rope_base = 10000 },
+    function(c) c.model_type = "phi3" c.architectures = { "Phi3ForCausalLM" } c.sliding_window = 2047 c.rope_scaling = json.null end,
+    write_phi3 },
 }
 for _, vt in ipairs(variants) do
   for _, o in ipairs { { tag = "f32", opts = {} }, { tag = "bf16-shards", opts = { dtype = "BF16", shard_bytes = 60000 } } } do
     local name = vt[1] .. "-" .. o.tag
-    local dir, c = make(name, vt[2], vt[3], vt[4], o.opts)
+    local dir, c = make(name, vt[2], vt[3], vt[4], vt[5] and {} or o.opts)
+    if vt[5] then vt[5](dir, o.opts.dtype or "F32", o.opts.shard_bytes and 2 or 1) end
     local W = load_dir(dir)
     local prefix = W["model.embed_tokens.weight"] and "model." or ""
     local ref, rhs = reference(W, c, ids, prefix)
@@ -266,6 +348,16 @@ for _, id in ipairs { "so-fig1", "so-fig3" } do
     id, d, root .. "/text.txt", root, root))
   t.ok(ok and out:find("mistral-f32", 1, true), id .. " runs end to end on the Mistral directory", out)
 end
+-- Phi-3 streamed layer by layer (fused tensors converted per layer) = in memory
+local dp = root .. "/phi3-bf16-shards"
+os.execute("cp " .. d .. "/tokenizer*.json " .. dp .. "/")
+local rep = {}
+for _, st in ipairs { "no", "yes" } do
+  local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --model=%s --text=%s --seq_len=16 --stream=%s --out=%s/results-%s --cache=%s/cache-%s",
+    dp, root .. "/text.txt", st, root, st, root, st))
+  rep[st] = ok and out:match("reproduced: ([^\n]*)") or out
+end
+t.ok(rep.no == rep.yes and rep.no:find("phi3", 1, true), "phi3: so-fig3 streamed from the sharded BF16 files = in memory", rep.no .. "\n" .. rep.yes)
 local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --model=%s --text=%s --seq_len=32 --out=%s/results --cache=%s/cache",
   d, root .. "/text.txt", root, root))
 t.ok(not ok and out:find("sliding_window", 1, true), "so-fig3 with seq_len beyond Mistral's sliding_window: refused naming it", out)
