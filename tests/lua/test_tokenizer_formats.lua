@@ -67,6 +67,8 @@ t.ok(same(ids, { 15, 3, 12 }), "Metaspace split = true: 'w  hello' -> ▁w ▁ �
 ids = first:encode("<s>hello")
 t.ok(same(ids, { 1, 4, 5, 6, 6, 7 }), "Metaspace (first): '<s>hello' -> <s> h e l l o", show(ids))
 t.is(first:decode({ 12, 15 }), "hello w", "Metaspace: decode drops the prepended ▁")
+t.is(first:category(1), "initial", "Metaspace tokenizer: <s> is initial")
+t.is(first:category(2), "delimiter", "Metaspace tokenizer: </s> is a delimiter")
 
 -- BERT: U+2028 and U+2029 are whitespace
 write(dir .. "/vocab.txt", table.concat({ "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c" }, "\n") .. "\n")
@@ -108,6 +110,10 @@ do
   got = l3(false, false):encode(" hello")
   t.ok(same(got, { v["Ġ"], v.h, v.e, v.l, v.l, v.o }), "ignore_merges = false: ' hello' -> Ġ h e l l o (no merge builds it)", show(got))
   t.is(tk.special.bos, 105, "LLaMA-3: BOS <|begin_of_text|> from tokenizer_config.json")
+  -- token categories from the decoded text of each token
+  local cats = { tk:category(105), tk:category(v["."]), tk:category(v["Ċ"]), tk:category(v["Ġ"]), tk:category(100) }
+  t.ok(cats[1] == "initial" and cats[2] == "delimiter" and cats[3] == "delimiter" and cats[4] == "other" and cats[5] == "other",
+       "LLaMA-3 categories: <|begin_of_text|> initial, '.' and 'Ċ' (a line break) delimiters, 'Ġ' and 'Ġhello' other", table.concat(cats, " "))
   -- ByteLevel with use_regex = true after a Split applies GPT-2's regex inside each piece too:
   -- "a1" is one piece of the Split regex below, GPT-2's regex cuts it into "a" "1"
   local d = dir .. "/both"
