@@ -95,7 +95,7 @@ function M.attach(exp, opts, cfg)
     error(string.format("experiment %s: a %s model cannot be analysed here (%s: %s)", id, cfg_m.family,
       e.why or "families", table.concat(fams, ", ")), 0)
   end
-  local self = setmetatable({ id = id, dir = d.dir, name = d.name, cfg = cfg_m, d = d, text = opts.text ~= "" and opts.text or nil,
+  local self = setmetatable({ id = id, dir = d.dir, name = d.name, cfg = cfg_m, d = d, family = d.family, text = opts.text ~= "" and opts.text or nil,
                               stream = opts.stream or "auto" }, Pre)
   local files = { d.dir .. "/config.json" }
   if d.index then files[#files + 1] = d.dir .. "/model.safetensors.index.json" end
@@ -214,10 +214,11 @@ function M.analysis_settings(cfg)
   return out
 end
 
--- how a figure or a line names the model: "my-llama (llama, 6,738,415,616 parameters)"
+-- how a figure or a line names the model: "Mistral-7B-v0.1 (mistral, 7,241,732,096 parameters)"
+-- (the family is config.json's model_type: a Mistral runs as the project's llama model)
 function Pre:label()
   local models = require "outlierlab.models"
-  return string.format("%s (%s, %s parameters)", self.name, self.cfg.family, models.commas(models.count_params(self.cfg)))
+  return string.format("%s (%s, %s parameters)", self.name, self.family or self.cfg.family, models.commas(models.count_params(self.cfg)))
 end
 
 -- the summary of a run on an imported model: the model and text named, the paper's statement
@@ -225,7 +226,7 @@ end
 function Pre:summary(run, s)
   local pm = M.paper_model(self.cfg)
   local mine = pm and M.PAPER[self.id] and M.PAPER[self.id][pm]
-  local what = string.format("model %s (%s, %s parameters, %s)%s", self.name, self.cfg.family,
+  local what = string.format("model %s (%s, %s parameters, %s)%s", self.name, self.family or self.cfg.family,
     require("outlierlab.models").commas(require("outlierlab.models").count_params(self.cfg)), self.dir,
     self.text and (", text " .. self.text) or ", synthetic images")
   local out = {}
