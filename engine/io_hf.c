@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -182,5 +183,88 @@ int ol_hf_release(const void *ptr, int64_t nbytes) {
     if (b <= a) return 0;
     if (madvise((void *)a, b - a, MADV_DONTNEED) != 0)
         OL_FAIL_INT("hf: madvise(DONTNEED) of %lld bytes failed: %s", (long long)(b - a), strerror(errno));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ checks and content keys */
+
+int64_t ol_hf_first_nonfinite(const void *src, int32_t dtype, int64_t n) {
+    int es = elem_size(dtype);
+    if (!es) OL_FAIL_INT("hf: cannot check %s values (F32, F16, BF16 and F64 are supported)", ol_st_dtype_name(dtype));
+    if (n < 0 || (n > 0 && !src)) OL_FAIL_INT("hf: first_nonfinite: bad arguments (n = %lld)", (long long)n);
+    const unsigned char *s = src;
+    int64_t first = n;
+    const int64_t CH = 1 << 16;
+    int64_t nch = (n + CH - 1) / CH;
+    #pragma omp parallel for schedule(static) reduction(min:first) if (n > (1 << 20))
+    for (int64_t c = 0; c < nch; c++) {
+        int64_t a = c * CH, b = a + CH < n ? a + CH : n;
+        for (int64_t i = a; i < b; i++) {
+            const unsigned char *p = s + (size_t)es * i;
+            int bad;
+            switch (dtype) {
+            case OL_ST_F32: { uint32_t u; memcpy(&u, p, 4); bad = (u & 0x7f800000u) == 0x7f800000u; break; }
+            case OL_ST_F16: { uint16_t h; memcpy(&h, p, 2); bad = (h & 0x7c00u) == 0x7c00u; break; }
+            case OL_ST_BF16: { uint16_t h; memcpy(&h, p, 2); bad = (h & 0x7f80u) == 0x7f80u; break; }
+            default: { uint64_t u; memcpy(&u, p, 8); bad = (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull; break; }
+            }
+            if (bad) { if (i < first) first = i; break; }
+        }
+    }
+    return first < n ? first : -1;
+}
+
+/* XXH64 (Yann Collet's xxHash, 64-bit variant, seed 0) over a file read in 4 MB blocks: every
+ * byte of the file enters the hash, at memory or disk speed (several GB/s from the page cache). */
+#define XP1 0x9E3779B185EBCA87ull
+#define XP2 0xC2B2AE3D27D4EB4Full
+#define XP3 0x165667B19E3779F9ull
+#define XP4 0x85EBCA77C2B2AE63ull
+#define XP5 0x27D4EB2F165667C5ull
+static inline uint64_t xrotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static inline uint64_t xround(uint64_t acc, uint64_t in) { acc += in * XP2; acc = xrotl(acc, 31); return acc * XP1; }
+static inline uint64_t xmerge(uint64_t acc, uint64_t v) { v = xround(0, v); acc ^= v; return acc * XP1 + XP4; }
+static inline uint64_t rd64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline uint32_t rd32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+int ol_hf_hash_file(const char *path, uint64_t *out) {
+    if (!path || !out) OL_FAIL_INT("hf: hash_file: bad arguments");
+    FILE *f = fopen(path, "rb");
+    if (!f) OL_FAIL_INT("hf: cannot read %s to hash it: %s", path, strerror(errno));
+    const size_t BS = (size_t)4 << 20;
+    unsigned char *buf = malloc(BS);
+    if (!buf) { fclose(f); OL_FAIL_INT("hf: hash_file: out of memory"); }
+    uint64_t v1 = XP1 + XP2, v2 = XP2, v3 = 0, v4 = (uint64_t)0 - XP1, total = 0;
+    size_t have = 0;   /* bytes in buf not yet hashed (< 32 after each pass) */
+    for (;;) {
+        size_t got = fread(buf + have, 1, BS - have, f);
+        if (got == 0) {
+            if (ferror(f)) { int e = errno; free(buf); fclose(f); OL_FAIL_INT("hf: reading %s failed: %s", path, strerror(e)); }
+            break;
+        }
+        total += got;
+        have += got;
+        size_t i = 0;
+        for (; i + 32 <= have; i += 32) {
+            v1 = xround(v1, rd64(buf + i)); v2 = xround(v2, rd64(buf + i + 8));
+            v3 = xround(v3, rd64(buf + i + 16)); v4 = xround(v4, rd64(buf + i + 24));
+        }
+        memmove(buf, buf + i, have - i);
+        have -= i;
+    }
+    fclose(f);
+    uint64_t h;
+    if (total >= 32) {
+        h = xrotl(v1, 1) + xrotl(v2, 7) + xrotl(v3, 12) + xrotl(v4, 18);
+        h = xmerge(h, v1); h = xmerge(h, v2); h = xmerge(h, v3); h = xmerge(h, v4);
+    } else h = XP5;
+    h += total;
+    const unsigned char *p = buf, *e = buf + have;
+    for (; p + 8 <= e; p += 8) { h ^= xround(0, rd64(p)); h = xrotl(h, 27) * XP1 + XP4; }
+    if (p + 4 <= e) { h ^= (uint64_t)rd32(p) * XP1; h = xrotl(h, 23) * XP2 + XP3; p += 4; }
+    for (; p < e; p++) { h ^= (uint64_t)(*p) * XP5; h = xrotl(h, 11) * XP1; }
+    h ^= h >> 33; h *= XP2; h ^= h >> 29; h *= XP3; h ^= h >> 32;
+    free(buf);
+    *out = h;
     return 0;
 }

@@ -487,5 +487,9 @@ int ol_hf_from_f32(const float *src, int64_t n, int32_t dtype, void *dst);
 /* Give the whole pages of a read-only file mapping inside [ptr, ptr+nbytes) back to the kernel
  * (madvise DONTNEED): they leave the resident set and are read again from the file if touched. */
 int ol_hf_release(const void *ptr, int64_t nbytes);
+/* Index of the first +-Inf or NaN among the n values at src (F32, F16, BF16, F64), or -1. */
+int64_t ol_hf_first_nonfinite(const void *src, int32_t dtype, int64_t n);
+/* *out = XXH64 (seed 0) of the whole content of the file at path (content-based cache keys). */
+int ol_hf_hash_file(const char *path, uint64_t *out);
 
 #endif

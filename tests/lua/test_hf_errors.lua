@@ -52,7 +52,7 @@ local cases = {
   { "kv", function(d) config_edit(d, function(c) c.num_key_value_heads = 2 end) end, "num_key_value_heads × head_dim, hidden_size" },
   { "scaling", function(d) config_edit(d, function(c) c.rope_scaling = { type = "linear", factor = 2 } end) end, "'rope_scaling'" },
   { "act", function(d) config_edit(d, function(c) c.hidden_act = "gelu" end) end, "'hidden_act' = \"gelu\" is not supported for llama" },
-  { "family", function(d) config_edit(d, function(c) c.model_type = "mamba" end) end, "model_type 'mamba' is not supported (supported: bert, gpt2, llama, opt, vit)" },
+  { "family", function(d) config_edit(d, function(c) c.model_type = "mamba" end) end, "model_type 'mamba' is not supported (supported: bert, gpt2, llama, mistral, opt, phi3, vit)" },
   { "noconfig", function(d) os.remove(d .. "/config.json") end, "no config.json" },
   { "shard", function(d) os.remove(d .. "/" .. shards[2]) end, "shard " .. shards[2] .. " named by model.safetensors.index.json is missing" },
   { "outside", function(d) index_edit(d, function(c) c.weight_map["model.norm.weight"] = "../good/model-00001-of-00003.safetensors" end) end, "outside the model directory" },

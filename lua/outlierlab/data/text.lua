@@ -17,8 +17,8 @@
 --   kind "mlm" (BERT): [CLS] + T−2 tokens + [SEP], token_type 0, pad_mask 1, targets −100
 --              (nothing masked: the analyses look at the model reading plain text).
 -- Only as much of the file is tokenized as the sequences need (max_tokens): the file is cut
--- after line breaks that every supported tokenizer splits at anyway, so the tokens equal those
--- of the whole text.
+-- after line breaks between two printable ASCII characters, where every supported tokenizer
+-- splits anyway, so the tokens equal those of the whole text (tests/lua/test_tokenizer_long.lua).
 local ffi = require "ffi"
 local files = require "outlierlab.data.files"
 
@@ -27,8 +27,9 @@ local M = {}
 local function read(path)
   local f, err = io.open(path, "rb")
   if not f then error("data.text: cannot open " .. tostring(err), 3) end
-  local s = f:read("*a")
+  local s, rerr = f:read("*a")
   f:close()
+  if not s then error(string.format("data.text: cannot read %s: %s (a directory?)", path, tostring(rerr)), 3) end
   return s
 end
 
@@ -45,13 +46,18 @@ function M.corpus(o)
   local chunk = o.chunk or 65536
   local ids = {}
   local pos, first = 1, true
-  -- chunks end after a "\n" that a non-space character follows (a token boundary for GPT-2's
-  -- regex, SentencePiece words and WordPiece alike); about 64 KB each
+  -- chunks end after a "\n" with a printable ASCII character on each side ("x\ny"): a token
+  -- boundary for GPT-2's and LLaMA-3's regexes, SentencePiece words and WordPiece alike. Not
+  -- "\n" before any non-space byte: before a non-breaking space (bytes C2 A0) or after another
+  -- line break or a space, GPT-2's regex joins the "\n" to the whitespace around it
+  -- (\s+(?!\S)), so a cut there changes the tokens. About 64 KB each; a tokenizer that has no
+  -- such boundary (a SentencePiece vocabulary with tokens across "\n") reads the text whole.
+  if tk.chunk_safe == false then chunk = math.huge end
   while pos <= #s and #ids < max do
     local stop = #s
     if #s - pos > chunk then
-      local i = s:find("\n%S", pos + chunk)
-      stop = i or #s
+      local i = s:find("[!-~]\n[!-~]", pos + chunk)
+      stop = i and i + 1 or #s
     end
     for _, id in ipairs(tk:encode(s:sub(pos, stop), { continuation = not first })) do ids[#ids + 1] = id end
     first = false

@@ -832,7 +832,9 @@ function M.stage(fig, from)
     local nc = run:netcdf()
     fig:netcdf(nc, data)
     nc:close()
-    local files, plan = M.draw(run.dir, run.id, fig, data)
+    -- an imported model's figure names the model (outlierlab.pretrained)
+    local f = run.pretrained and setmetatable({ title = fig.title .. " — " .. run.pretrained:label() }, { __index = fig }) or fig
+    local files, plan = M.draw(run.dir, run.id, f, data)
     for _, f in ipairs(files) do run.files[#run.files + 1] = f end
     return { panels = plan }
   end

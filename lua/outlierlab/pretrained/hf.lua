@@ -20,8 +20,18 @@
 --         (transform + bias, decoder tied to the word embedding); the NSP head is skipped.
 --   llama LLaMA: grouped-query attention, rope_theta, rms_norm_eps, tied or untied head. HF
 --         stores q/k in the rotate-half layout that engine/ops_model.c's RoPE uses: no permutation.
+--   mistral  Mistral (modeling_mistral.py MistralForCausalLM): LLaMA's names and block;
+--         sliding_window bounds the sequence length (the window masks nothing for
+--         T <= sliding_window; the engine's attention has none), see from_hf.mistral.
+--   phi3  Phi-3 (modeling_phi3.py Phi3ForCausalLM): LLaMA's block with fused qkv_proj and
+--         gate_up_proj split into q, k, v, gate, up by rows (layout.phi3); sliding_window as
+--         Mistral's.
 --   vit   ViT (vit.* and classifier): [CLS], the patch embedding convolution (C, 3, P, P) as
 --         the linear layer over patches flattened in (channel, row, column) order.
+-- Before anything is built, open() checks the config values (sizes 1 .. 2^31-1, heads dividing
+-- the width, positive finite epsilons and rope_theta, each named by its config.json key), counts
+-- the layers config.json asks for in the files, and resolves every tensor's shape and dtype;
+-- load() and stream.open() refuse a tensor holding +-Inf or NaN (Dir:check_finite).
 -- Every mismatch is an error that names the directory and the first tensor missing, extra or
 -- mis-shaped (with the config key behind the expected shape), or the config key or family that
 -- is not supported. PyTorch pickles (.bin, .pt) are refused, never unpickled: the message says
@@ -38,7 +48,7 @@ pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
 local DTYPES = { F32 = C.OL_ST_F32, F16 = C.OL_ST_F16, BF16 = C.OL_ST_BF16, F64 = C.OL_ST_F64 }
 local ESIZE = { F32 = 4, F16 = 2, BF16 = 2, F64 = 8 }
 local TORCH_DTYPE = { F32 = "float32", F16 = "float16", BF16 = "bfloat16" }
-M.FAMILIES = { "bert", "gpt2", "llama", "opt", "vit" }
+M.FAMILIES = { "bert", "gpt2", "llama", "mistral", "opt", "phi3", "vit" }
 
 local function fail(where, fmt, ...) error("hf: " .. where .. ": " .. string.format(fmt, ...), 0) end
 local function shape_str(s) return "(" .. table.concat(s, ",") .. ")" end
@@ -52,17 +62,34 @@ local function read_file(path)
 end
 M.read_file = read_file
 
+-- the XXH64 of a file's whole content as 16 hex digits (engine/io_hf.c ol_hf_hash_file):
+-- content-based cache keys for every file an analysis of an imported model reads
+local hash_buf = ffi.new("uint64_t[1]")
+function M.hash_file(path)
+  if C.ol_hf_hash_file(path, hash_buf) ~= 0 then ol.engine_error(1) end
+  local h = hash_buf[0]
+  return bit.tohex(tonumber(h / 0x100000000ULL)) .. bit.tohex(tonumber(h % 0x100000000ULL))
+end
+
 local function read_json(path, what)
   local text = read_file(path)
   if not text then return nil end
   local ok, v = pcall(json.decode, text, path)
-  if not ok then fail(what or path, "%s is not valid JSON: %s", path, tostring(v)) end
-  if type(v) ~= "table" then fail(what or path, "%s must hold a JSON object", path) end
+  if not ok then fail(what or path, "%s is not valid JSON: %s", path:match("([^/]+)$"), tostring(v):gsub("\n", " ")) end
+  if type(v) ~= "table" or v[1] ~= nil then fail(what or path, "%s must hold a JSON object", path:match("([^/]+)$")) end
   return v
 end
 
 local function exists(path) local f = io.open(path, "rb") if f then f:close() return true end return false end
 local function is_dir(path) return os.execute("test -d '" .. path:gsub("'", "'\\''") .. "'") == 0 end
+local function is_file(path) return os.execute("test -f '" .. path:gsub("'", "'\\''") .. "'") == 0 end
+M.is_dir, M.is_file = is_dir, is_file
+-- an engine error (safetensors header, …) as one line without a Lua source position
+local function engine_fail(where)
+  local msg = ffi.string(C.ol_error())
+  C.ol_clear_error()
+  error("hf: " .. where .. ": " .. (msg ~= "" and msg or "engine call failed"), 0)
+end
 local function list_dir(dir)
   local out = {}
   local p = io.popen("ls -A '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
@@ -76,7 +103,11 @@ end
 local ACT = { gelu = "gelu_erf", gelu_new = "gelu_tanh", gelu_pytorch_tanh = "gelu_tanh", relu = "relu" }
 local ACT_HF = { gelu_erf = "gelu", gelu_tanh = "gelu_new", relu = "relu" }
 
--- hf: the config.json table; key: its name; default: value when absent (nil: required)
+-- hf: the config.json table; key: its name; default: value when absent (nil: required).
+-- Integers are bounded (0 .. 2^31 - 1) here, and by the file's tensors in M.open before
+-- anything is built: a size in config.json never allocates more than the files hold.
+local MAX_INT = 2 ^ 31 - 1
+local function show(v) local ok, s = pcall(json.encode, v) return ok and s or tostring(v) end
 local function key(hf, dir, k, default, kind)
   local v = hf[k]
   if v == nil then
@@ -85,13 +116,31 @@ local function key(hf, dir, k, default, kind)
   end
   kind = kind or type(default)
   if kind == "integer" then
-    if type(v) ~= "number" or v ~= math.floor(v) or v < 0 then fail(dir, "config.json '%s' must be a non-negative integer, got %s", k, tostring(v)) end
+    if type(v) ~= "number" or v ~= math.floor(v) or v < 0 then fail(dir, "config.json '%s' must be a non-negative integer, got %s", k, show(v)) end
+    if v > MAX_INT then fail(dir, "config.json '%s' = %s is out of range (at most %d)", k, show(v), MAX_INT) end
   elseif kind ~= "nil" and type(v) ~= kind then
-    fail(dir, "config.json '%s' must be a %s, got %s", k, kind, tostring(v))
+    fail(dir, "config.json '%s' must be a %s, got %s", k, kind, show(v))
   end
   return v
 end
 local function int(hf, dir, k, default) return key(hf, dir, k, default, "integer") end
+-- a size that must be at least 1
+local function size(hf, dir, k, default)
+  local v = int(hf, dir, k, default)
+  if v < 1 then fail(dir, "config.json '%s' = %s must be at least 1", k, show(v)) end
+  return v
+end
+-- a positive finite number (epsilons, rope_theta): a negative epsilon or theta gives NaN
+local function positive(hf, dir, k, default)
+  local v = key(hf, dir, k, default, "number")
+  if not (v > 0 and v < math.huge) then fail(dir, "config.json '%s' = %s must be a positive finite number", k, v ~= v and "NaN" or tostring(v)) end
+  return v
+end
+-- heads: hk = heads key, dk = width key; kvk = key-value heads key (optional)
+local function heads(dir, hk, nh, dk, d, kvk, kv)
+  if d % nh ~= 0 then fail(dir, "config.json '%s' = %d does not divide '%s' = %d", hk, nh, dk, d) end
+  if kvk and nh % kv ~= 0 then fail(dir, "config.json '%s' = %d does not divide '%s' = %d", kvk, kv, hk, nh) end
+end
 -- keys whose other values change the computation and are not supported
 local function must(hf, dir, k, allowed, family)
   local v = hf[k]
@@ -116,23 +165,25 @@ function from_hf.gpt2(hf, dir)
   must(hf, dir, "scale_attn_weights", { true }, "gpt2")
   must(hf, dir, "scale_attn_by_inverse_layer_idx", { false }, "gpt2")
   must(hf, dir, "add_cross_attention", { false }, "gpt2")
-  local Cd = int(hf, dir, "n_embd")
-  local inner = hf.n_inner
-  return { family = "gpt2", vocab_size = int(hf, dir, "vocab_size"), block_size = int(hf, dir, "n_positions", 1024),
-           n_layer = int(hf, dir, "n_layer"), n_head = int(hf, dir, "n_head"), d_model = Cd,
-           d_ff = inner ~= nil and int(hf, dir, "n_inner") or 4 * Cd, bias = true, dropout = 0.0,
-           tie_embeddings = key(hf, dir, "tie_word_embeddings", true), norm_eps = key(hf, dir, "layer_norm_epsilon", 1e-5),
+  local Cd, NH = size(hf, dir, "n_embd"), size(hf, dir, "n_head")
+  heads(dir, "n_head", NH, "n_embd", Cd)
+  local inner = hf.n_inner ~= nil and hf.n_inner ~= json.null and size(hf, dir, "n_inner") or nil
+  return { family = "gpt2", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "n_positions", 1024),
+           n_layer = size(hf, dir, "n_layer"), n_head = NH, d_model = Cd,
+           d_ff = inner or 4 * Cd, bias = true, dropout = 0.0,
+           tie_embeddings = key(hf, dir, "tie_word_embeddings", true), norm_eps = positive(hf, dir, "layer_norm_epsilon", 1e-5),
            act = act(hf, dir, "activation_function", "gelu_new", "gpt2") }
 end
 function from_hf.opt(hf, dir)
   must(hf, dir, "layer_norm_elementwise_affine", { true }, "opt")
   must(hf, dir, "tie_word_embeddings", { true }, "opt")
   must(hf, dir, "_remove_final_layer_norm", { false }, "opt")
-  local Cd = int(hf, dir, "hidden_size")
-  local E = int(hf, dir, "word_embed_proj_dim", Cd)
-  return { family = "opt", vocab_size = int(hf, dir, "vocab_size"), block_size = int(hf, dir, "max_position_embeddings"),
-           n_layer = int(hf, dir, "num_hidden_layers"), n_head = int(hf, dir, "num_attention_heads"), d_model = Cd,
-           d_ff = int(hf, dir, "ffn_dim"), bias = key(hf, dir, "enable_bias", true), dropout = 0.0, norm_eps = 1e-5,
+  local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
+  heads(dir, "num_attention_heads", NH, "hidden_size", Cd)
+  local E = size(hf, dir, "word_embed_proj_dim", Cd)
+  return { family = "opt", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings"),
+           n_layer = size(hf, dir, "num_hidden_layers"), n_head = NH, d_model = Cd,
+           d_ff = size(hf, dir, "ffn_dim"), bias = key(hf, dir, "enable_bias", true), dropout = 0.0, norm_eps = 1e-5,
            act = act(hf, dir, "activation_function", "relu", "opt"), d_embed = E ~= Cd and E or 0,
            ln_before = key(hf, dir, "do_layer_norm_before", true) }
 end
@@ -140,34 +191,73 @@ function from_hf.bert(hf, dir)
   must(hf, dir, "position_embedding_type", { "absolute" }, "bert")
   must(hf, dir, "is_decoder", { false }, "bert")
   must(hf, dir, "add_cross_attention", { false }, "bert")
-  return { family = "bert", vocab_size = int(hf, dir, "vocab_size"), block_size = int(hf, dir, "max_position_embeddings", 512),
-           type_vocab_size = int(hf, dir, "type_vocab_size", 2), n_layer = int(hf, dir, "num_hidden_layers"),
-           n_head = int(hf, dir, "num_attention_heads"), d_model = int(hf, dir, "hidden_size"),
-           d_ff = int(hf, dir, "intermediate_size"), dropout = 0.0, norm_eps = key(hf, dir, "layer_norm_eps", 1e-12),
+  local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
+  heads(dir, "num_attention_heads", NH, "hidden_size", Cd)
+  return { family = "bert", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings", 512),
+           type_vocab_size = size(hf, dir, "type_vocab_size", 2), n_layer = size(hf, dir, "num_hidden_layers"),
+           n_head = NH, d_model = Cd,
+           d_ff = size(hf, dir, "intermediate_size"), dropout = 0.0, norm_eps = positive(hf, dir, "layer_norm_eps", 1e-12),
            act = act(hf, dir, "hidden_act", "gelu", "bert"), pooler = false }
 end
-function from_hf.llama(hf, dir)
-  must(hf, dir, "hidden_act", { "silu" }, "llama")
-  must(hf, dir, "attention_bias", { false }, "llama")
-  must(hf, dir, "mlp_bias", { false }, "llama")
-  if hf.rope_scaling ~= nil then fail(dir, "config.json 'rope_scaling' = %s is not supported for llama (only null: plain RoPE)", json.encode(hf.rope_scaling)) end
-  local Cd, NH = int(hf, dir, "hidden_size"), int(hf, dir, "num_attention_heads")
-  if hf.head_dim ~= nil and NH > 0 and int(hf, dir, "head_dim") * NH ~= Cd then
-    fail(dir, "config.json 'head_dim' = %d with %d heads differs from hidden_size %d: not supported for llama", hf.head_dim, NH, Cd)
+-- LLaMA (modeling_llama.py LlamaForCausalLM) and the families that are LLaMA's block with
+-- other config keys: fam names the family in messages
+local function llama_like(hf, dir, fam)
+  must(hf, dir, "hidden_act", { "silu" }, fam)
+  must(hf, dir, "attention_bias", { false }, fam)
+  must(hf, dir, "mlp_bias", { false }, fam)
+  if hf.rope_scaling ~= nil then
+    fail(dir, "config.json 'rope_scaling' = %s is not supported for %s (only null: plain RoPE; LLaMA-3.1's \"llama3\" frequency scaling needs the engine's RoPE to take per-frequency factors)",
+         json.encode(hf.rope_scaling), fam)
   end
-  return { family = "llama", vocab_size = int(hf, dir, "vocab_size"), block_size = int(hf, dir, "max_position_embeddings", 2048),
-           n_layer = int(hf, dir, "num_hidden_layers"), n_head = NH, n_kv_head = int(hf, dir, "num_key_value_heads", NH),
-           d_model = Cd, d_ff = int(hf, dir, "intermediate_size"), norm_eps = key(hf, dir, "rms_norm_eps", 1e-6),
-           rope_base = key(hf, dir, "rope_theta", 10000.0), tie_embeddings = key(hf, dir, "tie_word_embeddings", false),
+  local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
+  local KV = size(hf, dir, "num_key_value_heads", NH)
+  heads(dir, "num_attention_heads", NH, "hidden_size", Cd, "num_key_value_heads", KV)
+  if hf.head_dim ~= nil and hf.head_dim ~= json.null and int(hf, dir, "head_dim") * NH ~= Cd then
+    fail(dir, "config.json 'head_dim' = %d with %d heads differs from hidden_size %d: not supported for %s", hf.head_dim, NH, Cd, fam)
+  end
+  return { family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings", 2048),
+           n_layer = size(hf, dir, "num_hidden_layers"), n_head = NH, n_kv_head = KV,
+           d_model = Cd, d_ff = size(hf, dir, "intermediate_size"), norm_eps = positive(hf, dir, "rms_norm_eps", 1e-6),
+           rope_base = positive(hf, dir, "rope_theta", 10000.0), tie_embeddings = key(hf, dir, "tie_word_embeddings", false),
            init = "hf", dropout = 0.0 }
+end
+function from_hf.llama(hf, dir) return llama_like(hf, dir, "llama") end
+-- Mistral (modeling_mistral.py MistralForCausalLM): LLaMA's block and tensor names, with a
+-- sliding window (each query sees the last sliding_window keys: key j for query i when
+-- i − j < sliding_window). For T <= sliding_window the window masks nothing, so the model is
+-- LLaMA's exactly; the engine's attention has no window, so sliding_window bounds the sequence
+-- length (block_size): a longer sequence is refused by the model, never computed unwindowed.
+-- sliding_window null (Mistral-7B v0.2 and later) means full causal attention.
+local function sliding_window(hf, dir, c)
+  if hf.sliding_window ~= nil then
+    local w = size(hf, dir, "sliding_window")
+    if w < c.block_size then c.block_size = w end
+  end
+  return c
+end
+function from_hf.mistral(hf, dir) return sliding_window(hf, dir, llama_like(hf, dir, "mistral")) end
+-- Phi-3 (modeling_phi3.py Phi3ForCausalLM; Phi-3-mini/medium 4k): LLaMA's block (RMSNorm,
+-- rotate-half RoPE over the whole head, SwiGLU) with fused projections: qkv_proj (q | k | v
+-- rows: num_attention_heads·head_dim, then num_key_value_heads·head_dim twice) and
+-- gate_up_proj (gate | up rows: modeling_phi3's chunk(2, dim=-1) then up · silu(gate)); the
+-- import copies each row block into the project's q, k, v, gate and up (layout.phi3).
+-- sliding_window as Mistral's. Refused: rope_scaling (the 128k models' "longrope"/"su") and a
+-- partial_rotary_factor below 1 (Phi-4-mini).
+function from_hf.phi3(hf, dir)
+  must(hf, dir, "partial_rotary_factor", { 1, 1.0 }, "phi3")
+  return sliding_window(hf, dir, llama_like(hf, dir, "phi3"))
 end
 function from_hf.vit(hf, dir)
   must(hf, dir, "qkv_bias", { true }, "vit")
-  return { family = "vit", image_size = int(hf, dir, "image_size", 224), patch_size = int(hf, dir, "patch_size", 16),
-           channels = int(hf, dir, "num_channels", 3), n_classes = n_classes(hf, dir),
-           n_layer = int(hf, dir, "num_hidden_layers"), n_head = int(hf, dir, "num_attention_heads"),
-           d_model = int(hf, dir, "hidden_size"), d_ff = int(hf, dir, "intermediate_size"),
-           norm_eps = key(hf, dir, "layer_norm_eps", 1e-12), act = act(hf, dir, "hidden_act", "gelu", "vit"),
+  local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
+  heads(dir, "num_attention_heads", NH, "hidden_size", Cd)
+  local IS, PS = size(hf, dir, "image_size", 224), size(hf, dir, "patch_size", 16)
+  if IS % PS ~= 0 then fail(dir, "config.json 'patch_size' = %d does not divide 'image_size' = %d", PS, IS) end
+  return { family = "vit", image_size = IS, patch_size = PS,
+           channels = size(hf, dir, "num_channels", 3), n_classes = n_classes(hf, dir),
+           n_layer = size(hf, dir, "num_hidden_layers"), n_head = NH,
+           d_model = Cd, d_ff = size(hf, dir, "intermediate_size"),
+           norm_eps = positive(hf, dir, "layer_norm_eps", 1e-12), act = act(hf, dir, "hidden_act", "gelu", "vit"),
            patch_ln = false, dropout = 0.0 }
 end
 
@@ -255,6 +345,9 @@ local function block_entries(c, h, o, hn, ff, bias)
 end
 
 local layout = {}   -- family -> { prefix(s), global(c), layer(c, l, lo), ignore = {patterns}, head_prefix }
+-- the config.json key of the number of layers
+local LAYER_KEY = { gpt2 = "n_layer", opt = "num_hidden_layers", bert = "num_hidden_layers", llama = "num_hidden_layers",
+                    mistral = "num_hidden_layers", phi3 = "num_hidden_layers", vit = "num_hidden_layers" }
 
 layout.gpt2 = {
   prefixes = { "transformer.", "" }, export_prefix = "transformer.",
@@ -415,11 +508,35 @@ layout.vit = {
       up = "intermediate.dense", down = "output.dense", ln2 = "layernorm_after" }, "intermediate_size")
   end,
 }
+layout.mistral = layout.llama   -- MistralForCausalLM's names are LlamaForCausalLM's
+layout.phi3 = {
+  prefixes = { "model.", "" }, export_prefix = "model.",
+  ignore = { "^layers%.%d+%.self_attn%.rotary_emb%.inv_freq$" },
+  global = layout.llama.global,
+  layer = function(c, l, lo)
+    local Cd, F = c.d_model, c.d_ff
+    local KV = (c.n_kv_head or c.n_head) * (Cd / c.n_head)
+    local h, o = "layers." .. l .. ".", "layers" .. lo .. "."
+    return {
+      E(h .. "self_attn.qkv_proj.weight", { Cd + 2 * KV, Cd }, "hidden_size + 2 × num_key_value_heads × head_dim, hidden_size",
+        { { ours = o .. "attn.q_proj.weight", off = 0 }, { ours = o .. "attn.k_proj.weight", off = Cd * Cd },
+          { ours = o .. "attn.v_proj.weight", off = Cd * Cd + KV * Cd } }),
+      E(h .. "self_attn.o_proj.weight", { Cd, Cd }, "hidden_size", one(o .. "attn.o_proj.weight")),
+      E(h .. "mlp.gate_up_proj.weight", { 2 * F, Cd }, "2 × intermediate_size, hidden_size",
+        { { ours = o .. "mlp.gate_proj.weight", off = 0 }, { ours = o .. "mlp.up_proj.weight", off = F * Cd } }),
+      E(h .. "mlp.down_proj.weight", { Cd, F }, "hidden_size, intermediate_size", one(o .. "mlp.down_proj.weight")),
+      E(h .. "input_layernorm.weight", { Cd }, "hidden_size", one(o .. "ln1.weight")),
+      E(h .. "post_attention_layernorm.weight", { Cd }, "hidden_size", one(o .. "ln2.weight")),
+    }
+  end,
+}
 M.layout = layout
 
 -- every entry of a model config, layers in order: global first, then layer 0 .. L-1
-function M.entries(cfg)
-  local lay = layout[cfg.family]
+-- (family: the directory's layout when it differs from the model's family, e.g. phi3's fused
+-- tensors for a llama model)
+function M.entries(cfg, family)
+  local lay = layout[family or cfg.family]
   local out = {}
   for _, e in ipairs(lay.global(cfg)) do out[#out + 1] = e end
   for l = 0, cfg.n_layer - 1 do
@@ -433,7 +550,7 @@ local Dir = {}
 Dir.__index = Dir
 
 local PICKLES = { "%.bin$", "%.pt$", "%.pth$", "%.ckpt$", "%.pkl$" }
-local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM",
+local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM", mistral = "AutoModelForCausalLM", phi3 = "AutoModelForCausalLM",
                      bert = "AutoModelForMaskedLM", vit = "AutoModelForImageClassification" }
 
 local shape_buf = ffi.new("int64_t[8]")
@@ -496,8 +613,9 @@ function M.open(dir, opts)
       end
     end
     for _, s in ipairs(shards) do
+      if not is_file(dir .. "/" .. s) then fail(dir, "%s is not a regular file", s) end
       local f = C.ol_st_open(dir .. "/" .. s)
-      if f == nil then ol.engine_error(1) end
+      if f == nil then engine_fail(dir) end
       f = ffi.gc(f, C.ol_st_close)
       self.files[#self.files + 1] = { f = f, name = s }
       for i = 0, C.ol_st_count(f) - 1 do
@@ -530,6 +648,22 @@ function M.open(dir, opts)
            table.concat((function() local o = {} for i, p in ipairs(lay.prefixes) do o[i] = "'" .. p .. "'" end return o end)(), ", "))
     end
     if family == "bert" and self:find(self.prefix .. "pooler.dense.weight") then cfg.pooler = true end
+    -- sizes bounded by the files before anything is built: the layers config.json asks for
+    -- must be in the files (counted, not allocated), then every tensor's shape and dtype
+    local lkey = LAYER_KEY[family]
+    for l = 0, cfg.n_layer - 1 do
+      local first = lay.layer(cfg, l, l)[1]
+      if not self:find(self:full(first)) then
+        fail(dir, "missing tensor '%s': config.json '%s' = %s, but the files hold %d layers", self:full(first), lkey,
+             show(cfg.n_layer), l)
+      end
+      if l > #self.names then break end
+    end
+    local used = {}
+    self.pending = cfg
+    self:resolve(M.entries(cfg, family), used)
+    self:check_extra(used)
+    self.pending = nil
     cfg.name = opts.name or self.name
     self.cfg = models.config(cfg, "hf " .. dir)
   end)
@@ -613,6 +747,29 @@ function Dir:resolve(entries, used)
   return out
 end
 
+-- every resolved tensor must hold finite numbers: the first +Inf, -Inf or NaN is an error that
+-- names the tensor, its file and the element (engine/io_hf.c scans the mapped bytes; the pages
+-- are handed back after each tensor). Run before anything is built or computed.
+local one_f32 = ffi.new("float[1]")
+function Dir:check_finite(entries)
+  for _, e in ipairs(entries) do
+    local src = e.src
+    if src then
+      local numel = src.nbytes / ESIZE[src.dtype]
+      local i = tonumber(C.ol_hf_first_nonfinite(src.ptr, src.dt, numel))
+      if i < -1 then engine_fail(self.dir) end
+      C.ol_hf_release(src.ptr, src.nbytes)
+      if i >= 0 then
+        C.ol_hf_to_f32(ffi.cast("const uint8_t *", src.ptr) + i * ESIZE[src.dtype], src.dt, 1, one_f32)
+        local v = one_f32[0]
+        local what = v ~= v and "NaN" or (v > 0 and "+Inf" or "-Inf")
+        fail(self.dir, "tensor '%s' in %s holds %s at element %d of %s: a checkpoint with non-finite weights is refused (every analysis of it would be NaN)",
+             src.name, src.file, what, i, shape_str(src.shape))
+      end
+    end
+  end
+end
+
 local function ignorable(self, name)
   local rel = name:sub(1, #self.prefix) == self.prefix and name:sub(#self.prefix + 1) or name
   for _, pat in ipairs(layout[self.family].ignore) do if rel:match(pat) or name:match(pat) then return true end end
@@ -624,8 +781,9 @@ end
 function Dir:check_extra(used)
   for _, n in ipairs(self.names) do
     if not used[n] and not ignorable(self, n) then
-      fail(self.dir, "unexpected tensor '%s' in %s: not part of a %s model with this config.json (%d layers)", n,
-           self.where[n].file, self.family, self.cfg.n_layer)
+      local c = self.cfg or self.pending
+      fail(self.dir, "unexpected tensor '%s' in %s: not part of a %s model with this config.json ('%s' = %d layers)", n,
+           self.where[n].file, self.family, LAYER_KEY[self.family], c.n_layer)
     end
   end
 end
@@ -701,12 +859,14 @@ function M.load(dir, opts)
   local d = type(dir) == "table" and dir or M.open(dir, opts)
   local ok, a, b, c = pcall(function()
     local cfg = d.cfg
+    -- names, shapes, dtypes and values checked before anything is built
+    local used = {}
+    local entries = d:resolve(M.entries(cfg, d.family), used)
+    d:check_extra(used)
+    d:check_finite(entries)
     local nparams = models.count_params(cfg)
     local ctx = ol.Context{ params = nparams + 64 * 1024 * (cfg.n_layer + 8), seed = opts.seed or 1 }
     local m = models.build(ctx, cfg)
-    local used = {}
-    local entries = d:resolve(M.entries(cfg), used)
-    d:check_extra(used)
     local params, filled = params_by_name(ctx), {}
     M.fill(d, entries, params, filled, { release = true })
     for name in pairs(params) do

@@ -1,7 +1,7 @@
 -- pretrained — an analysis experiment on a downloaded model instead of a trained one
 -- (docs/PRETRAINED.md): `bin/outlierlab run experiments/so-fig3.lua --model=DIR --text=FILE`.
 --
--- The runner (outlierlab.experiment) calls attach() when --model is given; from then on
+-- The runner (outlierlab.runner.run) calls attach() when --model is given; from then on
 --   run:model(...)            returns the imported model's handle (nothing is trained)
 --   experiment.load_model     gives the model: whole in memory, or streamed layer by layer
 --                             (outlierlab.pretrained.stream) when its fp32 size exceeds half the memory
@@ -12,8 +12,9 @@
 --                             for that model where the paper has one (SO: GPT-2, LLaMA-2-7B;
 --                             QT: BERT-base)
 -- The results go to results/<id>/<model name>-<profile>/ (experiment.results_dir); run.cfg's
--- vocab_size becomes the model's. The stage cache key holds a fingerprint of the model files
--- (sizes and times) and of the text, so a changed model or text is analysed again.
+-- vocab_size becomes the model's. The stage cache key holds the XXH64 of the whole content of
+-- every file the analysis reads (config.json, the index and every shard, the tokenizer files,
+-- the text), so a changed model, tokenizer or text is analysed again (docs/PRETRAINED.md "Cache").
 local hf = require "outlierlab.pretrained.hf"
 
 local M = {}
@@ -23,6 +24,7 @@ M.EXPERIMENTS = {
   ["qt-fig1"] = { families = { bert = true, gpt2 = true, opt = true, llama = true }, text = true },
   ["qt-fig2"] = { families = { bert = true, gpt2 = true, opt = true, llama = true }, text = true },
   ["qt-fig3"] = { families = { vit = true }, text = false },
+  ["so-fig1"] = { families = { gpt2 = true, opt = true, llama = true }, text = true },
   ["so-fig3"] = { families = { gpt2 = true, opt = true, llama = true, bert = true }, text = true },
   ["so-fig5"] = { families = { llama = true }, text = false, why = "the gate, up and down projections of a SwiGLU MLP" },
   ["so-fig6"] = { families = { gpt2 = true, opt = true, llama = true, bert = true }, text = true },
@@ -57,16 +59,19 @@ function M.paper_model(cfg)
   return nil
 end
 
--- size and modification time of the files that make the model and the text (cache keys)
+-- the files of a model directory that the tokenizer reads (outlierlab.tokenizers.load and
+-- its special-token look-up), those that exist
+M.TOKENIZER_FILES = { "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt", "vocab.txt" }
+
+-- the cache key of the files an analysis reads: each file's name and the XXH64 of its whole
+-- content (engine/io_hf.c), never its size or time, so a file changed in place with its size
+-- and mtime kept (cp -p, rsync -a) or a changed copy elsewhere is analysed again
 local function fingerprint(paths)
   local out = {}
-  for _, p in ipairs(paths) do
-    local f = io.popen("stat -L -c '%s %Y' '" .. p:gsub("'", "'\\''") .. "' 2>/dev/null")
-    out[#out + 1] = p:match("([^/]+)$") .. " " .. (f:read("*l") or "?")
-    f:close()
-  end
+  for _, p in ipairs(paths) do out[#out + 1] = p:match("([^/]+)$") .. " " .. hf.hash_file(p) end
   return table.concat(out, "; ")
 end
+M.fingerprint = fingerprint
 
 local Pre = {}
 Pre.__index = Pre
@@ -90,24 +95,38 @@ function M.attach(exp, opts, cfg)
     error(string.format("experiment %s: a %s model cannot be analysed here (%s: %s)", id, cfg_m.family,
       e.why or "families", table.concat(fams, ", ")), 0)
   end
-  local self = setmetatable({ id = id, dir = d.dir, name = d.name, cfg = cfg_m, d = d, text = opts.text ~= "" and opts.text or nil,
+  local self = setmetatable({ id = id, dir = d.dir, name = d.name, cfg = cfg_m, d = d, family = d.family, text = opts.text ~= "" and opts.text or nil,
                               stream = opts.stream or "auto" }, Pre)
   local files = { d.dir .. "/config.json" }
+  if d.index then files[#files + 1] = d.dir .. "/model.safetensors.index.json" end
   for _, f in ipairs(d.files) do files[#files + 1] = d.dir .. "/" .. f.name end
+  for _, f in ipairs(M.TOKENIZER_FILES) do
+    local h = io.open(d.dir .. "/" .. f, "rb")
+    if h then h:close() files[#files + 1] = d.dir .. "/" .. f end
+  end
   if cfg_m.family == "vit" then
     if self.text then d:close() error(string.format("experiment %s analyses images: --text does not apply to a ViT", id), 0) end
   else
     if not self.text then d:close() error(string.format("experiment %s: --model=%s needs --text=FILE (the text the model reads)", id, opts.model), 0) end
+    if hf.is_dir(self.text) then d:close() error(string.format("experiment %s: --text=%s is a directory, not a text file", id, self.text), 0) end
+    local fh, ferr = io.open(self.text, "rb")
+    if not fh then d:close() error(string.format("experiment %s: --text=%s: cannot open %s", id, self.text, tostring(ferr)), 0) end
+    fh:close()
+    if not hf.is_file(self.text) then d:close() error(string.format("experiment %s: --text=%s is not a regular file", id, self.text), 0) end
     files[#files + 1] = self.text
     local T = cfg.seq_len
     if T and T > cfg_m.block_size then
       d:close()
-      error(string.format("experiment %s: seq_len %d exceeds the model's %d positions (config.json); use --seq_len=%d or less", id, T,
-        cfg_m.block_size, cfg_m.block_size), 0)
+      local why = "config.json"
+      if d.family == "mistral" and d.hf.sliding_window == cfg_m.block_size then
+        why = "config.json 'sliding_window': the engine's attention has no window, so a Mistral reads at most that many tokens"
+      end
+      error(string.format("experiment %s: seq_len %d exceeds the model's %d positions (%s); use --seq_len=%d or less", id, T,
+        cfg_m.block_size, why, cfg_m.block_size), 0)
     end
     if cfg.vocab_size then cfg.vocab_size = cfg_m.vocab_size end
   end
-  self.fingerprint = fingerprint(files)
+  self.fingerprint = "model " .. self.name .. "; " .. fingerprint(files)
   return self
 end
 
@@ -144,6 +163,15 @@ function Pre:corpus(need)
   local text = require "outlierlab.data.text"
   local tk = tokenizers.load(self.dir)
   self._corpus = text.corpus{ path = self.text, tokenizer = tk, max_tokens = need }
+  -- every id the tokenizer gives must have a row in the model's embedding
+  local c, V = self._corpus, self.cfg.vocab_size
+  for i = 0, c.n - 1 do
+    local id = c.tokens[i]
+    if id >= V then
+      error(string.format("experiment %s: %s gives token id %d (%q) at token %d of %s, but config.json 'vocab_size' = %d: the tokenizer does not belong to this model",
+        self.id, (tk.file or self.dir):match("([^/]+)$") or tostring(tk.file), id, tostring(tk.id_to[id]), i, self.text, V), 0)
+    end
+  end
   return self._corpus
 end
 
@@ -166,12 +194,37 @@ function M.probe_batches(ctx, m, P, corpus, spec, n)
   ctx:reset()
 end
 
+-- The settings an analysis of an imported model used: the profile's settings without those that
+-- only train a model (the recipe, the generated corpus, the preset: every key of the shared
+-- training profiles except seq_len, batch, eval_batches and seed), so the Settings line of
+-- summary.md says what was run and lists no training setting, since nothing was trained.
+local ANALYSIS_KEYS = { seq_len = true, batch = true, eval_batches = true, seed = true }
+-- (the shared profiles' training keys, outlierlab.recipes, and the organism task's, data.organism)
+local TRAIN_KEYS = { preset = true, data = true, n_tokens = true, steps = true, lr = true, warmup = true, schedule = true,
+                     weight_decay = true, beta2 = true, min_lr = true, data_seed = true, vocab_size = true, dropout = true,
+                     n_layer = true, optimizer = true, attention = true }
+function M.analysis_settings(cfg)
+  local train = {}
+  for k in pairs(TRAIN_KEYS) do train[k] = true end
+  for k in pairs(require("outlierlab.data.organism").defaults) do train[k] = true end
+  local out = {}
+  for k, v in pairs(cfg) do if ANALYSIS_KEYS[k] or not train[k] then out[k] = v end end
+  return out
+end
+
+-- how a figure or a line names the model: "Mistral-7B-v0.1 (mistral, 7,241,732,096 parameters)"
+-- (the family is config.json's model_type: a Mistral runs as the project's llama model)
+function Pre:label()
+  local models = require "outlierlab.models"
+  return string.format("%s (%s, %s parameters)", self.name, self.family or self.cfg.family, models.commas(models.count_params(self.cfg)))
+end
+
 -- the summary of a run on an imported model: the model and text named, the paper's statement
--- for that model where the paper has one
+-- for that model where the paper has one, and the Settings line (s.settings)
 function Pre:summary(run, s)
   local pm = M.paper_model(self.cfg)
   local mine = pm and M.PAPER[self.id] and M.PAPER[self.id][pm]
-  local what = string.format("model %s (%s, %s parameters, %s)%s", self.name, self.cfg.family,
+  local what = string.format("model %s (%s, %s parameters, %s)%s", self.name, self.family or self.cfg.family,
     require("outlierlab.models").commas(require("outlierlab.models").count_params(self.cfg)), self.dir,
     self.text and (", text " .. self.text) or ", synthetic images")
   local out = {}
@@ -179,6 +232,8 @@ function Pre:summary(run, s)
   if mine then out.paper = mine .. " [the paper's model; the experiment's general statement: " .. tostring(s.paper) .. "]"
   else out.paper = string.format("(no number in the paper for %s) %s", pm or ("this " .. self.cfg.family .. " model"), tostring(s.paper)) end
   out.reproduced = what .. ": " .. tostring(s.reproduced)
+  out.settings = string.format("imported model %s from %s, %s; nothing trained; analysis settings `%s`", self:label(), self.dir,
+    self.text and ("text " .. self.text) or "synthetic images", require("outlierlab.util.json").canonical(M.analysis_settings(run.cfg)))
   out.notes = "Pretrained " .. what .. (self.model and self.model.streamed and " — run layer by layer from the memory-mapped checkpoint" or "") ..
     ".\n\n" .. (s.notes or "")
   return out

@@ -62,7 +62,7 @@ function M.open(dir, opts)
     end
     -- check the whole directory now (names, shapes, dtypes, extras), before any compute
     local used = {}
-    d:resolve(hf.entries(cfg), used)
+    d:check_finite(d:resolve(hf.entries(cfg, d.family), used))   -- every layer's values too: refused before any compute
     d:check_extra(used)
     local sk = copy(cfg)
     sk.n_layer = 1
@@ -75,7 +75,7 @@ function M.open(dir, opts)
                                 params = hf.params_by_name(ctx), log = opts.log, streamed = true, name = cfg.name }, Stream)
     -- the global tensors the skeleton has (not an untied lm_head)
     local global = {}
-    for _, e in ipairs(hf.layout[cfg.family].global(cfg)) do
+    for _, e in ipairs(hf.layout[d.family].global(cfg)) do   -- the directory's layout (phi3: fused tensors)
       local has = e.tied == nil and #e.parts > 0
       for _, p in ipairs(e.parts) do if not self.params[p.ours] then has = false end end
       if has then global[#global + 1] = e end
@@ -103,7 +103,7 @@ function Stream:num_params() return models.count_params(self.cfg) end
 function Stream:load_layer(l)
   if self.loaded == l then return self.block end
   local t0 = progress.now()
-  local entries = self.d:resolve(hf.layout[self.cfg.family].layer(self.cfg, l, 0))
+  local entries = self.d:resolve(hf.layout[self.d.family].layer(self.cfg, l, 0))
   local filled = {}
   hf.fill(self.d, entries, self.params, filled, { release = true })
   for _, e in ipairs(entries) do self.load_bytes = self.load_bytes + (e.src and e.src.nbytes or 0) end

@@ -60,7 +60,7 @@ local function libs()
   return pcre, u8p
 end
 
-local PCRE2_UTF, PCRE2_UCP, PCRE2_JIT_COMPLETE = 0x00080000, 0x00020000, 1
+local PCRE2_UTF, PCRE2_UCP, PCRE2_JIT_COMPLETE, PCRE2_NO_UTF_CHECK = 0x00080000, 0x00020000, 1, 0x40000000
 
 -- a compiled regex: re:each(s, fn(a, b)) calls fn for every match [a, b) (0-based byte offsets)
 local Regex = {}
@@ -79,11 +79,17 @@ function M.regex(pattern)
   local md = ffi.gc(P.pcre2_match_data_create_from_pattern_8(code, nil), P.pcre2_match_data_free_8)
   return setmetatable({ code = code, md = md, ov = P.pcre2_get_ovector_pointer_8(md), pattern = pattern }, Regex)
 end
+-- The first match validates the UTF-8 of the whole subject; later matches pass
+-- PCRE2_NO_UTF_CHECK, since PCRE2 would otherwise check the rest of the subject again at every
+-- match (quadratic: 256 KB took seconds, a 4.4 MB text half an hour). Every later start offset
+-- is the end of a match or a character boundary, as NO_UTF_CHECK requires.
 function Regex:each(s, fn)
   local P = pcre
   local n, pos = #s, 0
+  local opts = 0
   while pos < n do
-    local rc = P.pcre2_match_8(self.code, s, n, pos, 0, self.md, nil)
+    local rc = P.pcre2_match_8(self.code, s, n, pos, opts, self.md, nil)
+    opts = PCRE2_NO_UTF_CHECK
     if rc < 0 then
       if rc == -1 then break end   -- PCRE2_ERROR_NOMATCH
       error(string.format("tokenizers: regex %q failed on the input (PCRE2 error %d; invalid UTF-8?)", self.pattern, rc), 2)
@@ -224,14 +230,21 @@ function Tokenizer:add_tokens(list)
 end
 
 -- pieces of text split at added tokens: calls fn(piece, nil) for text, fn(nil, id) for an added token
+-- (each added token's next occurrence is remembered, so the text is searched once per token:
+-- linear in the text length however many added tokens occur)
 local function split_added(self, text, fn)
   if #self.added == 0 then fn(text) return end
   local pos = 1
+  local nexts, nexte = {}, {}
   while pos <= #text do
     local best_a, best_b, best_id
-    for _, a in ipairs(self.added) do
-      local s, e = text:find(a.content, pos, true)
-      if s and (not best_a or s < best_a) then best_a, best_b, best_id = s, e, a.id end
+    for k, a in ipairs(self.added) do
+      if nexts[k] ~= false and (nexts[k] == nil or nexts[k] < pos) then
+        local s, e = text:find(a.content, pos, true)
+        nexts[k], nexte[k] = s or false, e
+      end
+      local s = nexts[k]
+      if s and (not best_a or s < best_a) then best_a, best_b, best_id = s, nexte[k], a.id end
     end
     if not best_a then fn(text:sub(pos)) return end
     if best_a > pos then fn(text:sub(pos, best_a - 1)) end
@@ -247,11 +260,11 @@ local function push_symbols(self, out, syms)
     elseif self.byte_fallback then
       for i = 1, #s do
         local bid = self.vocab[string.format("<0x%02X>", s:byte(i))]
-        if not bid then error(string.format("tokenizers: byte fallback: no token <0x%02X> in the vocabulary", s:byte(i)), 4) end
+        if not bid then error(string.format("tokenizers: %s: byte fallback: no token <0x%02X> in the vocabulary", self.where, s:byte(i)), 0) end
         out[#out + 1] = bid
       end
     elseif self.unk_id then out[#out + 1] = self.unk_id
-    else error(string.format("tokenizers: symbol %q is not in the vocabulary and there is no unknown token", s), 4) end
+    else error(string.format("tokenizers: %s: symbol %q is not in the vocabulary and there is no unknown token", self.where, s), 0) end
   end
 end
 
@@ -326,12 +339,23 @@ function Tokenizer:bert_words(text, fn)
   local function flush() if #word > 0 then fn(table.concat(word)) word = {} end end
   for _, cp in ipairs(codepoints(text)) do
     local cat = U.utf8proc_category(cp)
-    if cp == 32 or cp == 9 or cp == 10 or cp == 13 or cat == CAT_ZS then flush()
+    if cp == 32 or cp == 9 or cp == 10 or cp == 13 or (cat >= CAT_ZS and cat <= CAT_ZS + 2) then flush()   -- Zs, Zl (U+2028), Zp (U+2029)
     elseif cp == 0 or cp == 0xFFFD or (cat >= CAT_CC and cat <= 29) then   -- control: dropped
     elseif is_punct_cp(cp) or is_cjk(cp) then flush() fn(utf8(cp))
     else word[#word + 1] = utf8(cp) end
   end
   flush()
+end
+
+-- Unicode NFC (utf8proc: STABLE | COMPOSE), the NFC normalizer of Qwen2's tokenizer.json
+local function nfc(text)
+  local _, U = libs()
+  local dst = ffi.new("uint8_t *[1]")
+  local n = U.utf8proc_map(text, #text, dst, 2 + 8)
+  if n < 0 then error("tokenizers: text is not valid UTF-8 (NFC failed)", 3) end
+  local out = ffi.string(dst[0], n)
+  ffi.C.free(dst[0])
+  return out
 end
 
 -- text -> list of token ids (no special tokens added). opts.continuation = true: the text
@@ -347,11 +371,22 @@ function Tokenizer:encode(text, opts)
     if self.kind == "wordpiece" then
       self:bert_words(piece, function(w) self:word_ids(w, out) end)
     elseif self.kind == "bpe-bytes" then
+      if self.nfc then piece = nfc(piece) end
       if self.add_prefix_space and first and not cont and piece:sub(1, 1) ~= " " then piece = " " .. piece end
-      self.re:each(piece, function(a, b) self:word_ids(piece:sub(a + 1, b), out) end)
+      local re2 = self.re2
+      if not self.re then self:word_ids(piece, out)
+      elseif re2 then
+        self.re:each(piece, function(a, b)
+          local w = piece:sub(a + 1, b)
+          re2:each(w, function(c, d) self:word_ids(w:sub(c + 1, d), out) end)
+        end)
+      else self.re:each(piece, function(a, b) self:word_ids(piece:sub(a + 1, b), out) end) end
     else   -- SentencePiece-style: spaces are "▁", one "▁" in front, words split before each "▁"
       local s = piece:gsub(" ", "▁")
-      if s ~= "" and not at_start and (self.prepend == "always" or (self.prepend == "first" and first)) then s = "▁" .. s end
+      -- the legacy Prepend normalizer prepends always; the Metaspace pre-tokenizer only when the
+      -- text does not start with "▁" already (metaspace.rs: no second ▁ for " hello")
+      if s ~= "" and not at_start and (self.prepend == "always" or (self.prepend == "first" and first))
+         and not (self.metaspace and s:sub(1, 3) == "▁") then s = "▁" .. s end
       for _, w in ipairs(self:sp_words(s)) do self:word_ids(w, out) end
     end
     first = false
@@ -361,12 +396,13 @@ end
 
 -- SentencePiece-style words: split where no vocabulary entry can cross (checked at load:
 -- before a "▁" that follows a non-"▁" character, and at "\n" unless a token holds one)
+-- Metaspace with split = true cuts before every "▁" (MergedWithNext), whatever the vocabulary.
 function Tokenizer:sp_words(s)
-  if not self.split_sp then return { s } end
+  if not self.split_sp and not self.meta_split then return { s } end
   local out, cur = {}, {}
   local prev
   for _, c in ipairs(chars(s)) do
-    if (c == "▁" and prev and prev ~= "▁") or (self.split_nl and (c == "\n" or prev == "\n")) then
+    if (c == "▁" and prev and (prev ~= "▁" or self.meta_split)) or (self.split_nl and (c == "\n" or prev == "\n")) then
       out[#out + 1] = table.concat(cur) cur = {}
     end
     cur[#cur + 1] = c
@@ -447,8 +483,17 @@ end
 function M.bpe_bytes(vocab, merges, o)
   o = o or {}
   local t = new("bpe-bytes", vocab, { where = o.where or "bpe", ranks = merge_ranks(merges, o.where or "bpe"),
-                                       add_prefix_space = o.add_prefix_space })
-  t.re = M.regex(o.pattern or GPT2_PATTERN)
+                                       add_prefix_space = o.add_prefix_space, ignore_merges = o.ignore_merges, nfc = o.nfc })
+  -- o.pattern: a Split pre-tokenizer's regex; o.byte_regex = false: ByteLevel(use_regex =
+  -- false), so GPT-2's regex does not split again inside the Split's pieces (LLaMA-3, Qwen2)
+  if o.pattern then
+    t.re = M.regex(o.pattern)
+    if o.byte_regex ~= false then t.re2 = M.regex(GPT2_PATTERN) end
+  elseif o.byte_regex ~= false then
+    t.re = M.regex(GPT2_PATTERN)
+  else
+    t.chunk_safe = false   -- the whole text is one word: data.text must not cut it
+  end
   return t
 end
 
@@ -474,6 +519,7 @@ function M.bpe_sp(vocab, merges, o)
   end
   t.split_sp = not cross_space
   t.split_nl = not cross_nl
+  t.chunk_safe = t.split_sp and t.split_nl   -- data.text may cut the text after a "\n" only where the words split
   return t
 end
 
@@ -542,6 +588,19 @@ function M.from_json(path, dir)
   local j = read_json(path)
   if type(j) ~= "table" or type(j.model) ~= "table" then error("tokenizers: " .. path .. ": no 'model' object", 0) end
   local model = j.model
+  -- the shapes of the parts read below (a hostile file gets a message, not a traceback)
+  if type(model.vocab) ~= "table" or model.vocab[1] ~= nil then
+    error(string.format("tokenizers: %s: 'model.vocab' must be an object {token: id}", path), 0)
+  end
+  if model.merges ~= nil and (type(model.merges) ~= "table" or (next(model.merges) ~= nil and model.merges[1] == nil)) then
+    error(string.format("tokenizers: %s: 'model.merges' must be a list", path), 0)
+  end
+  if j.added_tokens ~= nil and type(j.added_tokens) ~= "table" then error(string.format("tokenizers: %s: 'added_tokens' must be a list", path), 0) end
+  for i, a in ipairs(j.added_tokens or {}) do
+    if type(a) ~= "table" or type(a.content) ~= "string" or type(a.id) ~= "number" or a.id < 0 or a.id ~= math.floor(a.id) then
+      error(string.format("tokenizers: %s: added_tokens[%d] must have a string 'content' and a non-negative integer 'id'", path, i), 0)
+    end
+  end
   local pre = j.pre_tokenizer
   local pres = {}
   local function addp(x) if x == nil then return end if x.type == "Sequence" then for _, y in ipairs(x.pretokenizers or {}) do addp(y) end else pres[#pres + 1] = x end end
@@ -557,13 +616,24 @@ function M.from_json(path, dir)
     for _, p in ipairs(pres) do
       if p.type == "ByteLevel" then bytelevel = p
       elseif p.type == "Split" and type(p.pattern) == "table" and p.pattern.Regex and (p.behavior == "Isolated" or p.behavior == nil) and not p.invert then
+        if pattern then error(string.format("tokenizers: %s: two Split pre-tokenizers are not supported", path), 0) end
         pattern = p.pattern.Regex
       elseif p.type == "Metaspace" then meta = p
       else error(string.format("tokenizers: %s: pre-tokenizer %s is not supported", path, json.encode(p)), 0) end
     end
     if bytelevel then
-      t = M.bpe_bytes(model.vocab, model.merges or {}, { where = path, pattern = pattern,
-                                                          add_prefix_space = bytelevel.add_prefix_space })
+      -- a byte-level model reads the text as it is, or in NFC (Qwen2); other normalizers are refused
+      local nfc_on = false
+      local function norm(n)
+        if n == nil then return end
+        if n.type == "Sequence" then for _, x in ipairs(n.normalizers or {}) do norm(x) end
+        elseif n.type == "NFC" then nfc_on = true
+        else error(string.format("tokenizers: %s: normalizer %s is not supported with a ByteLevel pre-tokenizer", path, json.encode(n)), 0) end
+      end
+      norm(j.normalizer)
+      t = M.bpe_bytes(model.vocab, model.merges or {}, { where = path, pattern = pattern, byte_regex = bytelevel.use_regex,
+                                                          add_prefix_space = bytelevel.add_prefix_space,
+                                                          ignore_merges = model.ignore_merges == true, nfc = nfc_on })
     else
       local steps = normalizer_steps(j.normalizer, path)
       local prepend = false
@@ -582,6 +652,10 @@ function M.from_json(path, dir)
       end
       t = M.bpe_sp(model.vocab, model.merges or {}, { where = path, byte_fallback = model.byte_fallback == true,
                                                       prepend = prepend, unk = model.unk_token, ignore_merges = model.ignore_merges })
+      if meta then
+        t.metaspace = true
+        t.meta_split = meta.split == true
+      end
     end
   else
     error(string.format("tokenizers: %s: model type '%s' is not supported (BPE, WordPiece)", path, tostring(model.type)), 0)

@@ -45,7 +45,7 @@ local function write_summary(run, s, timings)
   lines[#lines + 1] = "## Run"
   lines[#lines + 1] = ""
   lines[#lines + 1] = "- Profile: " .. run.profile .. ", seed " .. tostring(run.seed)
-  lines[#lines + 1] = "- Settings: `" .. results.canonical_json(run.cfg) .. "`"
+  lines[#lines + 1] = "- Settings: " .. (s.settings or ("`" .. results.canonical_json(run.cfg) .. "`"))   -- s.settings: an imported model's (outlierlab.pretrained)
   lines[#lines + 1] = "- Engine: " .. ol.version() .. ", git commit " .. results.git_commit()
   lines[#lines + 1] = "- Command: `" .. results.command_line() .. "`"
   local parts = {}
