@@ -141,9 +141,13 @@ end
 -- or "corpus" (the generated text corpus; the paper profiles).
 function M.data_spec(cfg)
   if cfg.data == "organism" then
-    return { kind = "organism", vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups,
-             alpha = cfg.alpha, p_trigger = cfg.p_trigger, n_delim = cfg.n_delim, p_delim = cfg.p_delim,
-             n_weak = cfg.n_weak, p_weak = cfg.p_weak, seed = cfg.data_seed }
+    local d = { kind = "organism", vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups,
+                alpha = cfg.alpha, p_trigger = cfg.p_trigger, n_delim = cfg.n_delim, p_delim = cfg.p_delim,
+                n_weak = cfg.n_weak, p_weak = cfg.p_weak, seed = cfg.data_seed }
+    -- the recall tokens and loop-free copies enter the spec only when used (older specs keep their hash)
+    if (cfg.n_recall or 0) > 0 then d.n_recall, d.p_recall = cfg.n_recall, cfg.p_recall end
+    if cfg.loop_free then d.loop_free = true end
+    return d
   end
   return { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size }
 end
