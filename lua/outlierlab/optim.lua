@@ -21,6 +21,10 @@
 -- parameters whose name ends in ".weight" (LayerNorm/RMSNorm gains), as in the OPT
 -- training runs the quantizable-transformers paper (QT) follows. A custom
 -- decay = function(p) -> bool replaces the default rule (decay_norm_gains still adds gains).
+-- embed_weight_decay = w puts the token-embedding tables (parameters named *embed_tokens.weight,
+-- *wte.weight, *word_embeddings.weight) in a third group decayed at w instead: their scale is
+-- free under a pre-norm (the first norm divides it out), and at a high learning rate Adam drives
+-- it, and with it the median |h| of every layer, far above the papers' models (docs/ORGANISM.md).
 local ol = require "outlierlab"
 local ffi = require "ffi"
 local C = ol.C
@@ -45,7 +49,16 @@ AdamW.__index = AdamW
 M.AdamWClass = AdamW
 
 local known = { lr = true, betas = true, eps = true, weight_decay = true, decay = true,
-                decay_norm_gains = true }
+                decay_norm_gains = true, embed_weight_decay = true }
+
+local EMBED_SUFFIXES = { "embed_tokens.weight", "wte.weight", "word_embeddings.weight" }
+local function is_token_embedding(p)
+  if p.ndim ~= 2 then return false end
+  local name = ffi.string(p.name)
+  for _, s in ipairs(EMBED_SUFFIXES) do if name:sub(-#s) == s then return true end end
+  return false
+end
+M.is_token_embedding = is_token_embedding
 
 -- optim.AdamW(ctx, opts): see the file header for opts. Groups are assigned to the
 -- parameters that exist now and, lazily, to any parameter created later (checked at step).
@@ -69,12 +82,17 @@ function M.AdamW(ctx, opts)
     decay_norm_gains = opts.decay_norm_gains and true or false,
     t = 0,                 -- steps taken (bias correction uses t+1 on the next step)
     nassigned = 0,         -- parameters whose group is set
-    lr_scale = ffi.new("float[2]", 1, 1),
-    wd = ffi.new("float[2]"),
+    embed_weight_decay = opts.embed_weight_decay,
+    lr_scale = ffi.new("float[3]", 1, 1, 1),
+    wd = ffi.new("float[3]"),
   }, AdamW)
   if type(self.lr) ~= "number" or type(self.eps) ~= "number" or type(self.weight_decay) ~= "number" then
     error("optim.AdamW: lr, eps and weight_decay must be numbers", 2)
   end
+  if self.embed_weight_decay ~= nil and (type(self.embed_weight_decay) ~= "number" or self.embed_weight_decay < 0) then
+    error("optim.AdamW: embed_weight_decay must be a number >= 0, got " .. tostring(self.embed_weight_decay), 2)
+  end
+  self.n_groups = self.embed_weight_decay ~= nil and 3 or 2
   self:assign_groups()
   return self
 end
@@ -85,23 +103,27 @@ function AdamW:decays(p)
   return self.decay_norm_gains and is_norm_gain(p)
 end
 
--- give every not-yet-assigned parameter its group (0 decay, 1 no decay)
+-- give every not-yet-assigned parameter its group (0 decay, 1 no decay, 2 token embeddings
+-- when embed_weight_decay is set)
 function AdamW:assign_groups()
   local n = C.ol_param_count(self.raw)
   for i = self.nassigned, n - 1 do
     local p = C.ol_param_get(self.raw, i)
-    ol.check_status(C.ol_param_set_group(p, self:decays(p) and 0 or 1))
+    local g = self:decays(p) and 0 or 1
+    if self.n_groups == 3 and is_token_embedding(p) then g = 2 end
+    ol.check_status(C.ol_param_set_group(p, g))
   end
   self.nassigned = n
 end
 
--- the parameters of each group as name lists: { decay = {...}, no_decay = {...} }
+-- the parameters of each group as name lists: { decay = {...}, no_decay = {...}, embed = {...} }
 function AdamW:groups()
   self:assign_groups()
-  local out = { decay = {}, no_decay = {} }
+  local out = { decay = {}, no_decay = {}, embed = {} }
   for i = 0, C.ol_param_count(self.raw) - 1 do
     local p = C.ol_param_get(self.raw, i)
-    local list = C.ol_param_group(p) == 0 and out.decay or out.no_decay
+    local g = C.ol_param_group(p)
+    local list = g == 0 and out.decay or g == 2 and out.embed or out.no_decay
     list[#list + 1] = ffi.string(p.name)
   end
   return out
@@ -114,8 +136,9 @@ function AdamW:step(lr)
   if C.ol_param_count(self.raw) ~= self.nassigned then self:assign_groups() end
   self.wd[0] = self.weight_decay
   self.wd[1] = 0
+  self.wd[2] = self.embed_weight_decay or 0
   self.t = self.t + 1
-  local rc = C.ol_adamw_step(self.raw, lr, self.beta1, self.beta2, self.eps, 2, self.lr_scale, self.wd, self.t)
+  local rc = C.ol_adamw_step(self.raw, lr, self.beta1, self.beta2, self.eps, self.n_groups, self.lr_scale, self.wd, self.t)
   if rc ~= 0 then
     self.t = self.t - 1
     ol.engine_error(1)
@@ -126,7 +149,7 @@ end
 -- what a checkpoint needs besides the m/v buffers (those live in the flat buffers)
 function AdamW:state()
   return { step = self.t, lr = self.lr, betas = { self.beta1, self.beta2 }, eps = self.eps,
-           weight_decay = self.weight_decay }
+           weight_decay = self.weight_decay, embed_weight_decay = self.embed_weight_decay }
 end
 
 function AdamW:load_state(s)

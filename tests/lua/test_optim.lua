@@ -32,6 +32,24 @@ do
   t.is(ol.C.ol_param_group(late), 0, "parameter created after the optimizer is assigned at step()")
   t.throws(function() optim.AdamW(ctx, { weight_decy = 0.1 }) end, "unknown option 'weight_decy'", "unknown AdamW option is an error")
   t.throws(function() optim.AdamW(ctx, { betas = { 0.9, 1.5 } }) end, "betas", "betas outside [0,1) is an error")
+  -- embed_weight_decay: the token embedding in a third group with its own decay
+  local g4 = optim.AdamW(ctx, { embed_weight_decay = 1.0 }):groups()
+  t.ok(#g4.embed == 1 and g4.embed[1] == "wte.weight", "embed_weight_decay: the token embedding has its own group")
+  t.ok(names_set(g4.decay)["fc.weight"] and not names_set(g4.decay)["wte.weight"], "... and leaves the decayed group")
+  t.throws(function() optim.AdamW(ctx, { embed_weight_decay = -1 }) end, "embed_weight_decay", "a negative embedding decay is an error")
+end
+
+-- embed_weight_decay by hand: a zero gradient leaves only the decay, p <- p (1 - lr wd_group)
+do
+  local ctx = ol.Context{ params = 4096, step_bytes = 2^20 }
+  local w = ctx:param("fc.weight", { 2, 2 })
+  local e = ctx:param("embed_tokens.weight", { 2, 2 })
+  for i = 0, 3 do w.data[i] = 1; e.data[i] = 1 end
+  local opt = optim.AdamW(ctx, { lr = 0.1, weight_decay = 0.1, embed_weight_decay = 2.0 })
+  ctx:zero_grad()
+  opt:step()
+  t.near(w.data[0], 1 - 0.1 * 0.1, 1e-7, "decayed group: p (1 - lr wd)")
+  t.near(e.data[0], 1 - 0.1 * 2.0, 1e-7, "embedding group: p (1 - lr embed_weight_decay)")
 end
 
 -- ---------------------------------------------------------------- the update, by hand

@@ -49,7 +49,9 @@ local function recipe(cfg, o)
   return { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = cfg.schedule or o.schedule,
            min_lr = (cfg.schedule or o.schedule) == "linear" and 0 or nil,
            weight_decay = cfg.weight_decay or o.weight_decay, betas = { 0.9, cfg.beta2 or o.beta2 },
-           eps = o.eps, clip = 1.0 }
+           eps = o.eps, clip = 1.0,
+           -- the token embeddings' own decay (optim.AdamW), only when a profile sets it
+           embed_weight_decay = cfg.embed_weight_decay }
 end
 M.recipe = recipe
 local function overrides(cfg, base)

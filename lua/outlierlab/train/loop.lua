@@ -36,6 +36,7 @@ M.defaults = {
   eps = 1e-8,
   weight_decay = 0.1,         -- decoupled, on parameters with >= 2 dims
   decay_norm_gains = false,   -- also decay LayerNorm/RMSNorm gains (QT's OPT runs)
+  embed_weight_decay = false, -- a number: the token embeddings' own decoupled decay (optim.AdamW)
   clip = 1.0,                 -- max global gradient norm; 0 = no clipping
   accum = 1,                  -- micro-batches per optimizer step
   eval_every = 0,             -- evaluate every n steps (0: only at the end) when val_loader is given
@@ -68,8 +69,8 @@ function M.config(cfg)
       error(string.format("train: unknown cfg key '%s'; valid keys: %s", tostring(k), table.concat(valid, ", ")), 3)
     end
     local want = type(d)
-    if k == "min_lr" then want = "number" end
-    if type(v) ~= want and not (k == "min_lr" and v == false) then
+    if k == "min_lr" or k == "embed_weight_decay" then want = "number" end
+    if type(v) ~= want and not ((k == "min_lr" or k == "embed_weight_decay") and v == false) then
       error(string.format("train: cfg.%s must be a %s, got %s", k, want, tostring(v)), 3)
     end
     out[k] = v
@@ -102,6 +103,9 @@ function M.config(cfg)
   end
   if out.eps <= 0 then error("train: cfg.eps must be > 0, got " .. tostring(out.eps), 3) end
   if out.weight_decay < 0 then error("train: cfg.weight_decay must be >= 0, got " .. tostring(out.weight_decay), 3) end
+  if out.embed_weight_decay ~= false and not (is_finite(out.embed_weight_decay) and out.embed_weight_decay >= 0) then
+    error("train: cfg.embed_weight_decay must be a finite number >= 0, got " .. tostring(out.embed_weight_decay), 3)
+  end
   if type(out.betas) ~= "table" or #out.betas ~= 2 then error("train: cfg.betas must be two numbers {beta1, beta2}", 3) end
   for i, b in ipairs(out.betas) do
     if type(b) ~= "number" or not (b >= 0 and b < 1) then
@@ -290,7 +294,8 @@ function M.run(a)
   local log = a.log or function() end
 
   local opt = optim.AdamW(ctx, { lr = cfg.lr, betas = cfg.betas, eps = cfg.eps, weight_decay = cfg.weight_decay,
-                                 decay_norm_gains = cfg.decay_norm_gains, decay = a.decay })
+                                 decay_norm_gains = cfg.decay_norm_gains, decay = a.decay,
+                                 embed_weight_decay = cfg.embed_weight_decay or nil })
   local lr_at = optim.schedule { kind = cfg.schedule, lr = cfg.lr, min_lr = cfg.min_lr, warmup = cfg.warmup,
                                  steps = cfg.steps }
   local res = { losses = {}, lrs = {}, gnorms = {}, val = {}, step = 0 }
