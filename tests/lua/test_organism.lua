@@ -185,6 +185,32 @@ do
   t.ok(not ok, "loop_free must be a boolean")
 end
 
+-- pointer tokens: after P at t with an ordinary x_{t-1}, x_{t+1} = x_{t-1-o}, o = 1 + (ordinal mod 3)
+do
+  local pt = org.task{ vocab_size = 64, n_triggers = 4, groups = 2, p_trigger = 0.1, n_pointer = 2, p_pointer = 0.1,
+                       loop_free = true, seed = 4 }
+  t.is(pt.vocab[pt.ptr0], "P0", "pointer tokens are named P0, P1 ...")
+  local ld = org.LMLoader{ task = pt, B = 8, T = 256, seed = 3 }
+  local bb = ld:next(ctx)
+  local n, wrong = 0, 0
+  for r = 0, 7 do
+    local x = {}
+    for t_ = 0, 255 do x[t_] = bb.ids.idata[r * 256 + t_] end
+    x[256] = bb.targets.idata[r * 256 + 255]
+    for t_ = 2, 255 do
+      if x[t_] >= pt.ptr0 and x[t_] < pt.ord0 and x[t_ - 1] >= pt.ord0 then
+        local src = t_ - 1 - (1 + (x[t_ - 1] - pt.ord0) % 3)
+        if src >= 1 and not (x[src] >= pt.trig0 and x[src] < pt.ord0) then
+          n = n + 1
+          if x[t_ + 1] ~= x[src] then wrong = wrong + 1 end
+        end
+      end
+    end
+  end
+  t.ok(n > 20, "pointer hops occur", n)
+  t.is(wrong, 0, "after P the token o places before the previous token, o = 1 + (its ordinal mod 3)")
+end
+
 -- ---------------------------------------------------------------- phenomena, hand-computed
 -- One sequence [<bos>, a, b] (initial, other, other), one head, causal attention
 --   A = [[1, 0, 0], [0.8, 0.2, 0], [0.6, 0.2, 0.2]]

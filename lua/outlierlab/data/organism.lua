@@ -42,7 +42,8 @@ local FIRST = #M.SPECIALS
 local DELIM_NAMES = { ".", ",", ";", ":", "!", "?", "\n", "-" }
 
 M.defaults = { vocab_size = 64, n_triggers = 8, groups = 1, alpha = 0.1, p_trigger = 0, n_delim = 0, p_delim = 0.1,
-               n_weak = 0, p_weak = 0.1, n_recall = 0, p_recall = 0.05, loop_free = false, seed = 1 }
+               n_weak = 0, p_weak = 0.1, n_recall = 0, p_recall = 0.05, n_pointer = 0, p_pointer = 0.05,
+               loop_free = false, seed = 1 }
 
 local function check_int(v, lo, hi, what)
   if type(v) ~= "number" or v ~= math.floor(v) or v < lo or (hi and v > hi) then
@@ -101,28 +102,30 @@ function M.task(o)
   check_int(t.n_delim, 0, #DELIM_NAMES, "n_delim")
   check_int(t.n_weak, 0, V, "n_weak")
   check_int(t.n_recall, 0, V, "n_recall")
+  check_int(t.n_pointer, 0, V, "n_pointer")
   if type(t.loop_free) ~= "boolean" then error("data.organism: loop_free must be true or false, got " .. tostring(t.loop_free), 2) end
   check_int(t.seed, 0, 2 ^ 52, "seed")
   if type(t.alpha) ~= "number" or t.alpha <= 0 then error("data.organism: alpha must be > 0, got " .. tostring(t.alpha), 2) end
-  for _, k in ipairs { "p_delim", "p_weak", "p_trigger", "p_recall" } do
+  for _, k in ipairs { "p_delim", "p_weak", "p_trigger", "p_recall", "p_pointer" } do
     if type(t[k]) ~= "number" or t[k] < 0 or t[k] >= 1 then error("data.organism: " .. k .. " must be in [0, 1), got " .. tostring(t[k]), 2) end
   end
   if t.p_delim * (t.n_delim > 0 and 1 or 0) + t.p_weak * (t.n_weak > 0 and 1 or 0) + t.p_trigger
-     + t.p_recall * (t.n_recall > 0 and 1 or 0) >= 0.9 then
-    error("data.organism: p_delim + p_weak + p_trigger + p_recall must stay below 0.9", 2)
+     + t.p_recall * (t.n_recall > 0 and 1 or 0) + t.p_pointer * (t.n_pointer > 0 and 1 or 0) >= 0.9 then
+    error("data.organism: p_delim + p_weak + p_trigger + p_recall + p_pointer must stay below 0.9", 2)
   end
   local n_chain = V - FIRST
-  local n_ord = n_chain - t.n_delim - t.n_weak - t.n_triggers - t.n_recall
+  local n_ord = n_chain - t.n_delim - t.n_weak - t.n_triggers - t.n_recall - t.n_pointer
   if n_ord < 2 then
-    error(string.format("data.organism: vocab_size %d leaves %d ordinary tokens after %d specials, %d delimiters, %d weak, %d triggers and %d recall tokens (need >= 2)",
-      V, n_ord, FIRST, t.n_delim, t.n_weak, t.n_triggers, t.n_recall), 2)
+    error(string.format("data.organism: vocab_size %d leaves %d ordinary tokens after %d specials, %d delimiters, %d weak, %d triggers, %d recall and %d pointer tokens (need >= 2)",
+      V, n_ord, FIRST, t.n_delim, t.n_weak, t.n_triggers, t.n_recall, t.n_pointer), 2)
   end
   t.n_chain, t.n_ordinary = n_chain, n_ord
   t.delim0 = FIRST
   t.weak0 = t.delim0 + t.n_delim
   t.trig0 = t.weak0 + t.n_weak
   t.rec0 = t.trig0 + t.n_triggers
-  t.ord0 = t.rec0 + t.n_recall
+  t.ptr0 = t.rec0 + t.n_recall
+  t.ord0 = t.ptr0 + t.n_pointer
   t.special = M.special
 
   -- labels and categories
@@ -133,6 +136,7 @@ function M.task(o)
   for k = 0, t.n_weak - 1 do vocab[t.weak0 + k], cat[t.weak0 + k] = "w" .. k, "weak" end
   for k = 0, t.n_triggers - 1 do vocab[t.trig0 + k], cat[t.trig0 + k] = "T" .. k, "other" end
   for k = 0, t.n_recall - 1 do vocab[t.rec0 + k], cat[t.rec0 + k] = "R" .. k, "other" end
+  for k = 0, t.n_pointer - 1 do vocab[t.ptr0 + k], cat[t.ptr0 + k] = "P" .. k, "other" end
   for k = 0, n_ord - 1 do vocab[t.ord0 + k], cat[t.ord0 + k] = "a" .. k, "other" end
   t.vocab, t.cat = vocab, cat
   function t.category(id) return cat[id] or "other" end
@@ -169,6 +173,7 @@ function M.task(o)
       if t.n_delim > 0 then rest = rest - t.p_delim end
       if t.n_weak > 0 then rest = rest - t.p_weak end
       if t.n_recall > 0 then rest = rest - t.p_recall end
+      if t.n_pointer > 0 then rest = rest - t.p_pointer end
     end
     local fixed_trig = t.p_trigger > 0 and t.n_triggers > 0 and not recall_row
     if fixed_trig then rest = rest - t.p_trigger end
@@ -178,7 +183,8 @@ function M.task(o)
       elseif jd >= t.delim0 and jd < t.weak0 then p[j] = t.p_delim / t.n_delim
       elseif jd >= t.weak0 and jd < t.trig0 then p[j] = t.p_weak / t.n_weak
       elseif fixed_trig and jd >= t.trig0 and jd < t.rec0 then p[j] = t.p_trigger / t.n_triggers
-      elseif jd >= t.rec0 and jd < t.ord0 then p[j] = t.p_recall / t.n_recall
+      elseif jd >= t.rec0 and jd < t.ptr0 then p[j] = t.p_recall / t.n_recall
+      elseif jd >= t.ptr0 and jd < t.ord0 then p[j] = t.p_pointer / t.n_pointer
       else p[j] = s > 0 and rest * p[j] / s or 0 end
     end
     local acc, h = 0, 0
@@ -208,6 +214,9 @@ function M.task(o)
   -- Fill dst[0 .. n-1] with a chain of n tokens (no <bos>): the sequence stream (seed, index).
   -- Returns the summed entropy (nats) of the positions that are not copies, and their count,
   -- for the loss floor.
+  -- Pointer rule: after a pointer token P at t whose previous token x_{t-1} is ordinary,
+  -- x_{t+1} = x_{t-1-o} with o = 1 + (x_{t-1}'s ordinal among the ordinary tokens mod 3): a
+  -- two-hop circuit (read x_{t-1}, then attend o places further back), needed only after P.
   -- Copy rule: after a trigger of group g, x_{t+1} = x_{t-g} (with loop_free, only when that
   -- source is not itself a trigger or recall token: otherwise a bigram draw, so that copies never
   -- chain into trigger loops). Recall rule: after a recall token R_k, x_{t+1} = the token that
@@ -215,7 +224,7 @@ function M.task(o)
   -- tokens, at its first occurrence): an induction circuit (a head that marks the token after
   -- each R_k, then a head that finds it), needed only at recall positions.
   local last = ffi.new("int32_t[?]", math.max(1, t.n_recall))
-  local trig0, rec0, ord0, loop_free = t.trig0, t.rec0, t.ord0, t.loop_free
+  local trig0, rec0, ptr0, ord0, loop_free = t.trig0, t.rec0, t.ptr0, t.ord0, t.loop_free
   function t.chain(seed, index, n, dst)
     local base = index * (n + 1)
     local h, m = 0, 0
@@ -227,11 +236,15 @@ function M.task(o)
       if g > 0 and i - 1 - g >= 0 then
         local src = dst[i - 1 - g]
         if not (loop_free and src >= trig0 and src < ord0) then dst[i] = src; done = true end
-      elseif prev >= rec0 and prev < ord0 then
+      elseif prev >= rec0 and prev < ptr0 then
         local k = prev - rec0
         local s = last[k]
         last[k] = i - 1
         if s >= 0 then dst[i] = dst[s + 1]; done = true end
+      elseif prev >= ptr0 and prev < ord0 and i >= 2 and dst[i - 2] >= ord0 then
+        -- pointer: the token before P points back o = 1 + (its ordinal mod 3) more places
+        local src = i - 2 - (1 + (dst[i - 2] - ord0) % 3)
+        if src >= 0 and not (loop_free and dst[src] >= trig0 and dst[src] < ord0) then dst[i] = dst[src]; done = true end
       end
       if not done then
         dst[i] = draw(prev, C.ol_rand_uniform(seed, base + i))
