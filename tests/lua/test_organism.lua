@@ -209,6 +209,30 @@ do
   end
   t.ok(n > 20, "pointer hops occur", n)
   t.is(wrong, 0, "after P the token o places before the previous token, o = 1 + (its ordinal mod 3)")
+  -- two hops (P1 with pointer_hops = 2): from x_{t-1} back o1, then from there back o2
+  local p2 = org.task{ vocab_size = 64, n_triggers = 4, groups = 2, p_trigger = 0.1, n_pointer = 2, p_pointer = 0.2,
+                       pointer_hops = 2, loop_free = true, seed = 4 }
+  local b2 = org.LMLoader{ task = p2, B = 8, T = 256, seed = 3 }:next(ctx)
+  local n2, w2 = 0, 0
+  for r = 0, 7 do
+    local x = {}
+    for t_ = 0, 255 do x[t_] = b2.ids.idata[r * 256 + t_] end
+    x[256] = b2.targets.idata[r * 256 + 255]
+    for t_ = 2, 255 do
+      if x[t_] == p2.ptr0 + 1 and x[t_ - 1] >= p2.ord0 then
+        local a = t_ - 1 - (1 + (x[t_ - 1] - p2.ord0) % 3)
+        if a >= 1 and x[a] >= p2.ord0 then
+          local src = a - (1 + (x[a] - p2.ord0) % 3)
+          if src >= 1 and not (x[src] >= p2.trig0 and x[src] < p2.ord0) then
+            n2 = n2 + 1
+            if x[t_ + 1] ~= x[src] then w2 = w2 + 1 end
+          end
+        end
+      end
+    end
+  end
+  t.ok(n2 > 10, "two-hop pointers occur", n2)
+  t.is(w2, 0, "a two-hop pointer lands where both hops lead")
 end
 
 -- ---------------------------------------------------------------- phenomena, hand-computed

@@ -146,7 +146,7 @@ function M.data_spec(cfg)
                 n_weak = cfg.n_weak, p_weak = cfg.p_weak, seed = cfg.data_seed }
     -- the recall tokens and loop-free copies enter the spec only when used (older specs keep their hash)
     if (cfg.n_recall or 0) > 0 then d.n_recall, d.p_recall = cfg.n_recall, cfg.p_recall end
-    if (cfg.n_pointer or 0) > 0 then d.n_pointer, d.p_pointer = cfg.n_pointer, cfg.p_pointer end
+    if (cfg.n_pointer or 0) > 0 then d.n_pointer, d.p_pointer, d.pointer_hops = cfg.n_pointer, cfg.p_pointer, cfg.pointer_hops end
     if cfg.loop_free then d.loop_free = true end
     return d
   end

@@ -43,7 +43,7 @@ local DELIM_NAMES = { ".", ",", ";", ":", "!", "?", "\n", "-" }
 
 M.defaults = { vocab_size = 64, n_triggers = 8, groups = 1, alpha = 0.1, p_trigger = 0, n_delim = 0, p_delim = 0.1,
                n_weak = 0, p_weak = 0.1, n_recall = 0, p_recall = 0.05, n_pointer = 0, p_pointer = 0.05,
-               loop_free = false, seed = 1 }
+               pointer_hops = 1, loop_free = false, seed = 1 }
 
 local function check_int(v, lo, hi, what)
   if type(v) ~= "number" or v ~= math.floor(v) or v < lo or (hi and v > hi) then
@@ -103,6 +103,7 @@ function M.task(o)
   check_int(t.n_weak, 0, V, "n_weak")
   check_int(t.n_recall, 0, V, "n_recall")
   check_int(t.n_pointer, 0, V, "n_pointer")
+  check_int(t.pointer_hops, 1, 8, "pointer_hops")
   if type(t.loop_free) ~= "boolean" then error("data.organism: loop_free must be true or false, got " .. tostring(t.loop_free), 2) end
   check_int(t.seed, 0, 2 ^ 52, "seed")
   if type(t.alpha) ~= "number" or t.alpha <= 0 then error("data.organism: alpha must be > 0, got " .. tostring(t.alpha), 2) end
@@ -217,6 +218,8 @@ function M.task(o)
   -- Pointer rule: after a pointer token P at t whose previous token x_{t-1} is ordinary,
   -- x_{t+1} = x_{t-1-o} with o = 1 + (x_{t-1}'s ordinal among the ordinary tokens mod 3): a
   -- two-hop circuit (read x_{t-1}, then attend o places further back), needed only after P.
+  -- With pointer_hops = H, P_k hops 1 + (k mod H) times (each hop from the token the last one
+  -- reached, which must be ordinary): an h-hop pointer needs h + 1 attention layers in turn.
   -- Copy rule: after a trigger of group g, x_{t+1} = x_{t-g} (with loop_free, only when that
   -- source is not itself a trigger or recall token: otherwise a bigram draw, so that copies never
   -- chain into trigger loops). Recall rule: after a recall token R_k, x_{t+1} = the token that
@@ -225,6 +228,7 @@ function M.task(o)
   -- each R_k, then a head that finds it), needed only at recall positions.
   local last = ffi.new("int32_t[?]", math.max(1, t.n_recall))
   local trig0, rec0, ptr0, ord0, loop_free = t.trig0, t.rec0, t.ptr0, t.ord0, t.loop_free
+  local hops = t.pointer_hops
   function t.chain(seed, index, n, dst)
     local base = index * (n + 1)
     local h, m = 0, 0
@@ -242,8 +246,13 @@ function M.task(o)
         last[k] = i - 1
         if s >= 0 then dst[i] = dst[s + 1]; done = true end
       elseif prev >= ptr0 and prev < ord0 and i >= 2 and dst[i - 2] >= ord0 then
-        -- pointer: the token before P points back o = 1 + (its ordinal mod 3) more places
-        local src = i - 2 - (1 + (dst[i - 2] - ord0) % 3)
+        -- pointer: the token before P points back o = 1 + (its ordinal mod 3) more places; P_k
+        -- makes 1 + (k mod pointer_hops) such hops, each from the token the last one reached
+        local src = i - 2
+        for _ = 1, 1 + (prev - ptr0) % hops do
+          if src < 0 or dst[src] < ord0 then src = -1; break end
+          src = src - (1 + (dst[src] - ord0) % 3)
+        end
         if src >= 0 and not (loop_free and dst[src] >= trig0 and dst[src] < ord0) then dst[i] = dst[src]; done = true end
       end
       if not done then
