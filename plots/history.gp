@@ -153,7 +153,7 @@ if (has_phen) {
   unset label 1
 }
 
-set title ttl("value drain: the sink's value norm / median value norm", "%.2f", f_value, th_value, 0)
+set title ttl("value drain: sink value norm / median value norm", "%.2f", f_value, th_value, 0)
 set ylabel "value norm ratio (log scale)"
 if (has_phen) {
   set logscale y
