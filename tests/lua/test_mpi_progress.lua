@@ -56,6 +56,8 @@ t.ok(ok1 and out1:find("tiny seed=3: step 24/24", 1, true), "seeds 1 and 3 train
 
 local out, ok, r0, r1 = mpi("cached", dirs("two", "a"))
 t.ok(ok, "the sweep ran on 2 ranks", out)
+t.ok(r0:find("sweep of 4 members over 2 groups of ranks (rank 0: tiny seed=1, tiny seed=3; rank 1: tiny seed=2, tiny seed=4)", 1, true),
+     "rank 0 says which rank trains which member", r0)
 t.ok(r0:find("tiny seed=1 %[rank 0%]: model %x+: cached") and r0:find("tiny seed=3 %[rank 0%]: model %x+: cached"),
      "rank 0 says its members are cached", r0)
 for _, s in ipairs { 2, 4 } do

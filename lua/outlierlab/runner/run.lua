@@ -172,6 +172,15 @@ function Run:sweep(items, fn)
   local wr = dist.world_rank()
   local g = wr % G
   local relay_dir = start_relays(self, G)
+  if wr == 0 and not progress.member then
+    local per = {}
+    for r = 0, G - 1 do
+      local names = {}
+      for i = r + 1, #items, G do names[#names + 1] = M.member_label(items[i], i, #items) end
+      per[#per + 1] = string.format("rank %d: %s", r, table.concat(names, ", "))
+    end
+    self:log("sweep of %d members over %d groups of ranks (%s)", #items, G, table.concat(per, "; "))
+  end
   dist.split(g)
   local mine = {}
   local ok, err = pcall(function()
