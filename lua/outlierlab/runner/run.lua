@@ -160,11 +160,10 @@ function Run:sweep(items, fn)
     local out = {}
     local outer = progress.member
     for i, it in ipairs(items) do
+      -- (no pcall: an error keeps its traceback; the label is left set only on the way out)
       progress.member = outer or (#items > 1 and M.member_label(it, i, #items) or nil)
-      local ok, v = pcall(fn, it, i)
+      out[i] = fn(it, i)
       progress.member = outer
-      if not ok then error(v, 0) end
-      out[i] = v
     end
     return out
   end
