@@ -8,7 +8,8 @@
 --     rank's stdout apart) holds every member's label, rank 1's steps with loss, tok/s and ETA, and
 --     rank 1's own output holds nothing (one copy of every line);
 --   * a run where both ranks train prints both ranks' steps on rank 0; --progress=off (the quiet
---     mode) prints no step line and still finishes; the relay directory is removed afterwards.
+--     mode) prints no step line and still finishes; the relay directory is removed afterwards;
+--   * a Slurm array task (--sweep_index=i, one member per task) prints its member's lines itself.
 local t = require "outlierlab.tap"
 local root = OUTLIERLAB_ROOT
 local tmp = os.tmpname()
@@ -92,6 +93,11 @@ local q, qok = t.sh(env .. "OUTLIERLAB_PROGRESS=off " .. exp .. " --seeds=5" .. 
 t.ok(qok and count(q, "step %d+/24") == 0, "OUTLIERLAB_PROGRESS=off: no step line on one rank", q)
 local b, bok = t.sh(env .. exp .. " --progress=loud --seeds=5" .. dirs("bad"))
 t.ok(not bok and b:find("must be auto, tty, plain or off", 1, true), "a bad --progress value is refused", b)
+
+-- 4. a Slurm array task (--sweep_index=i) prints its own member's lines, labelled, in its log
+local a, aok = t.sh(env .. exp .. " --sweep_index=1" .. dirs("array"))
+t.ok(aok and a:find("tiny seed=2: step 24/24", 1, true) and a:find("sweep member 1 of 4 done", 1, true),
+     "--sweep_index=1: the task trains seed 2 and prints its labelled lines", a)
 
 os.execute("rm -rf " .. tmp)
 return t.done()
