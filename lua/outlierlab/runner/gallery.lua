@@ -189,6 +189,19 @@ function M.build(root, out)
       if c.summary then link("summary.md", c.summary) end
       for _, f in ipairs(c.pdf) do link(f:match("[^/]+$"), f) end
       for i, f in ipairs(c.hist_png) do link("training history" .. (#c.hist_png > 1 and (" " .. i) or ""), f) end
+      -- every model the run used: its training history (loss, and the phenomena over the steps
+      -- with their thresholds: runner/history.lua), small, each linking to the full figure
+      if #c.hist_png > 0 then
+        local thumbs = {}
+        for _, f in ipairs(c.hist_png) do
+          local hash = f:match("([^/]+)%.png$") or ""
+          thumbs[#thumbs + 1] = string.format('<a href="%s"><img src="%s" width="240" loading="lazy" alt="training history of model %s" title="model %s"></a>',
+            url(prefix .. f), url(prefix .. f), html(hash), html(hash))
+        end
+        H('<dt>Training histories</dt><dd class="histories">' .. table.concat(thumbs, " ") ..
+          '<br><small>per model: loss, gradient norm, sink share, value ratio, top-1/median at the sink, kurtosis over the steps; ' ..
+          'dashed: the thresholds; grey: the final window the recipe map judges</small></dd>')
+      end
       for i, f in ipairs(c.hist_nc) do link("history " .. (#c.hist_nc > 1 and (i .. " ") or "") .. "(NetCDF)", f) end
       link("run.json", c.json)
       H('<dt>Files</dt><dd class="links">' .. table.concat(links_h, " ") .. '</dd>')

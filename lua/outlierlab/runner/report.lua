@@ -100,11 +100,10 @@ local function copy_histories(run, hashes)
   run.histories = {}
   for _, h in ipairs(hashes) do   -- every rank's models (model_list): sweep groups trained some of them
     local dir = run.cache_root .. "/models/" .. h
-    if not read_file(dir .. "/history.nc") then
-      local ok, err = pcall(history.write, dir, nil, { id = run.id, profile = run.profile, seed = run.seed,
-                                                       config = { model_hash = h } })
-      if not ok then run:log("model %s: no training history (%s)", h, tostring(err)) end
-    end
+    -- written once per model, and again when the figure's contents changed (history.VERSION)
+    local ok, err = pcall(history.ensure, dir, { id = run.id, profile = run.profile, seed = run.seed,
+                                                 config = { model_hash = h } })
+    if not ok then run:log("model %s: no training history (%s)", h, tostring(err)) end
     for _, ext in ipairs({ "nc", "png" }) do
       local text = read_file(dir .. "/history." .. ext)
       if text then

@@ -66,11 +66,69 @@ M.NO_VERDICT = report.NO_VERDICT
 local Run = {}
 Run.__index = Run
 
+-- a message of the run, printed by rank 0; a rank leading a sweep group relays its messages to
+-- rank 0 (util/progress), labelled with the member it trains
 function Run:log(fmt, ...)
+  local msg = string.format(fmt, ...)
+  if progress.member then msg = progress.member .. ": " .. msg end
+  local line = string.format("[%s] ", self.id) .. msg
   if progress.is_rank0() then
-    io.stdout:write(string.format("[%s] ", self.id), string.format(fmt, ...), "\n")
+    io.stdout:write(line, "\n")
     io.stdout:flush()
+  elseif progress.relay then
+    progress.relay_line(line)
   end
+end
+
+-- the label of sweep member i of n in progress lines: its label or name field, else its
+-- fields "k=v" (sorted), else its value, else "member i/n"
+function M.member_label(item, i, n)
+  if type(item) == "table" then
+    if type(item.label) == "string" then return item.label end
+    if type(item.name) == "string" then return item.name end
+    local keys = {}
+    for k, v in pairs(item) do
+      if type(k) == "string" and (type(v) == "string" or type(v) == "number" or type(v) == "boolean") then keys[#keys + 1] = k end
+    end
+    table.sort(keys)
+    local parts = {}
+    for _, k in ipairs(keys) do parts[#parts + 1] = k .. "=" .. tostring(item[k]) end
+    if #parts > 0 and #parts <= 4 then return table.concat(parts, " ") end
+  elseif type(item) == "string" or type(item) == "number" then
+    return tostring(item)
+  end
+  return string.format("member %d/%d", i, n)
+end
+
+-- Before the sweep's split (a collective of every rank): the relay of progress lines from the
+-- leading rank of every group but the first to world rank 0 (util/progress). Rank 0 names a
+-- fresh directory <run dir>/.progress/<token>/ and writes a file there; a leading rank relays
+-- through <dir>/rank-<r>.txt when it sees that file (the run directory is shared with rank 0),
+-- and prints its own lines otherwise; rank 0 reads the files of the ranks that see it.
+-- Returns the directory (rank 0 removes it after the sweep) or nil.
+local function start_relays(run, G)
+  local wr = dist.world_rank()
+  if not run.dir or progress.member then return nil end   -- a sweep inside a sweep member: no relay
+  local token = string.format("%x-%x-%d", os.time(), math.floor(progress.now() * 1e6) % 0x7fffffff, fs.pid())
+  token = dist.allgather_string(wr == 0 and token or "")[1]
+  local dir = run.dir .. "/.progress/" .. token
+  if wr == 0 then
+    mkdir(dir)
+    fs.write_atomic(dir .. "/rank0", "rank 0 reads the rank-<r>.txt files of this directory\n")
+  end
+  dist.barrier()
+  local sees = wr > 0 and wr < G and read_file(dir .. "/rank0") ~= nil
+  local seen = dist.allgather_list({ sees and 1 or 0 })
+  if wr == 0 then
+    local paths = {}
+    for r = 1, G - 1 do
+      if seen[r + 1] == 1 then paths[#paths + 1] = string.format("%s/rank-%d.txt", dir, r) end
+    end
+    progress.start_watch(paths)
+  elseif wr < G then
+    progress.start_relay(sees and string.format("%s/rank-%d.txt", dir, wr) or nil)
+  end
+  return dir
 end
 
 
@@ -91,27 +149,57 @@ function Run:sweep(items, fn)
       error(string.format("experiment %s: --sweep_index=%s but the sweep has %d members (0..%d)", self.id,
         tostring(self.sweep_index), #items, #items - 1), 0)
     end
+    progress.member = M.member_label(items[i], i, #items)
     fn(items[i], i)
+    progress.member = nil
     error({ exit_status = 0, message = string.format("%s: sweep member %d of %d done; run without --sweep_index " ..
       "(after every member) to analyse and plot from the cached models", self.id, i - 1, #items) }, 0)
   end
   local world = dist.world_size()
   if world == 1 or #items <= 1 then
     local out = {}
-    for i, it in ipairs(items) do out[i] = fn(it, i) end
+    local outer = progress.member
+    for i, it in ipairs(items) do
+      -- (no pcall: an error keeps its traceback; the label is left set only on the way out)
+      progress.member = outer or (#items > 1 and M.member_label(it, i, #items) or nil)
+      out[i] = fn(it, i)
+      progress.member = outer
+    end
     return out
   end
   local G = math.min(#items, world)
-  local g = dist.world_rank() % G
+  local wr = dist.world_rank()
+  local g = wr % G
+  local relay_dir = start_relays(self, G)
+  if wr == 0 and not progress.member then
+    local per = {}
+    for r = 0, G - 1 do
+      local names = {}
+      for i = r + 1, #items, G do names[#names + 1] = M.member_label(items[i], i, #items) end
+      per[#per + 1] = string.format("rank %d: %s", r, table.concat(names, ", "))
+    end
+    self:log("sweep of %d members over %d groups of ranks (%s)", #items, G, table.concat(per, "; "))
+  end
   dist.split(g)
   local mine = {}
   local ok, err = pcall(function()
-    for i = g + 1, #items, G do mine[i] = fn(items[i], i) end
+    for i = g + 1, #items, G do
+      progress.member = string.format("%s [rank %d]", M.member_label(items[i], i, #items), wr)
+      mine[i] = fn(items[i], i)
+    end
   end)
+  progress.member = nil
+  if relay_dir and wr > 0 then progress.end_relay(ok) end
   dist.unsplit()
   if not ok then error(err, 0) end
+  -- rank 0 prints the other groups' lines until each has ended, then the collective below
+  if relay_dir and wr == 0 then
+    progress.wait_relays()
+    os.execute("rm -rf '" .. relay_dir:gsub("'", "'\\''") .. "'")
+    os.remove(self.dir .. "/.progress")   -- only when empty
+  end
   local out = {}
-  local lead = dist.world_rank() < G   -- world ranks 0..G-1 are the groups' rank 0
+  local lead = wr < G   -- world ranks 0..G-1 are the groups' rank 0
   for _, text in ipairs(dist.allgather_string(lead and M.serialize(mine) or M.serialize({}))) do
     for i, v in pairs(M.deserialize(text, "=sweep") or {}) do out[i] = v end
   end
@@ -229,6 +317,7 @@ function M.run_file(exp, file)
   dist.watch_signal(dist.SIGUSR1)
   local root = ol.root
   local opts = config.get({ profile = "default", sweep_index = -1, retrain = false, reanalyze = false,
+                            progress = "",   -- auto | tty | plain | off (quiet): every training's progress lines
                             model = "", text = "", stream = "auto",   -- a pretrained model (outlierlab.pretrained)
                             out = os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results"),
                             cache = os.getenv("OUTLIERLAB_CACHE") or (root .. "/cache") }, { strict = false })
@@ -240,7 +329,10 @@ function M.run_file(exp, file)
     error(string.format("experiment %s: unknown profile '%s'; valid: %s", file, opts.profile, table.concat(names, ", ")), 0)
   end
   local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
-                                            retrain = true, reanalyze = true, model = true, text = true, stream = true } })
+                                            retrain = true, reanalyze = true, model = true, text = true, stream = true,
+                                            progress = true } })
+  if opts.progress ~= "" then progress.mode_override = opts.progress end
+  progress.override()   -- a bad --progress / OUTLIERLAB_PROGRESS value is an error now, not at the first step
   bounds.check_profile(cfg)   -- sizes and learning rates of the settings, before any stage (outlierlab.train.bounds)
   if opts.text ~= "" and opts.model == "" then error("experiment " .. file .. ": --text=FILE needs --model=DIR (the model that reads it)", 0) end
   local pretrained = opts.model ~= "" and require("outlierlab.pretrained").attach(exp, opts, cfg) or nil

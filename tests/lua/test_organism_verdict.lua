@@ -1,0 +1,70 @@
+-- One verdict per model (issue 23): the recipe map (experiments/organism.lua) judges each model's
+-- final measurement (the mean over the last 10 % of the tracked steps, analysis/thresholds) and
+-- reports a threshold met only on the way as "reached on the way at step N", which does not count.
+--   * the issue's case: top-1/median 120 at step 2550, 95 at the end -> massive "not at the end
+--     (final 95); reached on the way at step 2550", the family's default recipe not a model
+--     organism, the claim does not hold (before: "reached at step 2550", holds);
+--   * every threshold held at the end -> reached, the claim holds;
+--   * the summary names the quantity each verdict judges, and so-fig3's (SO's tau rule);
+--   * live, quick profile: the recipe map and so-fig3 analyse the same cached LLaMA model (one
+--     hash in both run.json files) and the map's summary speaks of the final measurement.
+local t = require "outlierlab.tap"
+local root = OUTLIERLAB_ROOT
+local exp = dofile(root .. "/experiments/organism.lua")
+local stage = {}
+for _, s in ipairs(exp.stages) do stage[s[1]] = s[2] end
+
+local function curve(massive_at)
+  local c = {}
+  for i = 0, 20 do
+    local s = i * 150
+    c[#c + 1] = { step = s, sink_share = s >= 600 and 0.9 or 0.2, value_ratio = s >= 600 and 0.1 or 0.9,
+                  massive_ratio = massive_at(s), avg_kurtosis = s >= 900 and 45 or 4 }
+  end
+  return c
+end
+local function run_of(massive_at)
+  local run = { out = { train = { { family = "llama", knob = "base", value = 0, label = "llama default", steps = 3000,
+                                    val_loss = 2.9, seconds = 60, curve = curve(massive_at) } } } }
+  run.out.analyze = stage.analyze(run)
+  return run, exp.summary(run)
+end
+
+-- the issue's case: a peak on the way, 95 at the end
+local _, s = run_of(function(st) return st == 2550 and 120 or st >= 2700 and 95 or 20 + st / 50 end)
+t.ok(s.notes:find("| llama default | reached (final 0.90 / 0.10; first at step 600) | not at the end (final 95); reached on the way at step 2550 | reached (final 45.0; first at step 900) |", 1, true),
+     "massive: 95 at the end, 120 on the way at step 2550 -> not at the end, reached on the way", s.notes)
+t.is(s.holds, false, "the claim does not hold on a threshold met only on the way")
+t.ok(s.reproduced:find("at the end of training", 1, true) and s.reproduced:find(": none (of llama)", 1, true), "reproduced: none at the end", s.reproduced)
+t.ok(not s.notes:find("reached at step", 1, true), "no bare 'reached at step' left", s.notes)
+
+-- every threshold held at the end
+local _, s2 = run_of(function(st) return st >= 1200 and 150 or 10 end)
+t.ok(s2.notes:find("| reached (final 150; first at step 1200) |", 1, true), "massive 150 at the end: reached", s2.notes)
+t.is(s2.holds, true, "every threshold at the end: the claim holds")
+
+-- the quantities named
+for _, w in ipairs { "final measurement", "last 10 %", "top-1/median |h| at the sink token (layer where largest) >= 100",
+                     "sink share of a head >= 0.8", "<= 0.2 of the median", "average kurtosis of the layer outputs h >= 30",
+                     "so-fig3", "τ·mean|h|", "history.png" } do
+  t.ok(s.notes:find(w, 1, true), "the summary names: " .. w, s.notes)
+end
+
+-- live: one cached model for the recipe map's LLaMA default and so-fig3
+local tmp = os.tmpname()
+os.remove(tmp)
+local base = "cd " .. root .. " && OMP_NUM_THREADS=1 OUTLIERLAB_PROGRESS=off bin/outlierlab run experiments/%s.lua --profile=quick --out=" ..
+  tmp .. "/out --cache=" .. tmp .. "/cache"
+local o1, ok1 = t.sh(string.format(base, "so-fig3"))
+local o2, ok2 = t.sh(string.format(base, "organism") .. " --families=llama --llama_vary=")
+t.ok(ok1 and ok2, "so-fig3 and the recipe map ran (quick)", o1 .. o2)
+t.ok(o2:find("model %x+: cached"), "the recipe map reuses so-fig3's trained LLaMA", o2)
+local cjson = require "cjson"
+local j1 = cjson.decode(t.slurp(tmp .. "/out/so-fig3/quick/run.json") or "{}")
+local j2 = cjson.decode(t.slurp(tmp .. "/out/organism/quick/run.json") or "{}")
+t.ok(j1.models and j2.models and j1.models[1] == j2.models[1], "one model hash in both run.json files",
+     tostring(j1.models and j1.models[1]) .. " " .. tostring(j2.models and j2.models[1]))
+local sm = t.slurp(tmp .. "/out/organism/quick/summary.md") or ""
+t.ok(sm:find("| llama default | ", 1, true) and sm:find("final measurement", 1, true), "the map's summary judges the final measurement", sm)
+os.execute("rm -rf '" .. tmp .. "'")
+return t.done()
