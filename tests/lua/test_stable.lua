@@ -23,7 +23,7 @@ do
   t.is(c, 7, "a run shorter than 20 steps measures every step")
 end
 
--- stable(): mean and sd over the window's points, the most frequent sink layer
+-- stable(): mean and sd over the window's points (steps >= 180 of 200), the most frequent sink layer
 do
   local curve = {
     { step = 0, sink_share = 0.1, massive_ratio = 1, sink_layer = 0 },
@@ -67,7 +67,7 @@ do
   t.is(firsts[#firsts - 1], recipes.TRACK_BATCHES, "the window's first point takes batches 2-3")
   t.is(firsts[#firsts], 2 * recipes.TRACK_BATCHES, "the window's second point takes batches 4-5")
   local st = tr.stable()
-  t.is(st.n_points, 2, "the window of a 20-step run holds steps 19 and 20")
+  t.is(st.n_points, 3, "the window of a 20-step run holds steps 18, 19 and 20")
   t.ok(st.sink_rate >= 0 and st.sink_rate <= 1, "the sink rate is a share of heads", st.sink_rate)
   t.ok(st.avg_kurtosis_no_initial > 0, "kurtosis without the initial token is measured", st.avg_kurtosis_no_initial)
   -- one measurement of 2 batches equals the mean of what the probes saw on those two batches

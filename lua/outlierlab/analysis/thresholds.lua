@@ -41,12 +41,14 @@ M.WHAT = {
 -- the quantities averaged into the final measurement
 M.KEYS = { "sink_share", "value_ratio", "massive_ratio", "avg_kurtosis", "max_kurtosis", "sink_rate", "max_inf_norm", "max_ratio" }
 
--- the points of the final window: step >= (1 - FINAL_SHARE) × the last tracked step (at least the last point)
+-- the points of the final window: step >= the last tracked step less FINAL_SHARE of it, rounded
+-- to a step (at least the last point). The tracker (recipes.tracker) measures 10 more points in
+-- that window, each on held-out batches of its own; recipes.stable averages the same points.
 function M.window(curve)
   local n = #curve
   if n == 0 then return { from = 0 / 0, to = 0 / 0, points = {} } end
   local last = curve[n].step or 0
-  local from = last - M.FINAL_SHARE * last
+  local from = last - math.floor(M.FINAL_SHARE * last + 0.5)
   local pts = {}
   for _, p in ipairs(curve) do if (p.step or 0) >= from then pts[#pts + 1] = p end end
   if #pts == 0 then pts[1] = curve[n] end

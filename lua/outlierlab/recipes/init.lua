@@ -291,11 +291,10 @@ end
 -- frequent values of those points.
 function M.stable(curve, steps)
   if type(curve) ~= "table" or #curve == 0 then return nil end
-  steps = steps or curve[#curve].step
-  local _, from = M.track_schedule(steps)
-  local pts = {}
-  for _, p in ipairs(curve) do if p.step > from and p.step <= steps then pts[#pts + 1] = p end end
-  if #pts == 0 then return nil end
+  local sub = {}   -- the points up to `steps` (a resumed or longer curve is cut there)
+  for _, p in ipairs(curve) do if not steps or p.step <= steps then sub[#sub + 1] = p end end
+  if #sub == 0 then return nil end
+  local pts = require("outlierlab.analysis.thresholds").window(sub).points   -- the one window rule
   local out = { n_points = #pts, from_step = pts[1].step, to_step = pts[#pts].step, sd = {} }
   for _, f in ipairs(M.STABLE_FIELDS) do
     local s, n = 0, 0
