@@ -35,6 +35,21 @@ local KNOBS = {
   seed = function(c, v) c.seed = v end,
   -- an attention variant by name (docs/ATTENTION.md), put on the spec's model by train
   attention = function(c, v) c.attention = v end,
+  -- the task and shape knobs of the search for a stronger organism (docs/ORGANISM.md,
+  -- "The search"): sequence length at the same tokens per step, copies that never repeat a
+  -- trigger, recall tokens (an induction circuit), pointer tokens and their hops (a chain of
+  -- attention layers), the token embeddings' own weight decay, width and heads
+  seq_len = function(c, v) c.batch = math.max(1, math.floor(c.batch * c.seq_len / v)); c.seq_len = v end,
+  loop_free = function(c, v) c.loop_free = v ~= 0 end,
+  recall = function(c, v) c.n_recall = v; c.p_recall = c.p_recall or 0.08 end,
+  pointer = function(c, v) c.n_pointer = v; c.p_pointer = c.p_pointer or 0.15; c.p_trigger = math.min(c.p_trigger, 0.08) end,
+  hops = function(c, v)
+    c.pointer_hops = v; c.n_pointer = math.max(c.n_pointer or 0, v); c.p_pointer = c.p_pointer or 0.15
+    c.p_trigger = math.min(c.p_trigger, 0.08)
+  end,
+  embed_wd = function(c, v) c.embed_weight_decay = v end,
+  width = function(c, v) c.d_model = v; c.d_ff = 4 * v end,
+  heads = function(c, v) c.n_head = v end,
 }
 -- the knobs whose value is a name, not a number
 local NAMED = { attention = true }
@@ -68,8 +83,11 @@ local function members(cfg, profile)
       local k, v = tostring(kv):match("^([%w_]+)=([%w%.%-]+)$")
       local value = k and (NAMED[k] and v or tonumber(v))
       if not k or not KNOBS[k] or value == nil then
+        local names = {}
+        for n in pairs(KNOBS) do if not NAMED[n] then names[#names + 1] = n end end
+        table.sort(names)
         error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>", fam,
-          tostring(kv), "lr, weight_decay, depth, groups, seed"), 0)
+          tostring(kv), table.concat(names, ", ")), 0)
       end
       out[#out + 1] = { family = fam, knob = k, value = value, label = string.format("%s %s=%s", fam, k, v) }
     end

@@ -57,6 +57,9 @@ M.recipe = recipe
 local function overrides(cfg, base)
   local ov = base or {}
   if cfg.n_layer then ov.n_layer = cfg.n_layer end   -- the organism map's depth knob
+  -- its width and heads knobs (only when set: other specs keep their hash)
+  if cfg.d_model then ov.d_model, ov.d_ff = cfg.d_model, cfg.d_ff or 4 * cfg.d_model end
+  if cfg.n_head then ov.n_head = cfg.n_head; if cfg.n_kv_head == nil then ov.n_kv_head = cfg.n_head end end
   return ov
 end
 
