@@ -129,8 +129,8 @@ local function bench(name, preset, B, T)
       loss:backward()
       local t2 = now()
       ctx:reset()
-      optim.clip_grad_norm(ctx, 1.0)
-      opt:step(1e-4)
+      local _, gscale = optim.clip_factor(ctx, 1.0)   -- as train.run: the clip factor folded into AdamW
+      opt:step(1e-4, gscale)
       local t3 = now()
       if s > 1 then tf[#tf + 1], tb[#tb + 1], to[#to + 1] = t1 - t0, t2 - t1, t3 - t2 end
     end

@@ -200,6 +200,10 @@ ol_tensor *ol_rope(ol_tensor *x, float base, int64_t pos_offset);
  * and weight decay wd[g] (decoupled: p -= lr·wd·p). step counts from 1 (bias correction). */
 int   ol_adamw_step(ol_ctx *ctx, float lr, float beta1, float beta2, float eps,
                     int32_t ngroups, const float *lr_scale, const float *wd, int64_t step);
+/* The same with every gradient multiplied by gscale first (the clipping factor, so clipping
+ * costs no pass of its own; the gradient buffer is left as it is). */
+int   ol_adamw_step_scaled(ol_ctx *ctx, float gscale, float lr, float beta1, float beta2, float eps,
+                           int32_t ngroups, const float *lr_scale, const float *wd, int64_t step);
 /* L2 norm of the flat gradient buffer (accumulated in double, fixed order). */
 float ol_grad_norm(ol_ctx *ctx);
 void  ol_grad_scale(ol_ctx *ctx, float s);

@@ -420,12 +420,12 @@ function M.run(a)
       dist.allreduce_f64(red, 2, "sum")
       lsum, items = red[0] / nranks, red[1]
     end
-    local gnorm
-    if cfg.clip > 0 then gnorm = optim.clip_grad_norm(ctx, cfg.clip) else gnorm = ctx:grad_norm() end
+    -- the clipping factor is applied inside the AdamW pass (no pass of its own)
+    local gnorm, gscale = optim.clip_factor(ctx, cfg.clip)
     ctx:reset()
     if not is_finite(gnorm) then diverged(step, "the gradient norm is " .. tostring(gnorm)) end
     local lr = lr_at(step)
-    opt:step(lr)
+    opt:step(lr, gscale)
     local dt = progress.now() - t0
     t_items, t_time = t_items + items, t_time + dt
     local loss = lsum / accum
