@@ -62,6 +62,11 @@ struct ol_ctx {
     ol_node  *tape;      /* tail of the tape (most recent node) */
     uint64_t  gen;       /* current step generation (>= 1) */
     int       grad_enabled;
+    /* rank-invariant shard sums (dist.c, ol_grad_shard_push): a binary-counter stack of
+     * partial gradient sums, entry i at tree level shard_lvl[i] */
+    float    *shard_buf[32];
+    int32_t   shard_lvl[32], shard_n;
+    int64_t   shard_cap;
 };
 
 /* Allocate a step tensor (data included) / raw step memory. */

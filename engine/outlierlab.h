@@ -438,6 +438,16 @@ int      ol_dist_world_size(void);
 int      ol_dist_split(int32_t color);      /* join the group of ranks with the same color */
 int      ol_dist_unsplit(void);             /* back to the world communicator */
 int      ol_dist_allreduce_grads(ol_ctx *ctx, int32_t average);   /* one MPI_Allreduce */
+/* Rank-invariant gradient sums (train.run's cfg.shards): the global batch is cut into S fixed
+ * shards (S a power of two); each shard's gradient is computed from a zeroed buffer and the S
+ * gradients are added as a fixed binary tree ((g0+g1)+(g2+g3))..., whatever the number of
+ * ranks. ol_grad_shard_push takes the gradient buffer as the next shard's leaf and zeroes it;
+ * ol_grad_shard_finish leaves this rank's subtree sum in the gradient buffer;
+ * ol_dist_allreduce_grads_tree adds the ranks' subtrees as the top of the same tree
+ * (recursive doubling: the rank count must be a power of two) and scales by `scale`. */
+int      ol_grad_shard_push(ol_ctx *ctx);
+int      ol_grad_shard_finish(ol_ctx *ctx);
+int      ol_dist_allreduce_grads_tree(ol_ctx *ctx, float scale);
 int      ol_dist_allreduce_f64(double *buf, int64_t n, int32_t op);
 int      ol_dist_allreduce_f32(float *buf, int64_t n, int32_t op);
 int      ol_dist_allreduce_i64(int64_t *buf, int64_t n, int32_t op);
