@@ -87,11 +87,21 @@ int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
         kc = (kc + 15) & ~(int64_t)15;
         nk = (K + kc - 1) / kc;
     }
+    /* partial products: a grow-only buffer per calling thread (a malloc of this size per call
+     * would be an mmap, and its pages would fault in again on every product) */
+    static _Thread_local float *scratch = NULL;
+    static _Thread_local int64_t scratch_n = 0;
     float *part = NULL;
     if (nk > 1) {
-        part = malloc((size_t)((nk - 1) * batch * M * N) * sizeof *part);
-        if (!part) OL_FAIL_INT("sgemm: out of memory for %lld partial products of (%lld, %lld)",
-                               (long long)(nk - 1), (long long)M, (long long)N);
+        int64_t need = (nk - 1) * batch * M * N;
+        if (need > scratch_n) {
+            float *p = realloc(scratch, (size_t)need * sizeof *p);
+            if (!p) OL_FAIL_INT("sgemm: out of memory for %lld partial products of (%lld, %lld)",
+                                (long long)(nk - 1), (long long)M, (long long)N);
+            scratch = p;
+            scratch_n = need;
+        }
+        part = scratch;
     }
     int64_t items = batch * nt * nk;
     int lda = ta ? (int)M : (int)K, ldb = tb ? (int)K : (int)N;
@@ -116,7 +126,6 @@ int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
             for (int64_t k = 1; k < nk; k++) s += part[(k - 1) * total + e];
             C[(e / (M * N)) * sc + e % (M * N)] = s;
         }
-        free(part);
     }
     return 0;
 }

@@ -38,9 +38,10 @@ M.defaults = {
   decay_norm_gains = false,   -- also decay LayerNorm/RMSNorm gains (QT's OPT runs)
   clip = 1.0,                 -- max global gradient norm; 0 = no clipping
   accum = 1,                  -- micro-batches per optimizer step
-  shards = 0,                 -- rank-invariant data parallelism: the batch as this many fixed shards (a power of
-                              -- two, a multiple of the rank count) whose gradients are summed as a fixed tree, so
-                              -- 1, 2, 4 ... ranks give the same bits; 0 = one shard per rank (not rank-invariant)
+  shards = 0,                 -- rank invariance: the global batch as this many fixed shards (a power of two, a
+                              -- multiple of the rank count) whose gradients are added as a fixed tree, so e.g.
+                              -- shards = 4 gives the same bits on 1, 2 and 4 ranks; 0 = off: one shard per rank,
+                              -- summed by MPI_Allreduce (see docs/TRAINING.md)
   eval_every = 0,             -- evaluate every n steps (0: only at the end) when val_loader is given
   eval_batches = 8,           -- validation batches per evaluation (the same batches every time)
   ckpt_every = 0,             -- checkpoint every n steps (0: only at the end) when ckpt is given
@@ -430,24 +431,42 @@ function M.run(a)
   nranks = nranks or 1
   local accum, inv_accum = cfg.accum, 1 / cfg.accum
   -- rank-invariant shards: this rank computes shards [rank·k, (rank+1)·k) of the S = cfg.shards
-  local S = cfg.shards
-  local k_local = S > 0 and S / nranks or 1
+  -- (S = -1: off, one shard per rank summed by MPI_Allreduce, not rank-invariant)
+  local S, k_local, shard0 = cfg.shards, 1, 0
   if S > 0 and (S % nranks ~= 0) then
     error(string.format("train: cfg.shards = %d is not a multiple of the %d ranks", S, nranks), 2)
   end
-  local shard0 = S > 0 and dist and dist.rank() * k_local or 0
+  if S == 0 or (S == 1 and accum > 1) then S = -1 end
+  if S > 0 then
+    k_local = S / nranks
+    shard0 = dist and dist.rank() * k_local or 0
+  end
   local t_items, t_time = 0, 0
   local red = ffi.new("double[2]")
   for step = start + 1, cfg.steps do
     local t0 = progress.now()
     ctx:zero_grad()
     local lsum, items, unit = 0, 0, "tok/s"
-    local shard_losses = {}
+    local shard_losses, shard_counts = {}, {}
     -- forward and backward of one (micro-)batch; opts.step numbers the global micro-batch (and,
-    -- with shards, the shard: the same dropout masks on any rank count)
-    local function fwd_bwd(batch, micro, gstep)
+    -- with shards, the shard: the same dropout masks on any rank count). A shard's gradient is
+    -- weighted by its count of prediction targets (the mean over the global batch, also when
+    -- shards count differently, as BERT's masked tokens do); a shard without targets adds nothing.
+    local function fwd_bwd(batch, micro, gstep, shard)
       local loss, info = model:loss(batch, { train = true, step = gstep })
       local n, u = batch_items(batch)
+      if shard then
+        local cnt = type(info) == "table" and info.ntokens or n
+        shard_counts[shard] = cnt
+        items, unit = items + n, u
+        if cnt == 0 then shard_losses[shard] = 0 return end
+        local lv = loss:item()
+        if not is_finite(lv) then diverged(step, string.format("the loss is %s (shard %d)", tostring(lv), shard)) end
+        loss:backward()
+        shard_losses[shard] = lv
+        if cnt ~= 1 then C.ol_grad_scale(ctx.raw, cnt) end
+        return
+      end
       local no_items = n == 0 and (batch.ids ~= nil or batch.images ~= nil)
       if no_items or (type(info) == "table" and info.ntokens == 0) then
         prog:finish()
@@ -467,10 +486,10 @@ function M.run(a)
     for micro = 1, accum do
       ctx:reset()
       local batch = loader:next(ctx)
-      if S == 0 then
+      if S < 0 then
         fwd_bwd(batch, micro, (step - 1) * accum + micro)
       elseif k_local == 1 then
-        shard_losses[1] = fwd_bwd(batch, micro, (step - 1) * S + shard0 + 1)
+        fwd_bwd(batch, micro, (step - 1) * S + shard0 + 1, 1)
       else
         local rows = batch.ids ~= nil and tonumber(batch.ids.shape[0]) or batch.images ~= nil and tonumber(batch.images.shape[0])
         if not rows or rows % k_local ~= 0 then
@@ -480,7 +499,7 @@ function M.run(a)
         local saved = save_batch(batch, rows)
         for j = 0, k_local - 1 do
           ctx:reset()
-          shard_losses[j + 1] = fwd_bwd(shard_batch(ctx, saved, j, k_local), micro, (step - 1) * S + shard0 + j + 1)
+          fwd_bwd(shard_batch(ctx, saved, j, k_local), micro, (step - 1) * S + shard0 + j + 1, j + 1)
           ol.check_status(C.ol_grad_shard_push(ctx.raw))
         end
         ol.check_status(C.ol_grad_shard_finish(ctx.raw))
@@ -489,18 +508,25 @@ function M.run(a)
     ctx:reset()
     if accum > 1 then C.ol_grad_scale(ctx.raw, inv_accum) end
     if S > 0 then
-      -- the ranks' subtrees added as the top of the fixed tree, the mean over the S shards
-      ol.check_status(C.ol_dist_allreduce_grads_tree(ctx.raw, 1 / S))
-      -- the loss: the S shard losses added in shard order (the same on any rank count)
+      -- every shard's loss and count, in shard order (the same lists on any rank count)
       if nranks > 1 then
         shard_losses = dist.allgather_list(shard_losses)
+        shard_counts = dist.allgather_list(shard_counts)
         red[0] = items
         dist.allreduce_f64(red, 1, "sum")
         items = red[0]
       end
+      local total = 0
       lsum = 0
-      for _, l in ipairs(shard_losses) do lsum = lsum + l end
-      lsum = lsum / S
+      for j, l in ipairs(shard_losses) do lsum, total = lsum + l * shard_counts[j], total + shard_counts[j] end
+      if total == 0 then
+        prog:finish()
+        error(string.format("train: step %d: the batch is empty (no prediction targets in any of its %d shards): the batch " ..
+                            "size or sequence length is too small for this data", step, S), 0)
+      end
+      lsum = lsum / total
+      -- the ranks' subtrees added as the top of the fixed tree; the count-weighted sum / total
+      ol.check_status(C.ol_dist_allreduce_grads_tree(ctx.raw, 1 / total))
     elseif nranks > 1 then
       dist.allreduce_grads(ctx, true)
       -- the step's loss and item count over the global batch, not this rank's shard

@@ -115,16 +115,16 @@ end
 local mpi_env = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
 local have_mpi = os.execute("command -v mpirun >/dev/null 2>&1") == 0
 for _, family in ipairs { "llama", "gpt2" } do
-  local args = "--family=" .. family .. " --shards=2"
+  local args = "--family=" .. family .. " --shards=4"
   local l1, r1, o1 = det_run("OMP_NUM_THREADS=1", args)
   local _, r2 = det_run("OMP_NUM_THREADS=2", args)
   local _, r4 = det_run("OMP_NUM_THREADS=4", args)
   t.ok(r1 ~= nil, family .. "-tiny through train.run reports a checksum (loss " .. tostring(l1) .. ")", o1)
-  t.ok(r1 ~= nil and r1 == r2 and r1 == r4, family .. "-tiny, train.run, shards 2: threads 1, 2, 4 give bit-identical parameters (" ..
+  t.ok(r1 ~= nil and r1 == r2 and r1 == r4, family .. "-tiny, train.run, shards 4: threads 1, 2, 4 give bit-identical parameters (" ..
        tostring(r1) .. ", " .. tostring(r2) .. ", " .. tostring(r4) .. ")")
   if have_mpi then
     local _, m2, out = det_run(mpi_env .. "timeout 120 mpirun --oversubscribe -np 2", args)
-    t.ok(r1 ~= nil and m2 == r1, family .. "-tiny, shards 2: mpirun -np 2 gives the same bits as 1 rank (" .. tostring(m2) ..
+    t.ok(r1 ~= nil and m2 == r1, family .. "-tiny, shards 4: mpirun -np 2 gives the same bits as 1 rank (" .. tostring(m2) ..
          " vs " .. tostring(r1) .. ")", out)
   else
     t.ok(true, family .. ": mpirun -np 2 vs 1 rank # SKIP mpirun is not installed")

@@ -6,7 +6,7 @@ local ol = require "outlierlab"
 local models = require "outlierlab.models"
 local train = require "outlierlab.train"
 local dist = require "outlierlab.dist"
-local cfg = require("outlierlab.config").get { shards = 2, steps = 3, family = "llama", B = 8, T = 32 }
+local cfg = require("outlierlab.config").get { shards = 4, steps = 3, family = "llama", B = 8, T = 32 }
 local V = 64
 local mc = models.preset(cfg.family .. "-tiny", { block_size = cfg.T, vocab_size = V })
 local ctx = ol.Context { seed = 3 }
