@@ -131,6 +131,12 @@ for _, family in ipairs { "llama", "gpt2" } do
   end
 end
 
+-- cfg.shards is checked: a power of two, not with accumulation
+local train_mod = require "outlierlab.train"
+t.ok(not pcall(train_mod.config, { steps = 1, shards = 3 }), "train: cfg.shards = 3 (not a power of two) is an error")
+t.ok(not pcall(train_mod.config, { steps = 1, shards = 2, accum = 2 }), "train: cfg.shards > 1 with accum > 1 is an error")
+t.ok(pcall(train_mod.config, { steps = 1, shards = 4 }), "train: cfg.shards = 4 is accepted")
+
 -- Op by op, in-process, 1 vs 2 threads: forward output and input gradients. The engine's
 -- own kernels (fixed-order reductions, threads over rows/columns) must be bit-identical;
 -- the sgemm-based ops are reported.
