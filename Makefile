@@ -14,7 +14,8 @@ PROFILE ?= default
 ARCH    ?= -march=native
 PKGS    := ompi-c luajit libcjson netcdf
 CFLAGS  ?= -O3 $(ARCH)
-CFLAGS  += -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -fPIC -g \
+# -fno-math-errno: sqrtf without errno is one instruction the vectoriser can use (AdamW, norms).
+CFLAGS  += -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -fPIC -g -fno-math-errno \
            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # OpenBLAS's OpenMP build: its threads are libgomp's, the same pool as the engine's kernels.
 # (The default pthread build keeps a second pool of spinning threads that fights the engine's
@@ -39,7 +40,7 @@ DEB_PKGS := build-essential pkg-config libluajit-5.1-dev luajit libopenblas-dev 
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all build deps test test-c test-lua bench clean list reproduce-all
+.PHONY: all build deps test test-c test-lua bench bench-peer clean list reproduce-all
 # Builds are serialised by a lock so that several make runs in one tree do not collide.
 all: deps
 	@mkdir -p build && flock build/.lock $(MAKE) --no-print-directory build
@@ -91,10 +92,24 @@ test-c: all
 test-lua: all
 	prove --exec 'sh tests/exec.sh' $(LUATESTS)
 
-bench: all build/bench/bench_matmul
+bench: all build/bench/bench_matmul build/bench/bench_optim
 	@echo "== engine matmul vs raw cblas_sgemm (threads: $${OMP_NUM_THREADS:-all}) =="
 	build/bench/bench_matmul
+	build/bench/bench_optim 3
 	@for f in $(sort $(wildcard bench/*.lua)); do bin/outlierlab run $$f || exit 1; done
+
+# Optional: the same shapes in PyTorch eager (Debian's python3-torch) right after the engine;
+# prints engine / PyTorch tokens/s. Not part of make test; the project does not depend on it.
+# (Debian's interpreter by default: a python3 earlier on PATH, e.g. pyenv's, lacks the package.
+# PyTorch gets the same BLAS and OpenMP conditions as the engine: Debian's torch calls the
+# libblas.so.3 alternative, by default OpenBLAS's pthread build, whose spinning threads fight
+# torch's OpenMP threads (measured: the organism step 5.2 s instead of 0.08 s); so the OpenMP
+# build is put first and the OpenMP wait is passive, as bin/outlierlab sets it.)
+PEER_PYTHON ?= /usr/bin/python3
+bench-peer: all
+	@$(PEER_PYTHON) -c 'import torch' 2>/dev/null || { echo "make bench-peer: $(PEER_PYTHON) has no torch (apt-get install python3-torch)"; exit 1; }
+	bin/outlierlab run bench/peer/engine.lua --out=build/bench/peer.json
+	LD_LIBRARY_PATH=$(BLAS_DIR) OMP_WAIT_POLICY=PASSIVE $(PEER_PYTHON) bench/peer/torch_peer.py build/bench/peer.json
 
 build/bench/%: bench/%.c lib/liboutlierlab.a
 	@mkdir -p build/bench

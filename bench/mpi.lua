@@ -16,8 +16,12 @@ end
 print("== data parallelism: gpt2-mini (6 layers, d 384, T 256), global batch 8, 1 thread per rank ==")
 local one = run(env .. worker)
 local two = run(env .. "mpirun --oversubscribe --bind-to none -np 2 " .. worker)
+-- the rank-invariant sum (train.run's cfg.shards): recursive doubling in a fixed order
+local tree = run(env .. "mpirun --oversubscribe --bind-to none -np 2 " .. worker .. " --tree=true")
+tree.label = "2 (tree)"
 print(string.format("%-8s %12s %10s %14s", "ranks", "tokens/s", "step (s)", "allreduce %"))
-for _, r in ipairs({ one, two }) do
-  print(string.format("%-8d %12.1f %10.3f %13.1f%%", r.ranks, r.tps, r.step, 100 * r.comm))
+for _, r in ipairs({ one, two, tree }) do
+  print(string.format("%-8s %12.1f %10.3f %13.1f%%", r.label or tostring(r.ranks), r.tps, r.step, 100 * r.comm))
 end
-print(string.format("speedup 2 ranks / 1 rank: %.2f (ideal 2.00)", two.tps / one.tps))
+print(string.format("speedup 2 ranks / 1 rank: %.2f (ideal 2.00); with the rank-invariant tree sum: %.2f",
+                    two.tps / one.tps, tree.tps / one.tps))

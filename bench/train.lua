@@ -129,16 +129,17 @@ local function bench(name, preset, B, T)
       loss:backward()
       local t2 = now()
       ctx:reset()
-      optim.clip_grad_norm(ctx, 1.0)
-      opt:step(1e-4)
+      local _, gscale = optim.clip_factor(ctx, 1.0)   -- as train.run: the clip factor folded into AdamW
+      opt:step(1e-4, gscale)
       local t3 = now()
       if s > 1 then tf[#tf + 1], tb[#tb + 1], to[#to + 1] = t1 - t0, t2 - t1, t3 - t2 end
     end
     local f, b, o = median(tf), median(tb), median(to)
     -- matmul share: forward 2·N·B·T + 4·L·B·T²·C, backward twice that
     local ff = flops / 3
-    print(string.format("           phases: forward %.3f s (%.1f GFLOP/s), backward %.3f s (%.1f GFLOP/s), clip+AdamW %.3f s",
-                        f, ff / f / 1e9, b, 2 * ff / b / 1e9, o))
+    print(string.format("           phases: forward %.3f s (%.1f GFLOP/s), backward %.3f s (%.1f GFLOP/s), clip+AdamW %.3f s " ..
+                        "= %.1f%% of the phases (goal <= 5%%)",
+                        f, ff / f / 1e9, b, 2 * ff / b / 1e9, o, 100 * o / (f + b + o)))
   end
   ctx:reset()
   return { name = name, dt = dt, gflops = gf, pct = 100 * gf / peak }
@@ -150,7 +151,7 @@ end
 if cfg.which ~= "big" then bench("reduced", "gpt2-mini", cfg.mini_B, cfg.mini_T) end
 if cfg.which ~= "mini" then
   local r2 = bench("paper", "gpt2-124m", cfg.big_B, cfg.big_T)
-  print(string.format("target: >= 60%% of the sgemm peak for the gpt2-124m shape: %s (%.1f%%)",
-                      r2.pct >= 60 and "met" or "NOT met", r2.pct))
+  print(string.format("target: >= 75%% of the sgemm peak for the gpt2-124m shape: %s (%.1f%%)",
+                      r2.pct >= 75 and "met" or "NOT met", r2.pct))
 end
 print(string.format("load average at the end: %s", loadavg()))

@@ -44,3 +44,88 @@ const char *ol_blas_core_hint(void) {
 #endif
     return NULL;
 }
+
+/* ------------------------------------------------------------------ deterministic sgemm
+ * OpenBLAS's threaded sgemm does not round the same with 1, 2 or 4 threads for some kernel
+ * sets (the Haswell kernels, which this machine's environment selects: every product shape
+ * the models use differed between 1 and 2 threads; the SkylakeX kernels happened to agree).
+ * So the engine never lets OpenBLAS split a product: ol__sgemm cuts it into work items that
+ * depend only on the shape (row or column tiles of C, and for a small C with a long inner
+ * dim, fixed chunks of K whose partial products are added in chunk order), runs the items
+ * over the engine's OpenMP threads, and each item is a single-threaded sgemm (OpenBLAS's
+ * OpenMP build runs single-threaded inside an active parallel region). The same items give
+ * the same bits whatever the thread count. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <omp.h>
+
+#define GEMM_TILE 256      /* rows (or columns) of C per tile when that dim exceeds it */
+#define GEMM_KCHUNK 512    /* inner-dim chunk when C has few tiles */
+#define GEMM_KMAX 16       /* at most this many K chunks */
+#define GEMM_TILES_MAX 32  /* at most this many tiles (a wide C: fewer repacks of the other operand) */
+
+int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t sa,
+                      const float *B, int64_t sb, float beta, float *C, int64_t sc, int64_t batch) {
+    if (M <= 0 || N <= 0 || batch <= 0) return 0;
+    if (K <= 0) {
+        for (int64_t i = 0; i < batch; i++)
+            for (int64_t e = 0; e < M * N; e++) C[i * sc + e] = beta == 0.0f ? 0.0f : beta * C[i * sc + e];
+        return 0;
+    }
+    /* tiles along the larger of M and N */
+    int rows = M >= N;
+    int64_t D = rows ? M : N;
+    int64_t nt = D > GEMM_TILE + GEMM_TILE / 2 ? (D + GEMM_TILE - 1) / GEMM_TILE : 1;
+    if (nt > GEMM_TILES_MAX) nt = GEMM_TILES_MAX;
+    int64_t tile = (D + nt - 1) / nt;
+    /* chunks of K when the output gives few items */
+    int64_t nk = 1, kc = K;
+    if (batch * nt < 4 && K >= 2 * GEMM_KCHUNK) {
+        nk = (K + GEMM_KCHUNK - 1) / GEMM_KCHUNK;
+        if (nk > GEMM_KMAX) nk = GEMM_KMAX;
+        kc = (K + nk - 1) / nk;
+        kc = (kc + 15) & ~(int64_t)15;
+        nk = (K + kc - 1) / kc;
+    }
+    /* partial products: a grow-only buffer per calling thread (a malloc of this size per call
+     * would be an mmap, and its pages would fault in again on every product) */
+    static _Thread_local float *scratch = NULL;
+    static _Thread_local int64_t scratch_n = 0;
+    float *part = NULL;
+    if (nk > 1) {
+        int64_t need = (nk - 1) * batch * M * N;
+        if (need > scratch_n) {
+            float *p = realloc(scratch, (size_t)need * sizeof *p);
+            if (!p) OL_FAIL_INT("sgemm: out of memory for %lld partial products of (%lld, %lld)",
+                                (long long)(nk - 1), (long long)M, (long long)N);
+            scratch = p;
+            scratch_n = need;
+        }
+        part = scratch;
+    }
+    int64_t items = batch * nt * nk;
+    int lda = ta ? (int)M : (int)K, ldb = tb ? (int)K : (int)N;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; it++) {
+        int64_t bi = it / (nt * nk), t = (it / nk) % nt, k = it % nk;
+        int64_t lo = t * tile, n_ = D - lo < tile ? D - lo : tile;
+        int64_t k0 = k * kc, kn = K - k0 < kc ? K - k0 : kc;
+        int64_t i0 = rows ? lo : 0, j0 = rows ? 0 : lo, m = rows ? n_ : M, n = rows ? N : n_;
+        /* op(A) rows i0.., inner k0..; op(B) inner k0.., columns j0.. */
+        const float *a = A + bi * sa + (ta ? k0 * M + i0 : i0 * K + k0);
+        const float *b = B + bi * sb + (tb ? j0 * K + k0 : k0 * N + j0);
+        float *c = k == 0 ? C + bi * sc + i0 * N + j0 : part + ((k - 1) * batch + bi) * M * N + i0 * N + j0;
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)kn, 1.0f, a, lda, b, ldb, k == 0 ? beta : 0.0f, c, (int)N);
+    }
+    if (nk > 1) {
+        int64_t total = batch * M * N;
+        #pragma omp parallel for schedule(static) if (total * nk > OL_PAR_MIN)
+        for (int64_t e = 0; e < total; e++) {
+            float s = C[(e / (M * N)) * sc + e % (M * N)];
+            for (int64_t k = 1; k < nk; k++) s += part[(k - 1) * total + e];
+            C[(e / (M * N)) * sc + e % (M * N)] = s;
+        }
+    }
+    return 0;
+}

@@ -125,6 +125,7 @@ void ol_ctx_free(ol_ctx *c) {
     munmap(c->params, (size_t)c->params_mapped_bytes);
     ol__arena_free(&c->persist);
     ol__arena_free(&c->step);
+    for (int i = 0; i < 32; i++) free(c->shard_buf[i]);
     free(c->ptab);
     free(c);
 }

@@ -97,6 +97,89 @@ int ol_dist_allreduce_grads(ol_ctx *c, int32_t average) {
     return 0;
 }
 
+/* ---- rank-invariant gradient sums: a fixed binary tree over the shards ---------------- */
+static void add_into(float *restrict a, const float *restrict b, int64_t n) {
+    #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) a[i] += b[i];
+}
+static void copy_par(float *restrict a, const float *restrict b, int64_t n) {
+    #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) a[i] = b[i];
+}
+
+/* the stack's buffers hold param_used floats; parameters made later grow them */
+static int shard_bufs(ol_ctx *c) {
+    if (c->shard_cap == c->param_used) return 0;
+    if (c->shard_n > 0) OL_FAIL_INT("grad_shard_push: parameters were added between shards");
+    for (int i = 0; i < 32; i++) { free(c->shard_buf[i]); c->shard_buf[i] = NULL; }
+    c->shard_cap = c->param_used;
+    return 0;
+}
+
+int ol_grad_shard_push(ol_ctx *c) {
+    if (!c) OL_FAIL_INT("grad_shard_push: NULL context");
+    if (shard_bufs(c)) return -1;
+    int64_t n = c->param_used;
+    if (c->shard_n >= 31) OL_FAIL_INT("grad_shard_push: more than 2^31 shards");
+    int top = c->shard_n;
+    if (!c->shard_buf[top]) {
+        c->shard_buf[top] = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+        if (!c->shard_buf[top]) OL_FAIL_INT("grad_shard_push: out of memory for a gradient buffer of %lld floats", (long long)n);
+    }
+    copy_par(c->shard_buf[top], c->grads, n);
+    c->shard_lvl[top] = 0;
+    c->shard_n++;
+    /* carry: two subtrees of the same level become one (older + newer) */
+    while (c->shard_n >= 2 && c->shard_lvl[c->shard_n - 1] == c->shard_lvl[c->shard_n - 2]) {
+        int a = c->shard_n - 2, b = c->shard_n - 1;
+        add_into(c->shard_buf[a], c->shard_buf[b], n);
+        c->shard_lvl[a]++;
+        c->shard_n--;
+    }
+    ol__zero(c->grads, n);
+    return 0;
+}
+
+int ol_grad_shard_finish(ol_ctx *c) {
+    if (!c) OL_FAIL_INT("grad_shard_finish: NULL context");
+    if (c->shard_n == 0) return 0;
+    int n_ = c->shard_n;
+    c->shard_n = 0;
+    if (n_ != 1)
+        OL_FAIL_INT("grad_shard_finish: the number of shards pushed is not a power of two (%d subtrees left)", n_);
+    copy_par(c->grads, c->shard_buf[0], c->param_used);
+    return 0;
+}
+
+/* Recursive doubling: at level l, rank r exchanges its partial sum with rank r XOR 2^l and
+ * both add (float addition is commutative, so both get the same bits): after log2(n) levels
+ * every rank holds the sum over the fixed tree ((r0+r1)+(r2+r3))... */
+int ol_dist_allreduce_grads_tree(ol_ctx *c, float scale) {
+    if (!c) OL_FAIL_INT("dist_allreduce_grads_tree: NULL context");
+    int size = ol_dist_size(), rank = ol_dist_rank();
+    int64_t n = c->param_used;
+    if (size > 1) {
+        if (size & (size - 1))
+            OL_FAIL_INT("dist_allreduce_grads_tree: %d ranks: rank-invariant sums need a power-of-two rank count", size);
+        float *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+        if (!tmp) OL_FAIL_INT("dist_allreduce_grads_tree: out of memory");
+        for (int l = 1; l < size; l <<= 1) {
+            int partner = rank ^ l;
+            for (int64_t off = 0; off < n; ) {
+                int cnt = n - off > INT_MAX / 2 ? INT_MAX / 2 : (int)(n - off);
+                int rc = MPI_Sendrecv(c->grads + off, cnt, MPI_FLOAT, partner, 77, tmp + off, cnt, MPI_FLOAT, partner, 77,
+                                      comm(), MPI_STATUS_IGNORE);
+                if (rc != MPI_SUCCESS) { free(tmp); return mpi_fail("dist_allreduce_grads_tree", rc); }
+                off += cnt;
+            }
+            add_into(c->grads, tmp, n);
+        }
+        free(tmp);
+    }
+    if (scale != 1.0f) ol_grad_scale(c, scale);
+    return 0;
+}
+
 static MPI_Op op_of(int32_t op) { return op == 1 ? MPI_MAX : op == 2 ? MPI_MIN : MPI_SUM; }
 
 int ol_dist_allreduce_f64(double *buf, int64_t n, int32_t op) {

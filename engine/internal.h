@@ -62,6 +62,11 @@ struct ol_ctx {
     ol_node  *tape;      /* tail of the tape (most recent node) */
     uint64_t  gen;       /* current step generation (>= 1) */
     int       grad_enabled;
+    /* rank-invariant shard sums (dist.c, ol_grad_shard_push): a binary-counter stack of
+     * partial gradient sums, entry i at tree level shard_lvl[i] */
+    float    *shard_buf[32];
+    int32_t   shard_lvl[32], shard_n;
+    int64_t   shard_cap;
 };
 
 /* Allocate a step tensor (data included) / raw step memory. */
@@ -113,6 +118,11 @@ enum { OL_PROF_MATMUL = 0, OL_PROF_BACKWARD = 1, OL_PROF_ATTENTION_BWD = 2, OL_P
 extern int g_prof_on;
 void ol__prof_add(int what, double seconds);
 void ol__zero(float *p, int64_t n);   /* parallel memset of n floats (core.c) */
+/* C = beta·C + op(A)·op(B) for batch products (strides sa, sb, sc floats), row-major, C (M,N)
+ * with ldc = N, A (M,K) or (K,M) if ta, B (K,N) or (N,K) if tb: bit-identical results for
+ * any thread count (fixed work items of single-threaded sgemm; blas.c). 0 or -1 (out of memory). */
+int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t sa,
+                      const float *B, int64_t sb, float beta, float *C, int64_t sc, int64_t batch);
 
 /* OpenMP: parallelise loops with at least this many elements of work. */
 #define OL_PAR_MIN 32768

@@ -34,21 +34,65 @@ static inline float at(const ol_tensor *t, int64_t i, int64_t n) {
     return t->numel == n ? t->data[i] : t->data[i % t->numel];
 }
 
-/* Accumulate g (n elements, one per output element) into grad of t, summing repeats. */
-static void accum_broadcast(ol_tensor *t, const float *g, int64_t n) {
-    float *dt = t->grad;
-    int64_t m = t->numel;
-    if (m == n) {
+/* One pass per operand, no temporary: the full-size operand's gradient is accumulated in
+ * place (dx += g·other), vectorised per op; the repeating operand's gradient is the sum of
+ * g·other over its repeats, each element's repeats added in row order in double (the same
+ * order and arithmetic as a temporary followed by accum_broadcast). `other` may be NULL (add,
+ * sub: factor ±1); it has n elements or repeats with period mo. */
+static void grad_full(float *restrict dx, const float *restrict g, int op, int which, const ol_tensor *a,
+                      const ol_tensor *b, int64_t n) {
+    /* which = 0: gradient of a, 1: of b */
+    int64_t ma = a->numel, mb = b->numel;
+    const float *A = a->data, *B = b->data;
+    if (op == BIN_ADD || (op == BIN_SUB && which == 0)) {
+        #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) dx[i] += g[i];
+    } else if (op == BIN_SUB) {
+        #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) dx[i] += -g[i];
+    } else if (ma == n && mb == n) {
+        if (op == BIN_MUL) {
+            const float *o = which ? A : B;
+            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+            for (int64_t i = 0; i < n; i++) dx[i] += g[i] * o[i];
+        } else if (which == 0) {
+            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+            for (int64_t i = 0; i < n; i++) dx[i] += g[i] / B[i];
+        } else {
+            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+            for (int64_t i = 0; i < n; i++) { float bv = B[i]; dx[i] += -g[i] * A[i] / (bv * bv); }
+        }
+    } else {
         #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) dt[i] += g[i];
-        return;
+        for (int64_t i = 0; i < n; i++) {
+            float av = at(a, i, n), bv = at(b, i, n), gi = g[i];
+            dx[i] += op == BIN_MUL ? gi * (which ? av : bv) : which ? -gi * av / (bv * bv) : gi / bv;
+        }
     }
-    /* threads own disjoint element ranges of t; repeats are summed in order */
+}
+
+static void grad_repeat(float *dx, const float *g, int op, int which, const ol_tensor *a, const ol_tensor *b,
+                        int64_t n) {
+    const ol_tensor *t = which ? b : a;
+    int64_t m = t->numel, R = n / m;
     #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t j = 0; j < m; j++) {
-        double s = 0;
-        for (int64_t r = j; r < n; r += m) s += g[r];
-        dt[j] += (float)s;
+    for (int64_t j0 = 0; j0 < m; j0 += 64) {
+        int64_t j1 = j0 + 64 < m ? j0 + 64 : m;
+        double acc[64];
+        for (int64_t j = j0; j < j1; j++) acc[j - j0] = 0;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t j = j0; j < j1; j++) {
+                int64_t i = r * m + j;
+                float gi = g[i], v;
+                switch (op) {
+                case BIN_ADD: v = gi; break;
+                case BIN_SUB: v = which ? -gi : gi; break;
+                case BIN_MUL: v = gi * (which ? at(a, i, n) : at(b, i, n)); break;
+                default: { float bv = at(b, i, n); v = which ? -gi * at(a, i, n) / (bv * bv) : gi / bv; }
+                }
+                acc[j - j0] += v;
+            }
+        for (int64_t j = j0; j < j1; j++) dx[j] += (float)acc[j - j0];
     }
 }
 
@@ -57,32 +101,52 @@ static void binary_backward(ol_node *nd) {
     int op = nd->iarg[0];
     int64_t n = y->numel;
     const float *gy = y->grad;
-    float *tmp = ol__step_alloc(y->ctx, n * 4, "binary backward");
-    if (!tmp) return;
     if (a->requires_grad) {
-        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            float g = gy[i];
-            switch (op) {
-            case BIN_ADD: case BIN_SUB: tmp[i] = g; break;
-            case BIN_MUL: tmp[i] = g * at(b, i, n); break;
-            default:      tmp[i] = g / at(b, i, n); break;
-            }
-        }
-        accum_broadcast(a, tmp, n);
+        if (a->numel == n) grad_full(a->grad, gy, op, 0, a, b, n);
+        else grad_repeat(a->grad, gy, op, 0, a, b, n);
     }
     if (b->requires_grad) {
-        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            float g = gy[i];
-            switch (op) {
-            case BIN_ADD: tmp[i] = g; break;
-            case BIN_SUB: tmp[i] = -g; break;
-            case BIN_MUL: tmp[i] = g * at(a, i, n); break;
-            default: { float bv = at(b, i, n); tmp[i] = -g * at(a, i, n) / (bv * bv); }
-            }
+        if (b->numel == n) grad_full(b->grad, gy, op, 1, a, b, n);
+        else grad_repeat(b->grad, gy, op, 1, a, b, n);
+    }
+}
+
+/* y = a op b: vectorised loops for equal shapes and for a repeating operand (row by row) */
+static void binary_fwd(int op, const ol_tensor *a, const ol_tensor *b, float *restrict o, int64_t n) {
+    int64_t ma = a->numel, mb = b->numel;
+    const float *A = a->data, *B = b->data;
+    if (ma == n && mb == n) {
+        switch (op) {
+        case BIN_ADD:
+            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+            for (int64_t i = 0; i < n; i++) o[i] = A[i] + B[i];
+            break;
+        case BIN_SUB:
+            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+            for (int64_t i = 0; i < n; i++) o[i] = A[i] - B[i];
+            break;
+        case BIN_MUL:
+            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+            for (int64_t i = 0; i < n; i++) o[i] = A[i] * B[i];
+            break;
+        default:
+            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+            for (int64_t i = 0; i < n; i++) o[i] = A[i] / B[i];
         }
-        accum_broadcast(b, tmp, n);
+        return;
+    }
+    int64_t m = ma == n ? mb : ma, R = n / m;   /* the repeating operand has m elements */
+    int a_rep = ma != n;
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t r = 0; r < R; r++) {
+        const float *x = a_rep ? A : A + r * m, *z = a_rep ? B + r * m : B;
+        float *out = o + r * m;
+        switch (op) {
+        case BIN_ADD: for (int64_t j = 0; j < m; j++) out[j] = x[j] + z[j]; break;
+        case BIN_SUB: for (int64_t j = 0; j < m; j++) out[j] = x[j] - z[j]; break;
+        case BIN_MUL: for (int64_t j = 0; j < m; j++) out[j] = x[j] * z[j]; break;
+        default:      for (int64_t j = 0; j < m; j++) out[j] = x[j] / z[j]; break;
+        }
     }
 }
 
@@ -96,12 +160,7 @@ static ol_tensor *binary(int op, ol_tensor *a, ol_tensor *b) {
     ol_tensor *y = ol__new(a->ctx, OL_F32, big->ndim, big->shape, name);
     if (!y) return NULL;
     int64_t n = y->numel;
-    float *o = y->data;
-    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float x = at(a, i, n), z = at(b, i, n);
-        o[i] = op == BIN_ADD ? x + z : op == BIN_SUB ? x - z : op == BIN_MUL ? x * z : x / z;
-    }
+    if (n > 0) binary_fwd(op, a, b, y->data, n);
     ol_tensor *ins[2] = { a, b };
     if (ol__needs_grad(a->ctx, 2, ins)) {
         ol_node *nd = ol__record(name, binary_backward, y, 2, ins);

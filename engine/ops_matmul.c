@@ -7,17 +7,21 @@
 #include <cblas.h>
 #include <omp.h>
 
-/* C[M,N] (+)= op(A)·op(B); A is (M,K) or (K,M) if ta; B is (K,N) or (N,K) if tb; row-major. */
-static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
-                 float beta, float *C) {
+/* C[M,N] (+)= op(A)·op(B); A is (M,K) or (K,M) if ta; B is (K,N) or (N,K) if tb; row-major;
+ * batch products with strides. Through ol__sgemm_batched (blas.c): the same bits with any
+ * thread count. */
+static void gemmb(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t sa, const float *B,
+                  int64_t sb, float beta, float *C, int64_t sc, int64_t batch) {
     /* empty products: BLAS would refuse the leading dimensions (lda >= 1) */
     if (M == 0 || N == 0) return;
-    if (K == 0) { if (beta == 0.0f) memset(C, 0, (size_t)(M * N) * 4); return; }
+    if (K == 0) { if (beta == 0.0f) for (int64_t i = 0; i < batch; i++) memset(C + i * sc, 0, (size_t)(M * N) * 4); return; }
     double t0 = g_prof_on ? omp_get_wtime() : 0.0;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, 1.0f, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N,
-                beta, C, (int)N);
+    ol__sgemm_batched(ta, tb, M, N, K, A, sa, B, sb, beta, C, sc, batch);
     if (g_prof_on) ol__prof_add(OL_PROF_MATMUL, omp_get_wtime() - t0);
+}
+static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
+                 float beta, float *C) {
+    gemmb(ta, tb, M, N, K, A, 0, B, 0, beta, C, 0, 1);
 }
 
 /* ------------------------------------------------------------------ matmul */
@@ -30,18 +34,17 @@ static void matmul_backward(ol_node *n) {
     const float *dC = n->out->grad;
     int64_t M = d->M, N = d->N, K = d->K;
     int64_t sa = M * K, sb = K * N, sc = M * N;
-    for (int64_t i = 0; i < d->batch; i++) {
-        const float *A = a->data + i * sa, *B = b->data + i * sb, *G = dC + i * sc;
-        if (a->requires_grad) {
-            float *dA = a->grad + i * sa;
-            if (!d->ta) gemm(0, !d->tb, M, K, N, G, B, 1.0f, dA);     /* dA = dC·op(B)ᵀ */
-            else        gemm(d->tb, 1, K, M, N, B, G, 1.0f, dA);      /* dA = op(B)·dCᵀ */
-        }
-        if (b->requires_grad) {
-            float *dB = b->grad + i * sb;
-            if (!d->tb) gemm(!d->ta, 0, K, N, M, A, G, 1.0f, dB);     /* dB = op(A)ᵀ·dC */
-            else        gemm(1, d->ta, N, K, M, G, A, 1.0f, dB);      /* dB = dCᵀ·op(A) */
-        }
+    /* a 2-D b is shared by every batch item (d->batch is 1 then: a's leading dims are rows) */
+    const float *A = a->data, *B = b->data, *G = dC;
+    if (a->requires_grad) {
+        float *dA = a->grad;
+        if (!d->ta) gemmb(0, !d->tb, M, K, N, G, sc, B, sb, 1.0f, dA, sa, d->batch);     /* dA = dC·op(B)ᵀ */
+        else        gemmb(d->tb, 1, K, M, N, B, sb, G, sc, 1.0f, dA, sa, d->batch);      /* dA = op(B)·dCᵀ */
+    }
+    if (b->requires_grad) {
+        float *dB = b->grad;
+        if (!d->tb) gemmb(!d->ta, 0, K, N, M, A, sa, G, sc, 1.0f, dB, sb, d->batch);     /* dB = op(A)ᵀ·dC */
+        else        gemmb(1, d->ta, N, K, M, G, sc, A, sa, 1.0f, dB, sb, d->batch);      /* dB = dCᵀ·op(A) */
     }
 }
 
@@ -94,9 +97,7 @@ ol_tensor *ol_matmul(ol_tensor *a, ol_tensor *b, int32_t ta, int32_t tb) {
     if (!c) return NULL;
     if (d.K == 0) memset(c->data, 0, (size_t)c->numel * 4);
     else
-        for (int64_t i = 0; i < d.batch; i++)
-            gemm(d.ta, d.tb, d.M, d.N, d.K, a->data + i * d.M * d.K, b->data + i * d.K * d.N, 0.0f,
-                 c->data + i * d.M * d.N);
+        gemmb(d.ta, d.tb, d.M, d.N, d.K, a->data, d.M * d.K, b->data, d.K * d.N, 0.0f, c->data, d.M * d.N, d.batch);
     ol_tensor *ins[2] = { a, b };
     if (ol__needs_grad(a->ctx, 2, ins)) {
         ol_node *n = ol__record("matmul", matmul_backward, c, 2, ins);

@@ -200,6 +200,10 @@ ol_tensor *ol_rope(ol_tensor *x, float base, int64_t pos_offset);
  * and weight decay wd[g] (decoupled: p -= lr·wd·p). step counts from 1 (bias correction). */
 int   ol_adamw_step(ol_ctx *ctx, float lr, float beta1, float beta2, float eps,
                     int32_t ngroups, const float *lr_scale, const float *wd, int64_t step);
+/* The same with every gradient multiplied by gscale first (the clipping factor, so clipping
+ * costs no pass of its own; the gradient buffer is left as it is). */
+int   ol_adamw_step_scaled(ol_ctx *ctx, float gscale, float lr, float beta1, float beta2, float eps,
+                           int32_t ngroups, const float *lr_scale, const float *wd, int64_t step);
 /* L2 norm of the flat gradient buffer (accumulated in double, fixed order). */
 float ol_grad_norm(ol_ctx *ctx);
 void  ol_grad_scale(ol_ctx *ctx, float s);
@@ -434,6 +438,16 @@ int      ol_dist_world_size(void);
 int      ol_dist_split(int32_t color);      /* join the group of ranks with the same color */
 int      ol_dist_unsplit(void);             /* back to the world communicator */
 int      ol_dist_allreduce_grads(ol_ctx *ctx, int32_t average);   /* one MPI_Allreduce */
+/* Rank-invariant gradient sums (train.run's cfg.shards): the global batch is cut into S fixed
+ * shards (S a power of two); each shard's gradient is computed from a zeroed buffer and the S
+ * gradients are added as a fixed binary tree ((g0+g1)+(g2+g3))..., whatever the number of
+ * ranks. ol_grad_shard_push takes the gradient buffer as the next shard's leaf and zeroes it;
+ * ol_grad_shard_finish leaves this rank's subtree sum in the gradient buffer;
+ * ol_dist_allreduce_grads_tree adds the ranks' subtrees as the top of the same tree
+ * (recursive doubling: the rank count must be a power of two) and scales by `scale`. */
+int      ol_grad_shard_push(ol_ctx *ctx);
+int      ol_grad_shard_finish(ol_ctx *ctx);
+int      ol_dist_allreduce_grads_tree(ol_ctx *ctx, float scale);
 int      ol_dist_allreduce_f64(double *buf, int64_t n, int32_t op);
 int      ol_dist_allreduce_f32(float *buf, int64_t n, int32_t op);
 int      ol_dist_allreduce_i64(int64_t *buf, int64_t n, int32_t op);

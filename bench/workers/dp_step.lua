@@ -6,7 +6,9 @@ local ol = require "outlierlab"
 local models = require "outlierlab.models"
 local optim = require "outlierlab.optim"
 local dist = require "outlierlab.util.dist"
-local cfg = require("outlierlab.config").get{ B = 8, T = 256, steps = 6, warm = 2, preset = "gpt2-mini" }
+local cfg = require("outlierlab.config").get{ B = 8, T = 256, steps = 6, warm = 2, preset = "gpt2-mini", tree = false }
+-- tree = true: the rank-invariant sum (ol_dist_allreduce_grads_tree, recursive doubling in a
+-- fixed order, what train.run's cfg.shards uses) instead of one MPI_Allreduce
 local ctx = ol.Context{ seed = 1 }
 local mcfg = models.preset(cfg.preset, { block_size = cfg.T })
 local model = models.build(ctx, mcfg)
@@ -28,7 +30,8 @@ for step = 1, cfg.warm + cfg.steps do
   loss:backward()
   dist.barrier()   -- separate waiting for the slowest rank from the transfer itself
   local t1 = dist.wtime()
-  dist.allreduce_grads(ctx)
+  if cfg.tree then ol.check_status(ol.C.ol_dist_allreduce_grads_tree(ctx.raw, 1 / dist.size()))
+  else dist.allreduce_grads(ctx) end
   local t2 = dist.wtime()
   opt:step(3e-4)
   local t3 = dist.wtime()

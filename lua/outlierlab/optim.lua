@@ -129,16 +129,19 @@ function AdamW:groups()
   return out
 end
 
--- one AdamW step over every parameter with learning rate lr (default: opts.lr)
-function AdamW:step(lr)
+-- one AdamW step over every parameter with learning rate lr (default: opts.lr); gscale
+-- (default 1) multiplies every gradient first: the clipping factor of M.clip_factor, so that
+-- clipping needs no pass of its own over the gradients
+function AdamW:step(lr, gscale)
   lr = lr or self.lr
+  gscale = gscale or 1
   if type(lr) ~= "number" or lr ~= lr then error("optim.AdamW:step: lr must be a number, got " .. tostring(lr), 2) end
   if C.ol_param_count(self.raw) ~= self.nassigned then self:assign_groups() end
   self.wd[0] = self.weight_decay
   self.wd[1] = 0
   self.wd[2] = self.embed_weight_decay or 0
   self.t = self.t + 1
-  local rc = C.ol_adamw_step(self.raw, lr, self.beta1, self.beta2, self.eps, self.n_groups, self.lr_scale, self.wd, self.t)
+  local rc = C.ol_adamw_step_scaled(self.raw, gscale, lr, self.beta1, self.beta2, self.eps, self.n_groups, self.lr_scale, self.wd, self.t)
   if rc ~= 0 then
     self.t = self.t - 1
     ol.engine_error(1)
@@ -176,6 +179,20 @@ function M.clip_grad_norm(ctx, max_norm)
     if f < 1 then C.ol_grad_scale(raw, f) end
   end
   return norm
+end
+
+-- The global gradient norm and the factor clip_grad_norm would scale the gradients by (1 when
+-- no clipping applies, or max_norm is 0, or the norm is not finite), without touching them: pass
+-- the factor to AdamW:step(lr, factor).
+function M.clip_factor(ctx, max_norm)
+  local raw = raw_ctx(ctx)
+  local norm = C.ol_grad_norm(raw)
+  local f = 1
+  if max_norm > 0 and norm == norm and norm < math.huge then
+    f = max_norm / (norm + 1e-6)
+    if f >= 1 then f = 1 end
+  end
+  return norm, f
 end
 
 -- ---------------------------------------------------------------- schedules

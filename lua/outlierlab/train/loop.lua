@@ -39,6 +39,10 @@ M.defaults = {
   embed_weight_decay = false, -- a number: the token embeddings' own decoupled decay (optim.AdamW)
   clip = 1.0,                 -- max global gradient norm; 0 = no clipping
   accum = 1,                  -- micro-batches per optimizer step
+  shards = 0,                 -- rank invariance: the global batch as this many fixed shards (a power of two, a
+                              -- multiple of the rank count) whose gradients are added as a fixed tree, so e.g.
+                              -- shards = 4 gives the same bits on 1, 2 and 4 ranks; 0 = off: one shard per rank,
+                              -- summed by MPI_Allreduce (see docs/TRAINING.md)
   eval_every = 0,             -- evaluate every n steps (0: only at the end) when val_loader is given
   eval_batches = 8,           -- validation batches per evaluation (the same batches every time)
   ckpt_every = 0,             -- checkpoint every n steps (0: only at the end) when ckpt is given
@@ -82,6 +86,12 @@ function M.config(cfg)
     error("train: cfg.accum must be an integer >= 1, got " .. tostring(out.accum), 3)
   end
   if out.clip < 0 then error("train: cfg.clip must be >= 0, got " .. out.clip, 3) end
+  if out.shards < 0 or out.shards ~= math.floor(out.shards) or (out.shards > 0 and bit.band(out.shards, out.shards - 1) ~= 0) then
+    error("train: cfg.shards must be 0 or a power of two, got " .. tostring(out.shards), 3)
+  end
+  if out.shards > 1 and out.accum > 1 then
+    error("train: cfg.shards > 1 with cfg.accum > 1 is not supported (use a larger batch and more shards)", 3)
+  end
   for _, k in ipairs { "eval_every", "ckpt_every", "log_every", "eval_batches", "warmup" } do
     if out[k] < 0 or out[k] ~= math.floor(out[k]) then
       error(string.format("train: cfg.%s must be an integer >= 0, got %s", k, tostring(out[k])), 3)
@@ -269,6 +279,41 @@ local function dist_layer()
   return d, n
 end
 
+-- ---------------------------------------------------------------- rank-invariant shards
+-- A batch's tensors (every field with `rows` leading rows) copied to host strings, and shard j
+-- of k rebuilt from them as step tensors (rows j·rows/k ...), so that each shard's forward and
+-- backward run after a ctx:reset().
+local tensor_t = ffi.typeof("ol_tensor")
+local function save_batch(batch, rows)
+  local saved = {}
+  for key, v in pairs(batch) do
+    if type(v) == "cdata" and ffi.istype(tensor_t, v) and v.ndim >= 1 and tonumber(v.shape[0]) == rows then
+      local shape = {}
+      for d = 0, v.ndim - 1 do shape[d + 1] = tonumber(v.shape[d]) end
+      saved[key] = { shape = shape, dtype = v.dtype == 1 and "i32" or "f32", bytes = ffi.string(v.data, v.numel * 4),
+                     name = ffi.string(v.name) }
+    else
+      saved[key] = { value = v }
+    end
+  end
+  return saved
+end
+local function shard_batch(ctx, saved, j, k)
+  local b = {}
+  for key, e in pairs(saved) do
+    if e.value ~= nil then b[key] = e.value
+    else
+      local shape = { unpack(e.shape) }
+      shape[1] = shape[1] / k
+      local t = ctx:tensor(shape, { dtype = e.dtype, name = e.name })
+      local per = #e.bytes / k
+      ffi.copy(t.data, ffi.cast("const char *", e.bytes) + j * per, per)
+      b[key] = t
+    end
+  end
+  return b
+end
+
 -- ---------------------------------------------------------------- the loop
 local known_args = { ctx = true, model = true, loader = true, val_loader = true, cfg = true,
                      ckpt = true, log = true, on_step = true, decay = true, out = true }
@@ -390,17 +435,43 @@ function M.run(a)
   local dist, nranks = dist_layer()
   nranks = nranks or 1
   local accum, inv_accum = cfg.accum, 1 / cfg.accum
+  -- rank-invariant shards: this rank computes shards [rank·k, (rank+1)·k) of the S = cfg.shards
+  -- (S = -1: off, one shard per rank summed by MPI_Allreduce, not rank-invariant)
+  local S, k_local, shard0 = cfg.shards, 1, 0
+  if S > 0 and (S % nranks ~= 0) then
+    error(string.format("train: cfg.shards = %d is not a multiple of the %d ranks", S, nranks), 2)
+  end
+  if S == 0 or (S == 1 and accum > 1) then S = -1 end
+  if S > 0 then
+    k_local = S / nranks
+    shard0 = dist and dist.rank() * k_local or 0
+  end
   local t_items, t_time = 0, 0
   local red = ffi.new("double[2]")
   for step = start + 1, cfg.steps do
     local t0 = progress.now()
     ctx:zero_grad()
     local lsum, items, unit = 0, 0, "tok/s"
-    for micro = 1, accum do
-      ctx:reset()
-      local batch = loader:next(ctx)
-      local loss, info = model:loss(batch, { train = true, step = (step - 1) * accum + micro })
+    local shard_losses, shard_counts = {}, {}
+    -- forward and backward of one (micro-)batch; opts.step numbers the global micro-batch (and,
+    -- with shards, the shard: the same dropout masks on any rank count). A shard's gradient is
+    -- weighted by its count of prediction targets (the mean over the global batch, also when
+    -- shards count differently, as BERT's masked tokens do); a shard without targets adds nothing.
+    local function fwd_bwd(batch, micro, gstep, shard)
+      local loss, info = model:loss(batch, { train = true, step = gstep })
       local n, u = batch_items(batch)
+      if shard then
+        local cnt = type(info) == "table" and info.ntokens or n
+        shard_counts[shard] = cnt
+        items, unit = items + n, u
+        if cnt == 0 then shard_losses[shard] = 0 return end
+        local lv = loss:item()
+        if not is_finite(lv) then diverged(step, string.format("the loss is %s (shard %d)", tostring(lv), shard)) end
+        loss:backward()
+        shard_losses[shard] = lv
+        if cnt ~= 1 then C.ol_grad_scale(ctx.raw, cnt) end
+        return
+      end
       local no_items = n == 0 and (batch.ids ~= nil or batch.images ~= nil)
       if no_items or (type(info) == "table" and info.ntokens == 0) then
         prog:finish()
@@ -415,22 +486,65 @@ function M.run(a)
       loss:backward()
       lsum = lsum + lv
       items, unit = items + n, u
+      return lv
+    end
+    for micro = 1, accum do
+      ctx:reset()
+      local batch = loader:next(ctx)
+      if S < 0 then
+        fwd_bwd(batch, micro, (step - 1) * accum + micro)
+      elseif k_local == 1 then
+        fwd_bwd(batch, micro, (step - 1) * S + shard0 + 1, 1)
+      else
+        local rows = batch.ids ~= nil and tonumber(batch.ids.shape[0]) or batch.images ~= nil and tonumber(batch.images.shape[0])
+        if not rows or rows % k_local ~= 0 then
+          error(string.format("train: step %d: cfg.shards = %d: this rank's batch of %s rows does not split into %d shards",
+                              step, S, tostring(rows), k_local), 0)
+        end
+        local saved = save_batch(batch, rows)
+        for j = 0, k_local - 1 do
+          ctx:reset()
+          fwd_bwd(shard_batch(ctx, saved, j, k_local), micro, (step - 1) * S + shard0 + j + 1, j + 1)
+          ol.check_status(C.ol_grad_shard_push(ctx.raw))
+        end
+        ol.check_status(C.ol_grad_shard_finish(ctx.raw))
+      end
     end
     ctx:reset()
     if accum > 1 then C.ol_grad_scale(ctx.raw, inv_accum) end
-    if nranks > 1 then
+    if S > 0 then
+      -- every shard's loss and count, in shard order (the same lists on any rank count)
+      if nranks > 1 then
+        shard_losses = dist.allgather_list(shard_losses)
+        shard_counts = dist.allgather_list(shard_counts)
+        red[0] = items
+        dist.allreduce_f64(red, 1, "sum")
+        items = red[0]
+      end
+      local total = 0
+      lsum = 0
+      for j, l in ipairs(shard_losses) do lsum, total = lsum + l * shard_counts[j], total + shard_counts[j] end
+      if total == 0 then
+        prog:finish()
+        error(string.format("train: step %d: the batch is empty (no prediction targets in any of its %d shards): the batch " ..
+                            "size or sequence length is too small for this data", step, S), 0)
+      end
+      lsum = lsum / total
+      -- the ranks' subtrees added as the top of the fixed tree; the count-weighted sum / total
+      ol.check_status(C.ol_dist_allreduce_grads_tree(ctx.raw, 1 / total))
+    elseif nranks > 1 then
       dist.allreduce_grads(ctx, true)
       -- the step's loss and item count over the global batch, not this rank's shard
       red[0], red[1] = lsum, items
       dist.allreduce_f64(red, 2, "sum")
       lsum, items = red[0] / nranks, red[1]
     end
-    local gnorm
-    if cfg.clip > 0 then gnorm = optim.clip_grad_norm(ctx, cfg.clip) else gnorm = ctx:grad_norm() end
+    -- the clipping factor is applied inside the AdamW pass (no pass of its own)
+    local gnorm, gscale = optim.clip_factor(ctx, cfg.clip)
     ctx:reset()
     if not is_finite(gnorm) then diverged(step, "the gradient norm is " .. tostring(gnorm)) end
     local lr = lr_at(step)
-    opt:step(lr)
+    opt:step(lr, gscale)
     local dt = progress.now() - t0
     t_items, t_time = t_items + items, t_time + dt
     local loss = lsum / accum

@@ -1,0 +1,59 @@
+-- bench/peer/engine.lua — the engine's side of `make bench-peer`: training tokens/s of the
+-- shapes bench/peer/torch_peer.py trains in PyTorch eager right after (gpt2-124m B 1 × T 1024,
+-- gpt2-tiny B 32 × T 64, llama-organism B 16 × T 128), written with each model's config to
+-- build/bench/peer.json. A step is what train.run does (forward, backward, clip, AdamW) on
+-- random tokens; median over the timed steps after two warm-up steps.
+--   bin/outlierlab run bench/peer/engine.lua [--steps=10] [--big_steps=3] [--out=build/bench/peer.json]
+local ol = require "outlierlab"
+local models = require "outlierlab.models"
+local train = require "outlierlab.train.loop"
+local E = require "outlierlab.experiment"
+local json = require "outlierlab.util.json"
+local C = ol.C
+local cfg = require("outlierlab.config").get { steps = 10, big_steps = 3, out = "build/bench/peer.json", which = "all" }
+
+local function median(xs)
+  table.sort(xs)
+  local n = #xs
+  return n % 2 == 1 and xs[(n + 1) / 2] or 0.5 * (xs[n / 2] + xs[n / 2 + 1])
+end
+
+local function run(name, mc, B, T, steps)
+  local ctx = ol.Context { seed = 1 }
+  local m = models.build(ctx, mc)
+  local l = { pos = 0 }
+  function l:next(c)
+    local ids = c:tensor({ B, T }, { dtype = "i32", name = "ids" })
+    local tg = c:tensor({ B, T }, { dtype = "i32", name = "targets" })
+    for i = 0, B * T - 1 do
+      ids.idata[i] = math.floor(C.ol_rand_uniform(7, self.pos * 2) * mc.vocab_size)
+      tg.idata[i] = math.floor(C.ol_rand_uniform(7, self.pos * 2 + 1) * mc.vocab_size)
+      self.pos = self.pos + 1
+    end
+    return { ids = ids, targets = tg }
+  end
+  local times = {}
+  train.run { ctx = ctx, model = m, loader = l, cfg = { steps = steps + 2, lr = 1e-4, progress = "off" },
+              log = function(r) if r.kind == "step" and r.step > 2 then times[#times + 1] = r.dt end end }
+  local dt = median(times)
+  print(string.format("engine   %-16s B=%-3d T=%-5d %9.0f tok/s (%.4f s/step, threads %d)", name, B, T, B * T / dt, dt,
+                      ol.num_threads()))
+  local c = {}
+  for k, v in pairs(mc) do c[k] = v end
+  return { name = name, cfg = c, B = B, T = T, steps = steps, engine_tok_s = B * T / dt }
+end
+
+local out = {}
+local function want(w) return cfg.which == "all" or cfg.which == w end
+if want("llama") then
+  local p = E.LLAMA_LM_PROFILES.default
+  out[#out + 1] = run("llama-organism", E.model_cfg(E.llama_lm_spec(p)), p.batch, p.seq_len, cfg.steps)
+end
+if want("tiny") then out[#out + 1] = run("gpt2-tiny", models.preset("gpt2-tiny", { block_size = 64 }), 32, 64, cfg.steps) end
+if want("big") then
+  out[#out + 1] = run("gpt2-124m", models.preset("gpt2-124m", { block_size = 1024 }), 1, 1024, cfg.big_steps)
+end
+os.execute("mkdir -p \"$(dirname '" .. cfg.out .. "')\"")
+local f = assert(io.open(cfg.out, "w"))
+f:write(json.encode({ threads = ol.num_threads(), shapes = out }))
+f:close()
