@@ -107,7 +107,7 @@ local function summary(run)
   local a = run.out.analyze
   local v = figure.values(FIG, a)
   local none = v.total_outlier_tokens == 0
-  -- Verdict with margins (docs/EXPERIMENTS.md, "Verdicts"): outlier tokens exist at this τ,
+  -- Verdict with margins (docs/EXPERIMENTS.md, "The verdict is computed from the data"): outlier tokens exist at this τ,
   -- at least SHARE_MIN of them sit at the initial token or weak-semantic tokens / delimiters,
   -- in at most CHANNELS_MAX hidden dimensions, and the top-1 |h| of the last layer is at most
   -- VANISH of its peak ("vanishes in the last layers"); no outlier at τ: inconclusive.
