@@ -240,8 +240,9 @@ local function summary(run)
   table.sort(fams)
   local notes = table.concat({
     "What is judged: each model's **final measurement**, the mean of each quantity over the tracked points of the last " ..
-      string.format("%.0f %%", 100 * thresholds.FINAL_SHARE) .. " of its training (each point one held-out batch of at most 16 sequences; points every steps/" ..
-      exp_runner.TRACK_POINTS .. " steps). A threshold met at an earlier point and lost by the end is reported as \"reached on the way at step N\" and does not count. The same final means and thresholds are drawn in each model's training history (history.png).",
+      string.format("%.0f %%", 100 * thresholds.FINAL_SHARE) .. " of its training (points every steps/" .. exp_runner.STABLE_POINTS_PER_RUN .. " steps there, each on " ..
+      exp_runner.TRACK_BATCHES .. " held-out batches of at most 16 sequences of its own; earlier points every steps/" ..
+      exp_runner.TRACK_POINTS .. " steps on the same batches). A threshold met at an earlier point and lost by the end is reported as \"reached on the way at step N\" and does not count. The same final means and thresholds are drawn in each model's training history (history.png).",
     "",
     "Thresholds (analysis/thresholds): sink — " .. thresholds.WHAT.sink .. "; massive — " .. thresholds.WHAT.massive ..
       "; kurtosis — " .. thresholds.WHAT.kurtosis .. ".",
