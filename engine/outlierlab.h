@@ -214,7 +214,9 @@ int   ol_grads_finite(ol_ctx *ctx);
  * statistics are kept for backward (the T×T block is recomputed). */
 typedef enum ol_attn_kind {
     OL_ATTN_SOFTMAX = 0, OL_ATTN_CLIPPED = 1, OL_ATTN_SOFTMAX1 = 2, OL_ATTN_SIGMOID = 3,
-    OL_ATTN_FIXED_BIAS = 4, OL_ATTN_CA_BIAS = 5, OL_ATTN_ATTN_BIAS = 6
+    OL_ATTN_FIXED_BIAS = 4, OL_ATTN_CA_BIAS = 5, OL_ATTN_ATTN_BIAS = 6,
+    OL_ATTN_SINK_LOGIT = 7,   /* gpt-oss: softmax over [s, s_h], sink column dropped (sink_logit (NH)) */
+    OL_ATTN_SOFTPICK = 8      /* Zuhri et al.: ReLU(e^s − 1)/(Σ|e^s − 1| + eps) (softpick_eps) */
 } ol_attn_kind;
 typedef struct ol_attn_cfg {
     int32_t kind;          /* ol_attn_kind */
@@ -228,6 +230,8 @@ typedef struct ol_attn_cfg {
     float    dropout;
     uint64_t dropout_seed;
     ol_tensor *sigmoid_bias_h;  /* sigmoid: learnable per-head offset b_h (NH), or NULL */
+    ol_tensor *sink_logit;      /* sink_logit: the learned per-head sink logit s_h (NH) */
+    float      softpick_eps;    /* softpick: ε of the denominator (>= 0) */
 } ol_attn_cfg;
 ol_tensor *ol_attention(ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp, ol_tensor *vp,
                         ol_tensor *pad_mask, const ol_attn_cfg *cfg);
