@@ -206,6 +206,28 @@ void  ol_grad_scale(ol_ctx *ctx, float s);
 /* 1 if every gradient is finite. */
 int   ol_grads_finite(ol_ctx *ctx);
 
+/* Muon, OrthoAdam (engine/optim_extra.c; docs/TRAINING.md). State in the AdamW m (and v) buffers.
+ * Newton–Schulz: out ≈ the orthogonal polar factor of g (rows, cols): X0 = g/(‖g‖_F + 1e-7)
+ * (transposed when rows > cols), then X ← a·X + (b·XXᵀ + c·(XXᵀ)²)·X, steps times; coef (a,b,c) or
+ * NULL for Muon's quintic (3.4445, −4.7750, 2.0315); (1.5, −0.5, 0) is the classic cubic. */
+int ol_newton_schulz(const float *g, int64_t rows, int64_t cols, int32_t steps, const float *coef, float *out);
+/* Muon on parameters idx[0..n) (each as (numel/last, last)): m = μm + (1−μ)g; u = nesterov ?
+ * (1−μ)g + μm : m; p -= lr·(k·NS_steps(u) + wd·p), k = √max(1, rows/cols) (scale_mode 0, Jordan)
+ * or 0.2·√max(rows, cols) (scale_mode 1, Moonlight: AdamW-like update RMS). */
+int ol_muon_step(ol_ctx *ctx, int32_t n, const int32_t *idx, float lr, float momentum, int32_t nesterov,
+                 int32_t steps, float wd, int32_t scale_mode);
+/* AdamW (ol_adamw_step's formula) on parameters idx[0..n) only. */
+int ol_adamw_step_some(ol_ctx *ctx, int32_t n, const int32_t *idx, float lr, float beta1, float beta2, float eps,
+                       int32_t ngroups, const float *lr_scale, const float *wd, int64_t step);
+/* OrthoAdam: AdamW with the gradient rotated G̃ = Qa·G·Qbᵀ (G = the parameter as (numel/last,
+ * last); qa[i], qb[i] orthogonal or NULL = identity), moments of G̃, update rotated back
+ * U = Qaᵀ·Ũ·Qb. qa, qb may be NULL arrays. */
+int ol_orthoadam_step(ol_ctx *ctx, int32_t n, const int32_t *idx, ol_tensor **qa, ol_tensor **qb, float lr,
+                      float beta1, float beta2, float eps, int32_t ngroups, const float *lr_scale, const float *wd,
+                      int64_t step);
+/* q (n, n) = a random orthogonal matrix (Gram–Schmidt of N(0,1) entries drawn with seed). */
+int ol_random_orthogonal(ol_tensor *q, uint64_t seed);
+
 /* ================================================================ attention */
 /* Fused attention variants (engine/attention.c; formulas there and in docs/ATTENTION.md).
  * q (B,NH,Tq,HD), k, v (B,NH,Tk,HD) -> (B,NH,Tq,HD), s = q·kᵀ/√HD. Causal hides key j > i + Tk − Tq;

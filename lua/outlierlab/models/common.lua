@@ -166,7 +166,12 @@ end
 local PreLNBlock = nn.class("PreLNBlock")
 M.PreLNBlock = PreLNBlock
 function M.norm_new(ctx, name, C, cfg, kind)
-  if kind == "rmsnorm" then return nn.RMSNorm(ctx, C, { name = name, eps = cfg.norm_eps }) end
+  if cfg.norm_gain and cfg.norm_gain ~= "channel" and cfg.norm_gain ~= "single" then
+    error("models: norm_gain must be \"channel\" or \"single\", got " .. tostring(cfg.norm_gain), 3)
+  end
+  if kind == "rmsnorm" then
+    return nn.RMSNorm(ctx, C, { name = name, eps = cfg.norm_eps, single = cfg.norm_gain == "single" })
+  end
   return nn.LayerNorm(ctx, C, { name = name, eps = cfg.norm_eps, bias = cfg.bias ~= false })
 end
 function M.PreLNBlock_new(ctx, name, cfg, opts)
