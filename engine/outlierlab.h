@@ -354,6 +354,9 @@ int       ol_weight_stats(const ol_tensor *w, double tau, double *col_ratio, dou
 int       ol_attn_cumulative(const ol_tensor *a, const ol_tensor *qmask, double *out);
 /* L2 norm of every row of the last dim: x (..., D) -> out (numel/D) (QT Fig. 3e: ‖v_j‖). */
 int       ol_row_norms(const ol_tensor *x, double *out);
+/* Eigenvalues of a symmetric n×n double matrix (cyclic Jacobi; engine/analysis_extra.c): the
+ * matrix entropy of token representations (docs/METRICS.md). */
+int       ol_sym_eigvals(const double *a, int64_t n, double *ev);
 
 /* ======================================================================= io */
 
