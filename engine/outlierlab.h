@@ -494,6 +494,20 @@ float      ol_mse_scale_symmetric(ol_tensor *x, int32_t bits, int32_t n_grid);  
 int        ol_absmax_quant_(ol_tensor *w, int32_t bits, int32_t per_channel);
 float      ol_magnitude_kth(int32_t n, ol_tensor **ts, int64_t k);    /* < 0: error */
 int64_t    ol_magnitude_prune_(int32_t n, ol_tensor **ts, float sparsity, int32_t global);
+/* 4-bit era (engine/quant.c; docs/COMPRESSION.md). Symmetric RTN of activations, no gradient:
+ * s = clip·max|x|/(2^(b−1)−1) per token (row of the last dim, per_token = 1) or per tensor. */
+ol_tensor *ol_quant_tokens(ol_tensor *x, int32_t bits, int32_t per_token, float clip);
+/* Normalised Walsh–Hadamard rotation along the last dim in blocks of `block` (a power of two
+ * dividing it; 0 = the largest such): y = x·H/√n per block; differentiable (H is its own inverse). */
+ol_tensor *ol_hadamard(ol_tensor *x, int64_t block);
+/* In place on a 2-D t: dim 1 rotates every row (t ← t·H), dim 0 every column (t ← H·t). */
+int        ol_hadamard_(ol_tensor *t, int32_t dim, int64_t block);
+/* w[..., j] *= s[j] (inverse: /= s[j]) in place, s of the last dim's length, positive. */
+int        ol_scale_cols_(ol_tensor *w, const float *s, int32_t inverse);
+/* out[j] = max(out[j], max over rows |x[..., j]|) (calibration of per-channel ranges). */
+int        ol_absmax_cols(const ol_tensor *x, float *out);
+/* SmoothQuant: s_j = max(xmax_j, 1e-5)^α / max(max_i |w_ij|, 1e-5)^(1−α), w (out, in). */
+int        ol_smooth_scales(const float *xmax, const ol_tensor *w, float alpha, float *s);
 
 /* ======================================================== pretrained models */
 /* Hugging Face model directories (engine/io_hf.c; names and configs in lua/outlierlab/hf.lua).
