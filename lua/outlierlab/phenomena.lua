@@ -15,7 +15,10 @@
 --                  over tokens of each category ("at that token");
 --   kurtosis       per layer, Pearson kurtosis of each sequence's T·C values of h_l, averaged
 --                  over sequences (QT's definition, outlierlab.analysis); the model's "average
---                  kurtosis" is the mean over layers.
+--                  kurtosis" is the mean over layers;
+--   sink rate      Gu et al. 2025: the percentage of (layer, head) pairs whose first-token
+--                  importance α(0) (mean over the queries that see key 0 of A[t, 0]) exceeds
+--                  ε = 0.3, averaged over samples (outlierlab.analysis_remedies).
 --
 --   local phenomena = require "outlierlab.phenomena"
 --   local ph = phenomena.new{ category = task.category, T = 128, C = 64, n_head = 4,
@@ -33,9 +36,11 @@
 --           heads = { [l] = { [h] = { share = {cat = s}, mass = {cat = m}, value_ratio = {cat = r} } } },
 --           sink = { layer, head, category, share, value_ratio },   -- the head with the largest share
 --           massive = { layer, category, ratio },                 -- largest ratio_at over sink categories
---           max_ratio = { layer, ratio }, avg_kurtosis, max_kurtosis }
+--           max_ratio = { layer, ratio }, avg_kurtosis, max_kurtosis,
+--           sink_rate (percent), sink_rate_by_layer = { [l] = { fraction of samples per head } } }
 local ffi = require "ffi"
 local analysis = require "outlierlab.analysis"
+local remedies = require "outlierlab.analysis_remedies"
 
 local M = {}
 local CATS = analysis.categories                  -- initial, delimiter, weak, other
@@ -68,6 +73,7 @@ function Ph:reset()
   self.act = {}      -- [l] = { at_sum = {cat}, at_n = {cat}, top1_cat = {cat} }
   self.vnorm_batch = nil
   self.cats = nil
+  self.sinkrate = remedies.SinkRate{}
 end
 
 -- category index (1..4) of every position of the batch: int array (B·T)
@@ -89,6 +95,7 @@ local function zeros4() return { 0, 0, 0, 0 } end
 -- (the norms of this batch's values, reported just before by probe_v).
 function Ph:probe_attn(A, l, batch)
   local B, NH, Tq, Tk = A:size(0), A:size(1), A:size(2), A:size(3)
+  self.sinkrate:update(A, l, { causal = self.causal, pad_mask = batch.pad_mask })
   local cats = batch_cats(self, batch)
   local L = self.att[l] or {}
   self.att[l] = L
@@ -261,6 +268,8 @@ function Ph:result()
     end
   end
   out.sink = sink.layer and sink or { share = 0 / 0, value_ratio = 0 / 0 }
+  local sr = self.sinkrate:result()
+  out.sink_rate, out.sink_rate_by_layer = sr.rate, sr.by_layer
   return out
 end
 
@@ -286,11 +295,11 @@ end
 function M.describe(r)
   local s = r.sink
   local m = r.massive
-  return string.format("sink %s %.2f (value %.2f) | top-1/median %s | kurtosis avg %.1f max %.1f",
+  return string.format("sink %s %.2f (value %.2f) | top-1/median %s | kurtosis avg %.1f max %.1f | sink rate %.0f%%",
     s.layer and string.format("L%dH%d %s", s.layer, s.head, s.category) or "-", s.share, s.value_ratio,
     m.layer and string.format("%.0f at %s (L%d), max %.0f (L%d)", m.ratio, m.category, m.layer,
       r.max_ratio.ratio, r.max_ratio.layer) or "-",
-    r.avg_kurtosis, r.max_kurtosis)
+    r.avg_kurtosis, r.max_kurtosis, r.sink_rate or 0 / 0)
 end
 
 return M

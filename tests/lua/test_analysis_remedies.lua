@@ -128,6 +128,18 @@ do
   end
   t.ok(ok, "layer_profile: medians, ordered top-3, BOS norms and entropies in (0, 1] normalised")
   t.near(prof.loss, none.loss, 1e-6, "layer_profile reports the same evaluation loss")
+  -- the tracked phenomena carry the same sink rate
+  local phenomena = require "outlierlab.phenomena"
+  local probes = require "outlierlab.probes"
+  local ph = phenomena.new{ category = function(id) return id == 0 and "initial" or "other" end, T = 16,
+                            C = cfg.d_model, n_head = cfg.n_head, causal = true }
+  local P = probes.new{}
+  ph:attach(P)
+  for _, b in ipairs(batches) do mc:no_grad(function() mc:reset(); P:forward(m, b) end) end
+  mc:reset()
+  local r = ph:result()
+  t.near(r.sink_rate, sr.rate, 1e-9, "phenomena: sink_rate is Gu et al.'s, the same as analysis_remedies.sink_rate")
+  t.ok(phenomena.describe(r):find("sink rate", 1, true) ~= nil, "phenomena.describe() reports the sink rate")
 end
 
 return t.done()
