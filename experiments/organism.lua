@@ -30,9 +30,12 @@ local KNOBS = {
   seed = function(c, v) c.seed = v end,
   -- an attention variant by name (docs/ATTENTION.md), put on the spec's model by train
   attention = function(c, v) c.attention = v end,
+  -- the remedies' optimizer (adamw, muon, orthoadam) and single-scale RMSNorm (norm_gain=single)
+  optimizer = function(c, v) c.optimizer = v end,
+  norm_gain = function(c, v) c.norm_gain = v end,
 }
 -- the knobs whose value is a name, not a number
-local NAMED = { attention = true }
+local NAMED = { attention = true, optimizer = true, norm_gain = true }
 
 -- GPT-2 on the decoder's task and recipe, in the LLaMA organism's shape (4 layers, d 64, 2 heads,
 -- F 256 at default): learned absolute positions, LayerNorm and GELU instead of RoPE, RMSNorm and
@@ -60,10 +63,10 @@ local function members(cfg, profile)
     local base = F.profiles[profile] or F.profiles.default
     out[#out + 1] = { family = fam, knob = "base", value = 0, label = fam .. " default" }
     for _, kv in ipairs(cfg[fam .. "_vary"] or {}) do
-      local k, v = tostring(kv):match("^([%w_]+)=([%w%.%-]+)$")
+      local k, v = tostring(kv):match("^([%w_]+)=([%w%.%-_]+)$")
       local value = k and (NAMED[k] and v or tonumber(v))
       if not k or not KNOBS[k] or value == nil then
-        error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>", fam,
+        error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>, optimizer=<name>, norm_gain=single", fam,
           tostring(kv), "lr, weight_decay, depth, groups, seed"), 0)
       end
       out[#out + 1] = { family = fam, knob = k, value = value, label = string.format("%s %s=%s", fam, k, v) }

@@ -794,12 +794,16 @@ local function recipe(cfg, o)
   return { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = cfg.schedule or o.schedule,
            min_lr = (cfg.schedule or o.schedule) == "linear" and 0 or nil,
            weight_decay = cfg.weight_decay or o.weight_decay, betas = { 0.9, cfg.beta2 or o.beta2 },
-           eps = o.eps, clip = 1.0 }
+           eps = o.eps, clip = 1.0,
+           -- the remedies' optimizers (docs/TRAINING.md); absent = AdamW, and the spec (and its
+           -- hash) stays what it was before these keys existed
+           optimizer = cfg.optimizer, optimizer_opts = cfg.optimizer_opts }
 end
 M.recipe = recipe
 local function overrides(cfg, base)
   local ov = base or {}
   if cfg.n_layer then ov.n_layer = cfg.n_layer end   -- the organism map's depth knob
+  if cfg.norm_gain then ov.norm_gain = cfg.norm_gain end   -- single-scale RMSNorm (llama)
   return ov
 end
 
