@@ -260,7 +260,7 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
                     memcpy(dst, S + r * Tk, (size_t)kmax * 4);
                     for (int64_t j = kmax; j < Tk; j++) dst[j] = 0.0f;
                 }
-            if (sink && has_sink(d->kind)) memcpy(sink + row0 + i0, ps, (size_t)R * 4);
+            if (sink && (has_sink(d->kind) || d->kind == OL_ATTN_SINK_LOGIT)) memcpy(sink + row0 + i0, ps, (size_t)R * 4);
             if (!out) continue;
             if (d->drop_p > 0.0f) tile_dropout(d, row0, i0, R, S, has_sink(d->kind) ? ps : NULL);
             float *O = out + (blk * Tq + i0) * HD;
@@ -553,10 +553,11 @@ ol_tensor *ol_attention_probs(ol_tensor *q, ol_tensor *k, ol_tensor *kp, ol_tens
     int64_t rows = d.B * d.NH * d.Tq;
     int64_t ps[4] = { d.B, d.NH, d.Tq, d.Tk }, ss[3] = { d.B, d.NH, d.Tq };
     ol_tensor *p = ol__new(ctx, OL_F32, 4, ps, "attn_probs");
-    ol_tensor *s = has_sink(d.kind) && sink ? ol__new(ctx, OL_F32, 3, ss, "sink_probs") : NULL;
+    int sinky = has_sink(d.kind) || d.kind == OL_ATTN_SINK_LOGIT;   /* P′ of k′/v′, or of the sink logit */
+    ol_tensor *s = sinky && sink ? ol__new(ctx, OL_F32, 3, ss, "sink_probs") : NULL;
     d.m = ol__step_alloc(ctx, rows * 4, "attention row max");
     d.l = ol__step_alloc(ctx, rows * 4, "attention row sum");
-    if (!p || !d.m || !d.l || (has_sink(d.kind) && sink && !s)) return NULL;
+    if (!p || !d.m || !d.l || (sinky && sink && !s)) return NULL;
     if (att_forward(&d, q->data, k->data, NULL, kp ? kp->data : NULL, NULL, NULL, p->data, s ? s->data : NULL, ctx))
         return NULL;
     if (sink) *sink = s;

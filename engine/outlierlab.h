@@ -258,8 +258,8 @@ typedef struct ol_attn_cfg {
 ol_tensor *ol_attention(ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp, ol_tensor *vp,
                         ol_tensor *pad_mask, const ol_attn_cfg *cfg);
 /* The weights the forward multiplies V by, materialised (B,NH,Tq,Tk), no tape (for probes),
- * before dropout (cfg->dropout is ignored). For ca_bias/attn_bias *sink (if sink is not NULL)
- * receives the sink weight P′ (B,NH,Tq). */
+ * before dropout (cfg->dropout is ignored). For ca_bias/attn_bias/sink_logit *sink (if sink is
+ * not NULL) receives the sink weight P′ (B,NH,Tq) (sink_logit: the dropped column's weight). */
 ol_tensor *ol_attention_probs(ol_tensor *q, ol_tensor *k, ol_tensor *kp, ol_tensor *pad_mask,
                               const ol_attn_cfg *cfg, ol_tensor **sink);
 /* y (B,NH,T,HD), g (B,T,NH) -> out[b,h,t,:] = g[b,t,h]·y[b,h,t,:] (gates, context-aware scale). */

@@ -216,8 +216,9 @@ function R.sink_logit(A, q, k, v, opts)
   local s = M.masked_scores(q, k, opts)
   local z = zeros(s.ctx, { s:size(0), s:size(1), s:size(2), 1 })
   z = (z:transpose(1, 3) + A.p.sink):transpose(1, 3)
-  local p = ol.cat({ s, z }, 3):softmax():narrow(3, 0, s:size(3))
-  return A:drop(p, opts):matmul(v), p
+  local e = ol.cat({ s, z }, 3):softmax()
+  local p = e:narrow(3, 0, s:size(3))
+  return A:drop(p, opts):matmul(v), p, e:narrow(3, s:size(3), 1)
 end
 
 -- ReLU(e^{s−m} − e^{−m}) / (Σ|e^{s−m} − e^{−m}| + ε), m = max(0, max_visible s) per row, taken

@@ -154,6 +154,20 @@ do
     end
   end
   t.ok(worst < 1e-6, "sink_logit: rows sum to 1 − e^{s_h}/(e^{s_h} + Σ e^{s_j}) (hand-computed)", worst)
+  -- the probe sink_probs is that dropped weight: attn_probs + sink_probs sum to 1, fused and reference
+  for _, obj in ipairs({ S, as_reference(S) }) do
+    local seen = {}
+    ctx:reset()
+    obj:forward(q, k, v, x, { causal = true, probe = function(n, p) seen[n] = p:tolist() end })
+    local w2 = 0
+    for r = 0, B * NH * T - 1 do
+      local s = seen.sink_probs[r + 1]
+      for j = 1, T do s = s + seen.attn_probs[r * T + j] end
+      w2 = math.max(w2, math.abs(s - 1))
+    end
+    t.ok(#seen.sink_probs == B * NH * T and w2 < 1e-6, "sink_logit: probe sink_probs (B,NH,T) completes every row to 1 ("
+      .. (obj == S and "fused" or "reference") .. ")", w2)
+  end
 end
 
 -- ---------------------------------------------------------------- gated_sdpa with σ ≡ 1 is softmax
