@@ -7,8 +7,8 @@
 -- softmax and gated attention, SO's variants (b)–(e), sigmoid attention in its three forms (SO
 -- b = −log T, Ramapuram et al. b = −log n, Gu et al. without bias), softmax1, the learned sink
 -- logit (gpt-oss), Qiu et al.'s gate after SDPA (headwise, elementwise), softpick; Muon and
--- OrthoAdam instead of AdamW; single-scale RMSNorm, and Muon with it (Outlier-Safe
--- Pre-Training's pair). cfg.n_seeds seeds each. On held-out batches of each trained model:
+-- OrthoAdam instead of AdamW; single-scale RMSNorm; and Outlier-Safe Pre-Training's recipe (Muon,
+-- single-scale RMSNorm, orthogonal projections after the embedding and before the head). cfg.n_seeds seeds each. On held-out batches of each trained model:
 -- validation loss; Gu et al.'s sink rate (first-token importance > 0.3, % of heads); the massive
 -- ratio at the first token (mean top-1 |h| at position 0 over the mean median |h|, largest over
 -- layers); Pearson kurtosis of the block outputs with and without the first token (averaged over
@@ -56,7 +56,8 @@ local ALL = {
   { key = "orthoadam_sm1", label = "OrthoAdam + softmax1", optimizer = "orthoadam", attention = "softmax1",
     claim = "Kaul et al.: kurtosis 1,657 → 3.1, first-token attention 65 % → 3.3 %" },
   { key = "single_norm", label = "single-scale RMSNorm", norm_gain = "single" },
-  { key = "osp", label = "Muon + single-scale RMSNorm (OSP)", optimizer = "muon", norm_gain = "single",
+  { key = "osp", label = "Outlier-Safe Pre-Training (Muon, single-scale norm, projections)", optimizer = "muon",
+    norm_gain = "single", embed_proj = true,
     claim = "Park et al.: excess kurtosis 1,818 → 0.04, far better 4-bit quantisation" },
 }
 local BY_KEY = {}
@@ -107,7 +108,7 @@ local FIG = figure.declare{
 local function spec_of(cfg, v, seed)
   local c = ptq.copy(cfg)
   c.seed = seed
-  c.optimizer, c.norm_gain = v.optimizer, v.norm_gain
+  c.optimizer, c.norm_gain, c.embed_proj = v.optimizer, v.norm_gain, v.embed_proj
   local spec = E.llama_lm_spec(c)
   if v.attention then spec.model.overrides.attention = type(v.attention) == "string" and { kind = v.attention } or v.attention end
   return spec
@@ -311,7 +312,7 @@ return {
              claim = "On the vanilla organism, W4A4 with a Walsh–Hadamard rotation is never worse than plain W4A4 beyond the seed spread (the rotation is exact in full precision)." },
   profiles = {
     quick = profile("quick", { n_seeds = 1, n_eval = 1, n_calib = 1,
-                               variants = { "vanilla", "sink_logit", "softpick", "gated_elem", "muon", "orthoadam", "single_norm" } }),
+                               variants = { "vanilla", "sink_logit", "softpick", "gated_elem", "muon", "orthoadam", "osp" } }),
     default = profile("default", { n_seeds = 3, n_eval = 8, n_calib = 4, variants = KEYS }),
     long = profile("long", { n_seeds = 3, n_eval = 8, n_calib = 4, variants = KEYS }),
   },

@@ -804,6 +804,7 @@ local function overrides(cfg, base)
   local ov = base or {}
   if cfg.n_layer then ov.n_layer = cfg.n_layer end   -- the organism map's depth knob
   if cfg.norm_gain then ov.norm_gain = cfg.norm_gain end   -- single-scale RMSNorm (llama)
+  if cfg.embed_proj then ov.embed_proj = true end           -- Park et al.'s orthogonal projections (llama)
   return ov
 end
 

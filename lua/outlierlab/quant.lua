@@ -36,7 +36,7 @@ local ffi = ol.ffi
 local C = ol.C
 
 local M = {}
-M.KEEP_FP = { "^lm_head%.", "^head%.", "^wte%.", "^embed_tokens%.", "^embeddings%.word%." }
+M.KEEP_FP = { "^lm_head%.", "^head%.", "^wte%.", "^embed_tokens%.", "^embeddings%.word%.", "^embed_proj%.", "^head_proj%." }
 
 local function walk(model, pred)
   local out, seen = {}, {}
@@ -127,7 +127,7 @@ function M.rotate_inplace(ctx, model)
     for _, w in ipairs(ws) do check(C.ol_scale_cols_(w, g, 0)) end
     norm.weight:fill_(1)
   end
-  if not model.lm_head then
+  if not model.lm_head and not model.head_proj then
     local g = gain_vector(model.norm, Cd)
     for j = 0, Cd - 1 do
       if g[j] ~= 1 then error("quant.rotate: a tied head cannot take the final norm's gain; untie the embeddings", 2) end
@@ -149,8 +149,11 @@ function M.rotate_inplace(ctx, model)
     R(mlp.down.weight, 1)
     add_pre(mlp.down, function(x) return ol.check_ptr(C.ol_hadamard(x, 0)) end)
   end
-  if model.lm_head then fold(model.norm, { model.lm_head.weight }) ; R(model.lm_head.weight, 1) end
-  R(model.embed_tokens.weight, 1)
+  -- the final norm's reader: head_proj (Park et al.'s projection) or the head
+  local reader = model.head_proj or model.lm_head
+  if reader then fold(model.norm, { reader.weight }) ; R(reader.weight, 1) end
+  -- the stream's first writer: embed_proj (rows of its output) or the embedding itself
+  if model.embed_proj then R(model.embed_proj.weight, 0) else R(model.embed_tokens.weight, 1) end
 end
 
 function M.rotate(ctx, model)

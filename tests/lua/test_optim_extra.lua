@@ -294,6 +294,24 @@ do
   t.throws(function() models.build(ol.Context({ seed = 2 }), models.preset("llama-quick", { norm_gain = "row" })) end,
     "norm_gain must be", "norm_gain: an unknown value is an error")
   ignore = m
+  -- Park et al.'s projections: orthogonal at init, counted, in the forward
+  local c3 = ol.Context({ seed = 2 })
+  local cfg3 = models.preset("llama-quick", { embed_proj = true })
+  local m3 = models.build(c3, cfg3)
+  t.is(m3:num_params(), require("outlierlab.models.llama").count(cfg3), "embed_proj: parameter count includes 2·C²")
+  local wq = 0
+  for _, W in ipairs({ m3.embed_proj.weight, m3.head_proj.weight }) do
+    local n = cfg3.d_model
+    for i = 0, n - 1 do
+      for j = 0, n - 1 do
+        local s = 0
+        for k = 0, n - 1 do s = s + W.data[i * n + k] * W.data[j * n + k] end
+        wq = math.max(wq, math.abs(s - (i == j and 1 or 0)))
+      end
+    end
+  end
+  t.ok(wq < 1e-5, "embed_proj, head_proj: orthogonal at init (W·Wᵀ = I)", wq)
+  t.ok(ox.default_muon(m3.embed_proj.weight), "muon default rule takes the projections (2-D *_proj.weight)")
 end
 
 -- ---------------------------------------------------------------- train.run with muon / orthoadam

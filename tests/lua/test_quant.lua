@@ -137,9 +137,9 @@ end
 
 for _, over in ipairs({ {}, { attention = { kind = "gated_sdpa", form = "elementwise" } }, { attention = "ca_scale" },
                         { attention = { kind = "gated", gate = "all_heads_linear" } }, { norm_gain = "single" },
-                        { attention = "sink_logit" } }) do
+                        { attention = "sink_logit" }, { embed_proj = true, norm_gain = "single" } }) do
   local label = over.attention and (type(over.attention) == "table" and over.attention.kind .. "/" .. (over.attention.form or over.attention.gate)
-    or over.attention) or over.norm_gain and "single-scale norm" or "softmax"
+    or over.attention) or over.embed_proj and "OSP projections" or over.norm_gain and "single-scale norm" or "softmax"
   local mc, m, batches = model_and_batches(over)
   for _, p in ipairs(mc:params()) do if p.ndim >= 2 then p:normal_(0, 0.2, 500 + p.param_index) end end
   local before = logits(mc, m, batches[1])
