@@ -100,7 +100,8 @@ M.CODE_EXCLUDE = { ["plot.lua"] = true, ["results.lua"] = true, ["slurm.lua"] = 
 -- left out of the trained-model hash (editing a figure's analysis does not retrain its model)
 -- but are part of the cached-stage hash (the analysis is recomputed).
 M.ANALYSIS_ONLY = { ["inspect.lua"] = true, ["overview.lua"] = true, ["seeds.lua"] = true, ["compress.lua"] = true,
-                    ["pretrained.lua"] = true, ["hf.lua"] = true, ["tokenizers.lua"] = true, ["stream.lua"] = true }
+                    ["pretrained.lua"] = true, ["hf.lua"] = true, ["tokenizers.lua"] = true, ["stream.lua"] = true,
+                    ["quant.lua"] = true }
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 

@@ -122,9 +122,17 @@ function M.rotate_inplace(ctx, model)
   end
   local Cd = cfg.d_model
   local R = function(w, dim) check(C.ol_hadamard_(w, dim, 0)) end
+  -- W ← W·diag(g) for any finite gain (trained gains can be negative or zero; ol_scale_cols_ is
+  -- SmoothQuant's and wants positive scales)
   local function fold(norm, ws)
     local g = gain_vector(norm, Cd)
-    for _, w in ipairs(ws) do check(C.ol_scale_cols_(w, g, 0)) end
+    for _, w in ipairs(ws) do
+      local rows, d = tonumber(w.numel) / Cd, w.data
+      for r = 0, rows - 1 do
+        local base = r * Cd
+        for j = 0, Cd - 1 do d[base + j] = d[base + j] * g[j] end
+      end
+    end
     norm.weight:fill_(1)
   end
   if not model.lm_head and not model.head_proj then

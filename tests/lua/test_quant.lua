@@ -114,7 +114,8 @@ local function model_and_batches(over, seed)
   -- gains away from 1 (so that folding matters) and weights a little larger than init
   for _, p in ipairs(mc:params()) do
     local name = ol.ffi.string(p.name)
-    if name:match("ln%d%.weight$") or name == "norm.weight" then p:uniform_(0.5, 1.5, 77 + p.param_index) end
+    -- trained gains can be negative (the default organism's are): the folding must take any sign
+    if name:match("ln%d%.weight$") or name == "norm.weight" then p:uniform_(-1.5, 1.5, 77 + p.param_index) end
   end
   local batches = {}
   for i = 1, 2 do
