@@ -28,6 +28,15 @@
  *   ca_bias          A = p, out += P′·v′, P′ = e^{s′}/(e^{s′} + Σ_j e^{s_j}), s′ = q·k′/√HD   SO (c)
  *   attn_bias        softmax over [s, s′]: A_j = e^{s_j−m}/l, P′ = e^{s′−m}/l,
  *                    m = max(s′, max s), l = e^{s′−m} + Σ e^{s_j−m}; out += P′·v′     SO (d)
+ *   sink_logit       softmax over [s, s_h] with a learned per-head logit s_h and the sink column
+ *                    dropped (gpt-oss): m = max(s_h, max s), l = e^{s_h−m} + Σ e^{s_j−m}, A_j =
+ *                    e^{s_j−m}/l, P′ = e^{s_h−m}/l (multiplies nothing). s_h = 0 is softmax1, bit
+ *                    for bit (the same m, the same l summed in the same order)
+ *   softpick         A_j = ReLU(e^{s_j} − 1)/(Σ_j |e^{s_j} − 1| + ε) (Zuhri, Fuadi, Aji 2025), in
+ *                    the official code's stable form: m = max(0, max s) (a constant for backward,
+ *                    detached as in the code), c = e^{−m}, e_j = e^{s_j−m}, A_j = ReLU(e_j − c)/l,
+ *                    l = Σ_{visible} |e_j − c| + ε (ε added after the rescaling, as the code does;
+ *                    for max s < 0 every A_j is 0 either way). Masked entries contribute 0.
  * A row with no visible key gives A = 0 (and P′ = 1 for ca_bias/attn_bias).
  *
  * Attention-probability dropout (QT's BERT; training only): the weights that multiply values
@@ -42,6 +51,10 @@
  *   sigmoid          ds_j = dA_j·A_j(1 − A_j), db_h = Σ_{b,i,j} ds_ij
  *   ca_bias          dP′ = z′·dO·v′, ds′ = dP′·P′(1−P′), ds_j = p_j (dA_j − D − ds′)
  *   attn_bias        dP′ = z′·dO·v′, D = Σ_j A_j dA_j + P′ dP′, ds_j = A_j(dA_j − D), ds′ = P′(dP′ − D)
+ *   sink_logit       D = Σ_j A_j dA_j, ds_j = A_j(dA_j − D), ds_h = Σ_{b,i} −P′_i·D_i (summed per
+ *                    (b,h) block in double, then over b in order)
+ *   softpick         D = Σ_j A_j dA_j, ds_j = (e_j/l)·(dA_j·[e_j > c] − sgn(e_j − c)·D)
+ *                    (from ∂A_i/∂s_j = (e_j/l)([i=j][e_j>c] − A_i sgn(e_j − c)), m constant)
  *   then dq = ds·K/√HD (+ ds′ k′/√HD), dk = dsᵀ·Q/√HD, dv = Ãᵀ·dO, dk′ = Σ_i ds′_i q_i/√HD,
  *   dv′ = Σ_i P̃′_i dO_i (fixed_bias: Σ_i dO_i).
  */
@@ -56,7 +69,7 @@ extern void openblas_set_num_threads(int num_threads);
 #define SINK_SALT 0x9E3779B97F4A7C15ULL   /* the sink weight's dropout stream: seed ^ SINK_SALT */
 
 static const char *kind_names[] = { "softmax", "clipped_softmax", "softmax1", "sigmoid",
-                                    "fixed_bias", "ca_bias", "attn_bias" };
+                                    "fixed_bias", "ca_bias", "attn_bias", "sink_logit", "softpick" };
 
 typedef struct att_plan {
     int64_t B, NH, Tq, Tk, HD;
@@ -65,12 +78,13 @@ typedef struct att_plan {
     float drop_p, drop_keep;          /* dropout p (0 = off) and 1/(1−p) */
     uint64_t drop_seed, sink_seed;
     const float *bh;                  /* sigmoid: per-head bias offset (NH) or NULL */
+    const float *sl;                  /* sink_logit: per-head sink logit s_h (NH) */
+    float eps;                        /* softpick: ε */
     const int32_t *pad;      /* (B,Tk) or NULL */
     float *m, *l;            /* row statistics (B,NH,Tq) */
 } att_plan;
 
 static inline int has_sink(int kind) { return kind == OL_ATTN_CA_BIAS || kind == OL_ATTN_ATTN_BIAS; }
-static inline int softmax_like(int kind) { return kind != OL_ATTN_SIGMOID; }
 
 /* number of keys a tile of rows [i0, i0+R) can see under the causal mask */
 static inline int64_t tile_kmax(const att_plan *d, int64_t i0, int64_t R) {
@@ -121,16 +135,36 @@ static void tile_probs(const att_plan *d, int64_t b, int64_t h, int64_t row0, in
                 s[j] = (!pad || pad[j]) ? sigmf(s[j] + sb) : 0.0f;
             continue;
         }
-        float sp = has_sink(d->kind) ? d->scale * dotf(Q + i * HD, kp, HD) : 0.0f;
+        if (d->kind == OL_ATTN_SOFTPICK) {   /* leaves e_j = e^{s_j−m} (masked 0); tile_softpick makes A */
+            float m;
+            if (fresh) {
+                m = 0.0f;
+                for (int64_t j = 0; j < kv; j++)
+                    if ((!pad || pad[j]) && s[j] > m) m = s[j];
+                d->m[row] = m;
+            } else m = d->m[row];
+            if (pad) for (int64_t j = 0; j < kv; j++) s[j] = pad[j] ? ol__expf(s[j] - m) : 0.0f;
+            else     for (int64_t j = 0; j < kv; j++) s[j] = ol__expf(s[j] - m);
+            if (fresh) {
+                float c = expf(-m), l = 0.0f;
+                for (int64_t j = 0; j < kv; j++)
+                    if (!pad || pad[j]) l += fabsf(s[j] - c);
+                d->l[row] = l + d->eps;
+            }
+            continue;
+        }
+        float sp = has_sink(d->kind) ? d->scale * dotf(Q + i * HD, kp, HD)
+                 : d->kind == OL_ATTN_SINK_LOGIT ? d->sl[h] : 0.0f;
         float m, l;
         if (fresh) {
             m = -INFINITY;
             for (int64_t j = 0; j < kv; j++)
                 if ((!pad || pad[j]) && s[j] > m) m = s[j];
             if (d->kind == OL_ATTN_SOFTMAX1 && m < 0.0f) m = 0.0f;
-            if (d->kind == OL_ATTN_ATTN_BIAS && sp > m) m = sp;
+            if ((d->kind == OL_ATTN_ATTN_BIAS || d->kind == OL_ATTN_SINK_LOGIT) && sp > m) m = sp;
             if (m == -INFINITY) m = 0.0f;      /* no visible key */
-            l = d->kind == OL_ATTN_SOFTMAX1 ? expf(-m) : d->kind == OL_ATTN_ATTN_BIAS ? expf(sp - m) : 0.0f;
+            l = d->kind == OL_ATTN_SOFTMAX1 ? expf(-m)
+              : (d->kind == OL_ATTN_ATTN_BIAS || d->kind == OL_ATTN_SINK_LOGIT) ? expf(sp - m) : 0.0f;
             /* e_j = exp(s_j − m) once, in a loop that vectorises (ol__expf), then summed in
              * order (the sum stays serial: no reassociation without fast-math) */
             if (pad) for (int64_t j = 0; j < kv; j++) s[j] = pad[j] ? ol__expf(s[j] - m) : 0.0f;
@@ -146,7 +180,7 @@ static void tile_probs(const att_plan *d, int64_t b, int64_t h, int64_t row0, in
         }
         float inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int64_t j = 0; j < kv; j++) s[j] *= inv;
-        if (d->kind == OL_ATTN_ATTN_BIAS) psink[r] = expf(sp - m) * inv;
+        if (d->kind == OL_ATTN_ATTN_BIAS || d->kind == OL_ATTN_SINK_LOGIT) psink[r] = expf(sp - m) * inv;
         else if (d->kind == OL_ATTN_CA_BIAS) {
             /* P′ = e^{s′}/(e^{s′} + l·e^{m}), evaluated around M = max(s′, m) */
             float M = sp > m ? sp : m, es = expf(sp - M);
@@ -167,6 +201,17 @@ static void tile_clip(const att_plan *d, int64_t b, int64_t i0, int64_t R, float
             float c = a * s[j] + d->gamma;
             s[j] = c < 0.0f ? 0.0f : c > 1.0f ? 1.0f : c;
         }
+    }
+}
+
+/* softpick: e -> A = ReLU(e − c)/l with c = e^{−m} (masked entries are 0: e = 0 < c gives 0) */
+static inline float softpick_a(float e, float c, float inv) { float a = e - c; return a > 0.0f ? a * inv : 0.0f; }
+static void tile_softpick(const att_plan *d, int64_t row0, int64_t i0, int64_t R, float *S) {
+    for (int64_t r = 0; r < R; r++) {
+        int64_t row = row0 + i0 + r, kv = row_kmax(d, i0 + r);
+        float c = expf(-d->m[row]), l = d->l[row], inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *s = S + r * d->Tk;
+        for (int64_t j = 0; j < kv; j++) s[j] = softpick_a(s[j], c, inv);
     }
 }
 
@@ -208,13 +253,14 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
             int64_t R = Tq - i0 < TR ? Tq - i0 : TR, kmax = tile_kmax(d, i0, R);
             tile_probs(d, b, h, row0, i0, R, kmax, Q, K, kph, S, ps, 1);
             if (d->kind == OL_ATTN_CLIPPED) tile_clip(d, b, i0, R, S);
+            if (d->kind == OL_ATTN_SOFTPICK) tile_softpick(d, row0, i0, R, S);
             if (probs)
                 for (int64_t r = 0; r < R; r++) {
                     float *dst = probs + (row0 + i0 + r) * Tk;
                     memcpy(dst, S + r * Tk, (size_t)kmax * 4);
                     for (int64_t j = kmax; j < Tk; j++) dst[j] = 0.0f;
                 }
-            if (sink && has_sink(d->kind)) memcpy(sink + row0 + i0, ps, (size_t)R * 4);
+            if (sink && (has_sink(d->kind) || d->kind == OL_ATTN_SINK_LOGIT)) memcpy(sink + row0 + i0, ps, (size_t)R * 4);
             if (!out) continue;
             if (d->drop_p > 0.0f) tile_dropout(d, row0, i0, R, S, has_sink(d->kind) ? ps : NULL);
             float *O = out + (blk * Tq + i0) * HD;
@@ -288,6 +334,17 @@ static void attention_backward(ol_node *nd) {
                         g[j] *= z[j];
                     }
                 }
+                if (d->kind == OL_ATTN_SOFTPICK) {   /* p holds e_j here */
+                    int64_t row = row0 + i;
+                    float c = expf(-d->m[row]), l = d->l[row], inv = l > 0.0f ? 1.0f / l : 0.0f, D = 0.0f;
+                    for (int64_t j = 0; j < kv; j++)
+                        if (!pad || pad[j]) D += softpick_a(p[j], c, inv) * g[j];
+                    for (int64_t j = 0; j < kv; j++) {
+                        float w = p[j] * inv;
+                        g[j] = (pad && !pad[j]) ? 0.0f : p[j] > c ? w * (g[j] - D) : p[j] < c ? w * D : 0.0f;
+                    }
+                    continue;
+                }
                 if (d->kind == OL_ATTN_SIGMOID) {
                     for (int64_t j = 0; j < kv; j++) g[j] = (!pad || pad[j]) ? g[j] * p[j] * (1.0f - p[j]) : 0.0f;
                     if (pbh) {
@@ -318,6 +375,7 @@ static void attention_backward(ol_node *nd) {
                     dsp = dP * ps[r] * (1.0f - ps[r]);
                     D += dsp;
                 }
+                if (d->kind == OL_ATTN_SINK_LOGIT && pbh) pbh[blk] -= (double)ps[r] * D;   /* ds_h = −P′·D */
                 for (int64_t j = 0; j < kv; j++) g[j] = p[j] * (g[j] - D);   /* masked: p = 0 */
                 if (has_sink(d->kind)) {
                     if (q->requires_grad) {
@@ -332,6 +390,7 @@ static void attention_backward(ol_node *nd) {
             }
             if (kmax == 0) continue;
             if (d->kind == OL_ATTN_CLIPPED) tile_clip(d, b, i0, R, S);
+            if (d->kind == OL_ATTN_SOFTPICK) tile_softpick(d, row0, i0, R, S);
             if (drop)   /* Ã = A ⊙ z */
                 for (int64_t r = 0; r < R; r++) {
                     int64_t kv = row_kmax(d, i0 + r);
@@ -367,9 +426,9 @@ static void attention_backward(ol_node *nd) {
 static int att_check(const char *op, ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp, ol_tensor *vp,
                      ol_tensor *pad, const ol_attn_cfg *cfg, att_plan *d) {
     if (!cfg) OL_FAIL_INT("%s: NULL config", op);
-    if (cfg->kind < 0 || cfg->kind > OL_ATTN_ATTN_BIAS)
+    if (cfg->kind < 0 || cfg->kind > OL_ATTN_SOFTPICK)
         OL_FAIL_INT("%s: unknown kind %d (valid: 0 softmax, 1 clipped_softmax, 2 softmax1, 3 sigmoid, "
-                    "4 fixed_bias, 5 ca_bias, 6 attn_bias)", op, cfg->kind);
+                    "4 fixed_bias, 5 ca_bias, 6 attn_bias, 7 sink_logit, 8 softpick)", op, cfg->kind);
     const char *kn = kind_names[cfg->kind];
     if (ol__check_f32(op, q) || ol__check_f32(op, k) || (v && ol__check_f32(op, v))) return -1;
     if (q->ndim != 4 || k->ndim != 4 || (v && v->ndim != 4))
@@ -422,6 +481,21 @@ static int att_check(const char *op, ol_tensor *q, ol_tensor *k, ol_tensor *v, o
                         (long long)d->NH);
         d->bh = bh->data;
     }
+    ol_tensor *sl = cfg->sink_logit;
+    d->sl = NULL;
+    if ((cfg->kind == OL_ATTN_SINK_LOGIT) != (sl != NULL))
+        OL_FAIL_INT("%s (%s): the sink logit s_h (cfg sink_logit) must be %s", op, kn,
+                    sl ? "NULL for this kind" : "given as (NH)");
+    if (sl) {
+        if (ol__check_f32(op, sl)) return -1;
+        if (sl->ndim != 1 || sl->shape[0] != d->NH)
+            OL_FAIL_INT("%s (sink_logit): sink logit '%s' %s must be (NH) = (%lld)", op, sl->name, OL_SHAPE(sl),
+                        (long long)d->NH);
+        d->sl = sl->data;
+    }
+    if (cfg->kind == OL_ATTN_SOFTPICK && !(cfg->softpick_eps >= 0.0f && isfinite(cfg->softpick_eps)))
+        OL_FAIL_INT("%s (softpick): eps %g must be finite and >= 0", op, (double)cfg->softpick_eps);
+    d->eps = cfg->softpick_eps;
     if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
         OL_FAIL_INT("%s (%s): dropout %g not in [0, 1)", op, kn, (double)cfg->dropout);
     d->drop_p = cfg->dropout;
@@ -451,7 +525,8 @@ ol_tensor *ol_attention(ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp,
     if (!out || !sv || !d.m || !d.l) return NULL;
     if (att_forward(&d, q->data, k->data, v->data, kp ? kp->data : NULL, vp ? vp->data : NULL, out->data,
                     NULL, NULL, ctx)) return NULL;
-    ol_tensor *ins[4] = { q, k, v, kp }, *bh = cfg->sigmoid_bias_h;
+    /* the per-head scalar parameter with a gradient: b_h (sigmoid) or s_h (sink_logit) */
+    ol_tensor *ins[4] = { q, k, v, kp }, *bh = cfg->kind == OL_ATTN_SINK_LOGIT ? cfg->sink_logit : cfg->sigmoid_bias_h;
     int need = ol__needs_grad(ctx, 4, ins) || (vp && ctx->grad_enabled && vp->requires_grad) ||
                (bh && ctx->grad_enabled && bh->requires_grad);
     if (need) {
@@ -478,10 +553,11 @@ ol_tensor *ol_attention_probs(ol_tensor *q, ol_tensor *k, ol_tensor *kp, ol_tens
     int64_t rows = d.B * d.NH * d.Tq;
     int64_t ps[4] = { d.B, d.NH, d.Tq, d.Tk }, ss[3] = { d.B, d.NH, d.Tq };
     ol_tensor *p = ol__new(ctx, OL_F32, 4, ps, "attn_probs");
-    ol_tensor *s = has_sink(d.kind) && sink ? ol__new(ctx, OL_F32, 3, ss, "sink_probs") : NULL;
+    int sinky = has_sink(d.kind) || d.kind == OL_ATTN_SINK_LOGIT;   /* P′ of k′/v′, or of the sink logit */
+    ol_tensor *s = sinky && sink ? ol__new(ctx, OL_F32, 3, ss, "sink_probs") : NULL;
     d.m = ol__step_alloc(ctx, rows * 4, "attention row max");
     d.l = ol__step_alloc(ctx, rows * 4, "attention row sum");
-    if (!p || !d.m || !d.l || (has_sink(d.kind) && sink && !s)) return NULL;
+    if (!p || !d.m || !d.l || (sinky && sink && !s)) return NULL;
     if (att_forward(&d, q->data, k->data, NULL, kp ? kp->data : NULL, NULL, NULL, p->data, s ? s->data : NULL, ctx))
         return NULL;
     if (sink) *sink = s;

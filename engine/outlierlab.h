@@ -210,6 +210,28 @@ void  ol_grad_scale(ol_ctx *ctx, float s);
 /* 1 if every gradient is finite. */
 int   ol_grads_finite(ol_ctx *ctx);
 
+/* Muon, OrthoAdam (engine/optim_extra.c; docs/TRAINING.md). State in the AdamW m (and v) buffers.
+ * Newton–Schulz: out ≈ the orthogonal polar factor of g (rows, cols): X0 = g/(‖g‖_F + 1e-7)
+ * (transposed when rows > cols), then X ← a·X + (b·XXᵀ + c·(XXᵀ)²)·X, steps times; coef (a,b,c) or
+ * NULL for Muon's quintic (3.4445, −4.7750, 2.0315); (1.5, −0.5, 0) is the classic cubic. */
+int ol_newton_schulz(const float *g, int64_t rows, int64_t cols, int32_t steps, const float *coef, float *out);
+/* Muon on parameters idx[0..n) (each as (numel/last, last)): m = μm + (1−μ)g; u = nesterov ?
+ * (1−μ)g + μm : m; p -= lr·(k·NS_steps(u) + wd·p), k = √max(1, rows/cols) (scale_mode 0, Jordan)
+ * or 0.2·√max(rows, cols) (scale_mode 1, Moonlight: AdamW-like update RMS). */
+int ol_muon_step(ol_ctx *ctx, int32_t n, const int32_t *idx, float lr, float momentum, int32_t nesterov,
+                 int32_t steps, float wd, int32_t scale_mode);
+/* AdamW (ol_adamw_step's formula) on parameters idx[0..n) only. */
+int ol_adamw_step_some(ol_ctx *ctx, int32_t n, const int32_t *idx, float lr, float beta1, float beta2, float eps,
+                       int32_t ngroups, const float *lr_scale, const float *wd, int64_t step);
+/* OrthoAdam: AdamW with the gradient rotated G̃ = Qa·G·Qbᵀ (G = the parameter as (numel/last,
+ * last); qa[i], qb[i] orthogonal or NULL = identity), moments of G̃, update rotated back
+ * U = Qaᵀ·Ũ·Qb. qa, qb may be NULL arrays. */
+int ol_orthoadam_step(ol_ctx *ctx, int32_t n, const int32_t *idx, ol_tensor **qa, ol_tensor **qb, float lr,
+                      float beta1, float beta2, float eps, int32_t ngroups, const float *lr_scale, const float *wd,
+                      int64_t step);
+/* q (n, n) = a random orthogonal matrix (Gram–Schmidt of N(0,1) entries drawn with seed). */
+int ol_random_orthogonal(ol_tensor *q, uint64_t seed);
+
 /* ================================================================ attention */
 /* Fused attention variants (engine/attention.c; formulas there and in docs/ATTENTION.md).
  * q (B,NH,Tq,HD), k, v (B,NH,Tk,HD) -> (B,NH,Tq,HD), s = q·kᵀ/√HD. Causal hides key j > i + Tk − Tq;
@@ -218,7 +240,9 @@ int   ol_grads_finite(ol_ctx *ctx);
  * statistics are kept for backward (the T×T block is recomputed). */
 typedef enum ol_attn_kind {
     OL_ATTN_SOFTMAX = 0, OL_ATTN_CLIPPED = 1, OL_ATTN_SOFTMAX1 = 2, OL_ATTN_SIGMOID = 3,
-    OL_ATTN_FIXED_BIAS = 4, OL_ATTN_CA_BIAS = 5, OL_ATTN_ATTN_BIAS = 6
+    OL_ATTN_FIXED_BIAS = 4, OL_ATTN_CA_BIAS = 5, OL_ATTN_ATTN_BIAS = 6,
+    OL_ATTN_SINK_LOGIT = 7,   /* gpt-oss: softmax over [s, s_h], sink column dropped (sink_logit (NH)) */
+    OL_ATTN_SOFTPICK = 8      /* Zuhri et al.: ReLU(e^s − 1)/(Σ|e^s − 1| + eps) (softpick_eps) */
 } ol_attn_kind;
 typedef struct ol_attn_cfg {
     int32_t kind;          /* ol_attn_kind */
@@ -232,12 +256,14 @@ typedef struct ol_attn_cfg {
     float    dropout;
     uint64_t dropout_seed;
     ol_tensor *sigmoid_bias_h;  /* sigmoid: learnable per-head offset b_h (NH), or NULL */
+    ol_tensor *sink_logit;      /* sink_logit: the learned per-head sink logit s_h (NH) */
+    float      softpick_eps;    /* softpick: ε of the denominator (>= 0) */
 } ol_attn_cfg;
 ol_tensor *ol_attention(ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp, ol_tensor *vp,
                         ol_tensor *pad_mask, const ol_attn_cfg *cfg);
 /* The weights the forward multiplies V by, materialised (B,NH,Tq,Tk), no tape (for probes),
- * before dropout (cfg->dropout is ignored). For ca_bias/attn_bias *sink (if sink is not NULL)
- * receives the sink weight P′ (B,NH,Tq). */
+ * before dropout (cfg->dropout is ignored). For ca_bias/attn_bias/sink_logit *sink (if sink is
+ * not NULL) receives the sink weight P′ (B,NH,Tq) (sink_logit: the dropped column's weight). */
 ol_tensor *ol_attention_probs(ol_tensor *q, ol_tensor *k, ol_tensor *kp, ol_tensor *pad_mask,
                               const ol_attn_cfg *cfg, ol_tensor **sink);
 /* y (B,NH,T,HD), g (B,T,NH) -> out[b,h,t,:] = g[b,t,h]·y[b,h,t,:] (gates, context-aware scale). */
@@ -332,6 +358,9 @@ int       ol_weight_stats(const ol_tensor *w, double tau, double *col_ratio, dou
 int       ol_attn_cumulative(const ol_tensor *a, const ol_tensor *qmask, double *out);
 /* L2 norm of every row of the last dim: x (..., D) -> out (numel/D) (QT Fig. 3e: ‖v_j‖). */
 int       ol_row_norms(const ol_tensor *x, double *out);
+/* Eigenvalues of a symmetric n×n double matrix (cyclic Jacobi; engine/analysis_extra.c): the
+ * matrix entropy of token representations (docs/METRICS.md). */
+int       ol_sym_eigvals(const double *a, int64_t n, double *ev);
 
 /* ======================================================================= io */
 
@@ -479,6 +508,20 @@ float      ol_mse_scale_symmetric(ol_tensor *x, int32_t bits, int32_t n_grid);  
 int        ol_absmax_quant_(ol_tensor *w, int32_t bits, int32_t per_channel);
 float      ol_magnitude_kth(int32_t n, ol_tensor **ts, int64_t k);    /* < 0: error */
 int64_t    ol_magnitude_prune_(int32_t n, ol_tensor **ts, float sparsity, int32_t global);
+/* 4-bit era (engine/quant.c; docs/COMPRESSION.md). Symmetric RTN of activations, no gradient:
+ * s = clip·max|x|/(2^(b−1)−1) per token (row of the last dim, per_token = 1) or per tensor. */
+ol_tensor *ol_quant_tokens(ol_tensor *x, int32_t bits, int32_t per_token, float clip);
+/* Normalised Walsh–Hadamard rotation along the last dim in blocks of `block` (a power of two
+ * dividing it; 0 = the largest such): y = x·H/√n per block; differentiable (H is its own inverse). */
+ol_tensor *ol_hadamard(ol_tensor *x, int64_t block);
+/* In place on a 2-D t: dim 1 rotates every row (t ← t·H), dim 0 every column (t ← H·t). */
+int        ol_hadamard_(ol_tensor *t, int32_t dim, int64_t block);
+/* w[..., j] *= s[j] (inverse: /= s[j]) in place, s of the last dim's length, positive. */
+int        ol_scale_cols_(ol_tensor *w, const float *s, int32_t inverse);
+/* out[j] = max(out[j], max over rows |x[..., j]|) (calibration of per-channel ranges). */
+int        ol_absmax_cols(const ol_tensor *x, float *out);
+/* SmoothQuant: s_j = max(xmax_j, 1e-5)^α / max(max_i |w_ij|, 1e-5)^(1−α), w (out, in). */
+int        ol_smooth_scales(const float *xmax, const ol_tensor *w, float alpha, float *s);
 
 /* ======================================================== pretrained models */
 /* Hugging Face model directories (engine/io_hf.c; names and configs in lua/outlierlab/pretrained/hf.lua).

@@ -50,9 +50,12 @@ local KNOBS = {
   embed_wd = function(c, v) c.embed_weight_decay = v end,
   width = function(c, v) c.d_model = v; c.d_ff = 4 * v end,
   heads = function(c, v) c.n_head = v end,
+  -- the remedies' optimizer (adamw, muon, orthoadam) and single-scale RMSNorm (norm_gain=single)
+  optimizer = function(c, v) c.optimizer = v end,
+  norm_gain = function(c, v) c.norm_gain = v end,
 }
 -- the knobs whose value is a name, not a number
-local NAMED = { attention = true }
+local NAMED = { attention = true, optimizer = true, norm_gain = true }
 
 -- GPT-2 on the decoder's task and recipe, in the LLaMA organism's shape (4 layers, d 64, 2 heads,
 -- F 256 at default): learned absolute positions, LayerNorm and GELU instead of RoPE, RMSNorm and
@@ -80,13 +83,13 @@ local function members(cfg, profile)
     local base = F.profiles[profile] or F.profiles.default
     out[#out + 1] = { family = fam, knob = "base", value = 0, label = fam .. " default" }
     for _, kv in ipairs(cfg[fam .. "_vary"] or {}) do
-      local k, v = tostring(kv):match("^([%w_]+)=([%w%.%-]+)$")
+      local k, v = tostring(kv):match("^([%w_]+)=([%w%.%-_]+)$")
       local value = k and (NAMED[k] and v or tonumber(v))
       if not k or not KNOBS[k] or value == nil then
         local names = {}
         for n in pairs(KNOBS) do if not NAMED[n] then names[#names + 1] = n end end
         table.sort(names)
-        error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>", fam,
+        error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>, optimizer=<name>, norm_gain=single", fam,
           tostring(kv), table.concat(names, ", ")), 0)
       end
       out[#out + 1] = { family = fam, knob = k, value = value, label = string.format("%s %s=%s", fam, k, v) }

@@ -20,6 +20,9 @@
 --   sink rate      Gu et al. 2025: alpha_h = mean over all queries of A_h[i, 0] (the first key,
 --                  which every query sees); a head is a sink when alpha_h > eps = 0.3; the rate
 --                  is the share of such heads over all layers.
+--                  sink_rate_pct is the same threshold per sample (each sequence's own alpha),
+--                  the percentage of (sample, head) pairs, as Gu et al.'s code reports it
+--                  (outlierlab.analysis.remedies).
 --
 --   local phenomena = require "outlierlab.analysis.phenomena"
 --   local ph = phenomena.new{ category = task.category, T = 128, C = 64, n_head = 4,
@@ -40,9 +43,11 @@
 --           sink_rate, sink_heads, n_heads, sink_rate_value_ratio (mean value ratio of those heads),
 --           avg_kurtosis_no_initial, per_layer[l].kurtosis_no_initial, per_layer[l].top1_at[cat],
 --           massive = { layer, category, ratio },                 -- largest ratio_at over sink categories
---           max_ratio = { layer, ratio }, avg_kurtosis, max_kurtosis }
+--           max_ratio = { layer, ratio }, avg_kurtosis, max_kurtosis,
+--           sink_rate_pct (percent, per sample), sink_rate_by_layer = { [l] = { fraction of samples per head } } }
 local ffi = require "ffi"
 local analysis = require "outlierlab.analysis.metrics"
+local remedies = require "outlierlab.analysis.remedies"
 
 local M = {}
 local CATS = analysis.categories                  -- initial, delimiter, weak, other
@@ -79,6 +84,7 @@ function Ph:reset()
   self.act = {}      -- [l] = { at_sum = {cat}, at_n = {cat}, top1_cat = {cat} }
   self.vnorm_batch = nil
   self.cats = nil
+  self.sinkrate = remedies.SinkRate{}
 end
 
 -- category index (1..4) of every position of the batch: int array (B·T)
@@ -100,6 +106,7 @@ local function zeros4() return { 0, 0, 0, 0 } end
 -- (the norms of this batch's values, reported just before by probe_v).
 function Ph:probe_attn(A, l, batch)
   local B, NH, Tq, Tk = A:size(0), A:size(1), A:size(2), A:size(3)
+  self.sinkrate:update(A, l, { causal = self.causal, pad_mask = batch.pad_mask })
   local cats = batch_cats(self, batch)
   local L = self.att[l] or {}
   self.att[l] = L
@@ -315,6 +322,8 @@ function Ph:result()
   out.sink_rate = n_heads > 0 and n_sinks / n_heads or 0 / 0
   out.sink_heads, out.n_heads = n_sinks, n_heads
   out.sink_rate_value_ratio = vn > 0 and vsum / vn or 0 / 0   -- mean value ratio of those heads' first token
+  local sr = self.sinkrate:result()
+  out.sink_rate_pct, out.sink_rate_by_layer = sr.rate, sr.by_layer
   return out
 end
 
@@ -340,11 +349,11 @@ end
 function M.describe(r)
   local s = r.sink
   local m = r.massive
-  return string.format("sink %s %.2f (value %.2f) | top-1/median %s | kurtosis avg %.1f max %.1f",
+  return string.format("sink %s %.2f (value %.2f) | top-1/median %s | kurtosis avg %.1f max %.1f | sink rate %.0f%%",
     s.layer and string.format("L%dH%d %s", s.layer, s.head, s.category) or "-", s.share, s.value_ratio,
     m.layer and string.format("%.0f at %s (L%d), max %.0f (L%d)", m.ratio, m.category, m.layer,
       r.max_ratio.ratio, r.max_ratio.layer) or "-",
-    r.avg_kurtosis, r.max_kurtosis)
+    r.avg_kurtosis, r.max_kurtosis, 100 * (r.sink_rate or 0 / 0))
 end
 
 return M

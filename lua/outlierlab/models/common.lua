@@ -77,7 +77,8 @@ function M.Attention_new(ctx, name, cfg, opts)
   self.q = self:add_child(M.linear(ctx, name .. ".q_proj", C, NH * HD, bias, std))
   self.k = self:add_child(M.linear(ctx, name .. ".k_proj", C, NKV * HD, bias, std))
   self.v = self:add_child(M.linear(ctx, name .. ".v_proj", C, NKV * HD, bias, std))
-  self.attn = attention.new(ctx, cfg.attention or "softmax", { d_model = C, n_head = NH, name = name })
+  self.attn = attention.new(ctx, cfg.attention or "softmax", { d_model = C, n_head = NH, name = name,
+                                                               block_size = cfg.block_size })
   for _, p in ipairs(self.attn:parameters() or {}) do self:add_param(p) end
   self.o = self:add_child(M.linear(ctx, name .. ".o_proj", NH * HD, C, bias, opts.proj_std or std))
   return self
@@ -165,7 +166,12 @@ end
 local PreLNBlock = nn.class("PreLNBlock")
 M.PreLNBlock = PreLNBlock
 function M.norm_new(ctx, name, C, cfg, kind)
-  if kind == "rmsnorm" then return nn.RMSNorm(ctx, C, { name = name, eps = cfg.norm_eps }) end
+  if cfg.norm_gain and cfg.norm_gain ~= "channel" and cfg.norm_gain ~= "single" then
+    error("models: norm_gain must be \"channel\" or \"single\", got " .. tostring(cfg.norm_gain), 3)
+  end
+  if kind == "rmsnorm" then
+    return nn.RMSNorm(ctx, C, { name = name, eps = cfg.norm_eps, single = cfg.norm_gain == "single" })
+  end
   return nn.LayerNorm(ctx, C, { name = name, eps = cfg.norm_eps, bias = cfg.bias ~= false })
 end
 function M.PreLNBlock_new(ctx, name, cfg, opts)

@@ -37,7 +37,9 @@ local defaults = {
            act = "gelu_erf", pooler = false, attention = "softmax", rope_base = 0.0, seed = 1234 },
   llama = { family = "llama", name = "llama", vocab_size = 32000, block_size = 2048, n_layer = 12, n_head = 12,
             n_kv_head = 1, d_model = 768, d_ff = 2048, norm_eps = 1e-5, rope_base = 10000.0,
-            tie_embeddings = false, init = "tinyllama", dropout = 0.0, attention = "softmax", seed = 1234 },
+            tie_embeddings = false, init = "tinyllama", dropout = 0.0, attention = "softmax", seed = 1234,
+            norm_gain = "channel",     -- "single": one scalar RMSNorm gain (Park et al. 2025)
+            embed_proj = false },      -- true: orthogonal C×C projections after the embedding and before the head (Park et al.)
   vit = { family = "vit", name = "vit", image_size = 224, patch_size = 16, channels = 3, n_classes = 1000,
           n_layer = 12, n_head = 6, d_model = 384, d_ff = 1536, norm_eps = 1e-6, act = "gelu_erf",
           patch_ln = false, dropout = 0.0, attention = "softmax", seed = 1234 },

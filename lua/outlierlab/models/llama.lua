@@ -10,10 +10,18 @@
 --
 --   ids (B,T) -> x = E[ids] ["emb"] -> blocks (RoPE inside attention) -> norm ["ln_f"]
 --   -> logits = x·W_headᵀ (B,T,V)
+-- cfg.embed_proj = true (Outlier-Safe Pre-Training, Park et al. 2025): a learned C×C projection
+-- after the embedding (x = E[ids]·W_eᵀ, before "emb") and one after the final norm (before the
+-- head), both initialised to random orthogonal matrices (ol_random_orthogonal).
 local common = require "outlierlab.models.common"
 local nn = require "outlierlab.nn"
 
 local M = {}
+-- an orthogonal initial weight, drawn from the context's seed stream
+local function orthogonal_init(w, ctx)
+  local ol = require "outlierlab"
+  ol.check_status(ol.C.ol_random_orthogonal(w, ctx:next_seed()))
+end
 local LLaMA = nn.class("LLaMA", common.Model)
 
 local function init_stds(cfg)
@@ -30,6 +38,10 @@ function M.build(ctx, cfg)
   local C = cfg.d_model
   local std, proj_std = init_stds(cfg)
   self.embed_tokens = self:add_child(nn.Embedding(ctx, cfg.vocab_size, C, { name = "embed_tokens", std = std }))
+  if cfg.embed_proj then
+    self.embed_proj = self:add_child(common.linear(ctx, "embed_proj", C, C, false, std))
+    orthogonal_init(self.embed_proj.weight, ctx)
+  end
   self.blocks = {}
   for l = 0, cfg.n_layer - 1 do
     self.blocks[l + 1] = self:add_child(common.PreLNBlock_new(ctx, "layers" .. l, cfg, {
@@ -37,6 +49,10 @@ function M.build(ctx, cfg)
       std = std, proj_std = proj_std }))
   end
   self.norm = self:add_child(common.norm_new(ctx, "norm", C, cfg, "rmsnorm"))
+  if cfg.embed_proj then
+    self.head_proj = self:add_child(common.linear(ctx, "head_proj", C, C, false, std))
+    orthogonal_init(self.head_proj.weight, ctx)
+  end
   if not cfg.tie_embeddings then
     self.lm_head = self:add_child(common.linear(ctx, "lm_head", C, cfg.vocab_size, false, std))
   end
@@ -51,6 +67,7 @@ function LLaMA:embed(batch, opts)
   common.check_block("llama", batch.ids:size(1), cfg.block_size)
   self:begin_forward(opts)
   local x = batch.ids:embedding(self.embed_tokens.weight)
+  if self.embed_proj then x = self.embed_proj:forward(x) end
   x = self:dropout(x, cfg.dropout, 0)
   if P then P("emb", 0, x) end
   return x
@@ -61,6 +78,7 @@ function LLaMA:head(x, opts)
   local P = opts and opts.probe
   x = self.norm:forward(x)
   if P then P("ln_f", self.cfg.n_layer, x) end
+  if self.head_proj then x = self.head_proj:forward(x) end
   return x:linear(self.lm_head and self.lm_head.weight or self.embed_tokens.weight)
 end
 
@@ -80,6 +98,7 @@ function M.count(cfg)
   local attn = 2 * C * C + 2 * C * NKV * HD
   local n = V * C + L * (2 * C + attn + 3 * C * F) + C
   if not cfg.tie_embeddings then n = n + V * C end
+  if cfg.embed_proj then n = n + 2 * C * C end
   return n
 end
 

@@ -20,9 +20,11 @@
 --   A:parameters() -> list of the variant's parameters.
 --
 -- Built-in kinds (formulas: docs/ATTENTION.md, engine/attention.c):
---   softmax, clipped_softmax, softmax1, sigmoid, fixed_bias, ca_bias, attn_bias  — one fused
---   C op (ol_attention) each; gated and ca_scale — fused softmax attention times a per-token,
---   per-head factor built from engine ops (ol_head_scale applies it).
+--   softmax, clipped_softmax, softmax1, sigmoid (and its forms sigmoid_logn, sigmoid_nobias),
+--   fixed_bias, ca_bias, attn_bias, sink_logit, softpick  — one fused C op (ol_attention) each;
+--   gated, ca_scale and gated_sdpa (headwise) — fused softmax attention times a per-token,
+--   per-head factor built from engine ops (ol_head_scale applies it); gated_sdpa elementwise —
+--   fused softmax attention times σ(x·Wᵀ) per token and channel (engine ops).
 -- Every built-in also has a reference implementation from plain engine ops (the slow,
 -- obvious version that materialises the T×T probabilities): M.reference[kind], used by the
 -- tests and by dims.reference = true (the memory benchmark's baseline).
@@ -208,6 +210,41 @@ function R.sigmoid(A, q, k, v, opts)
   return A:drop(p, opts):matmul(v), p
 end
 
+-- softmax over [s, s_h] without its last column: s_h (NH) enters with heads moved to the last dim
+function R.sink_logit(A, q, k, v, opts)
+  local s = M.masked_scores(q, k, opts)
+  local z = zeros(s.ctx, { s:size(0), s:size(1), s:size(2), 1 })
+  z = (z:transpose(1, 3) + A.p.sink):transpose(1, 3)
+  local e = ol.cat({ s, z }, 3):softmax()
+  local p = e:narrow(3, 0, s:size(3))
+  return A:drop(p, opts):matmul(v), p, e:narrow(3, s:size(3), 1)
+end
+
+-- ReLU(e^{s−m} − e^{−m}) / (Σ|e^{s−m} − e^{−m}| + ε), m = max(0, max_visible s) per row, taken
+-- as a constant (the official code's stable form; the engine treats m the same way). m and
+-- c = e^{−m} are constants built here entry by entry; masked entries get e = 0 and c = 0.
+function R.softpick(A, q, k, v, opts)
+  local s = M.masked_scores(q, k, opts)
+  local B, NH, Tq, Tk = s:size(0), s:size(1), s:size(2), s:size(3)
+  local Mt = zeros(s.ctx, { B, NH, Tq, Tk })
+  local Ct = zeros(s.ctx, { B, NH, Tq, Tk })
+  for r = 0, B * NH * Tq - 1 do
+    local m = 0
+    for j = 0, Tk - 1 do
+      local x = s.data[r * Tk + j]
+      if x > -1e29 and x > m then m = x end
+    end
+    for j = 0, Tk - 1 do
+      Mt.data[r * Tk + j] = m
+      Ct.data[r * Tk + j] = s.data[r * Tk + j] > -1e29 and math.exp(-m) or 0
+    end
+  end
+  local u = (s - Mt):exp() - Ct
+  local inv = 1 / (u:abs():sum() + A.spec.eps)                           -- (B,NH,Tq)
+  local p = inv:view({ B * NH * Tq, 1, 1 }):matmul(u:relu():view({ B * NH * Tq, 1, Tk })):view({ B, NH, Tq, Tk })
+  return A:drop(p, opts):matmul(v), p
+end
+
 function R.fixed_bias(A, q, k, v, opts)
   local p = M.masked_scores(q, k, opts):softmax()
   return (A:drop(p, opts):matmul(v):transpose(1, 2) + A.p.v):transpose(1, 2), p
@@ -230,7 +267,7 @@ end
 -- ---------------------------------------------------------------- built-in variants
 local KIND = { softmax = C.OL_ATTN_SOFTMAX, clipped_softmax = C.OL_ATTN_CLIPPED, softmax1 = C.OL_ATTN_SOFTMAX1,
                sigmoid = C.OL_ATTN_SIGMOID, fixed_bias = C.OL_ATTN_FIXED_BIAS, ca_bias = C.OL_ATTN_CA_BIAS,
-               attn_bias = C.OL_ATTN_ATTN_BIAS }
+               attn_bias = C.OL_ATTN_ATTN_BIAS, sink_logit = C.OL_ATTN_SINK_LOGIT, softpick = C.OL_ATTN_SOFTPICK }
 
 local Attn = {}
 Attn.__index = Attn
@@ -246,9 +283,13 @@ function Attn:clip_params(T)
   if s.alpha then return -s.alpha / (s.max_len or T), 1 end
   return s.gamma or -0.025, s.zeta
 end
--- b = −log T unless the spec sets bias (SO App. D.1); learn_bias adds a learned b_h (A.p.sbias)
+-- b = −log T unless the spec sets bias (SO App. D.1); learn_bias adds a learned b_h (A.p.sbias).
+-- sigmoid_logn: b = −log n, n the configured context length (Ramapuram et al.); sigmoid_nobias:
+-- b = 0 (Gu et al.'s sigmoid attention without normalisation)
 function Attn:sigmoid_bias(T)
   if self.spec.bias then return self.spec.bias end
+  if self.kind == "sigmoid_nobias" then return 0 end
+  if self.kind == "sigmoid_logn" then return -math.log(self.spec.n or self.dims.block_size or T) end
   return -math.log(T)
 end
 
@@ -308,6 +349,12 @@ function Attn:forward(q, k, v, x, opts)
   else
     out = self:core(q, k, v, opts)
   end
+  if self.elementwise then   -- gated_sdpa elementwise: out ⊙ g, g (B,NH,T,HD)
+    if not x then error("attention '" .. self.kind .. "': forward needs x, the attention block's input (B,T,C)", 2) end
+    local g = self:elementwise(x)
+    if opts.probe then opts.probe("gates", g:mean()) end
+    return out * g
+  end
   if self.factor then
     if not x then error("attention '" .. self.kind .. "': forward needs x, the attention block's input (B,T,C)", 2) end
     local g = self:factor(x)                 -- (B,T,NH)
@@ -326,6 +373,7 @@ local function new_attn(ctx, spec, dims, base)
   self.cfg = ffi.new("ol_attn_cfg")
   self.cfg.kind = KIND[base]
   self.cfg.gamma, self.cfg.zeta, self.cfg.sigmoid_bias = 0, 1, 0
+  self.cfg.softpick_eps = spec.eps or 0
   self.sinkbuf = ffi.new("ol_tensor *[1]")
   return self
 end
@@ -385,6 +433,39 @@ builtin("sigmoid", {
       self.cfg.sigmoid_bias_h = self.p.sbias
     end
   end,
+})
+
+-- the two other forms of sigmoid attention: the fused sigmoid kind with its bias chosen
+-- (Attn:sigmoid_bias). sigmoid_logn: b = −log n with n the configured context length (the
+-- model's block_size, or `n`), constant whatever the current length (Ramapuram et al. 2025);
+-- sigmoid_nobias: σ(s), no bias (Gu et al. 2025)
+local function sigmoid_form(name, params, validate)
+  builtin(name, {
+    params = params,
+    validate = validate,
+    new = function(ctx, spec, dims) return new_attn(ctx, spec, dims, "sigmoid") end,
+  })
+end
+sigmoid_form("sigmoid_logn", { n = false }, function(s)
+  if s.n then num(s.n, "n", function(x) return x >= 1 end, ">= 1") end
+end)
+sigmoid_form("sigmoid_nobias", {})
+
+-- learned sink logit per head (gpt-oss): softmax over [s, s_h], the sink column dropped;
+-- s_h (NH) starts at `init` (0: softmax1 at init)
+builtin("sink_logit", {
+  params = { init = 0 },
+  validate = function(s) num(s.init, "init", function(x) return x > -math.huge and x < math.huge end, "finite") end,
+  init = function(self, s)
+    self.p.sink = self:new_param("sink_logit", { self.NH }, "fill", s.init)
+    self.cfg.sink_logit = self.p.sink
+  end,
+})
+
+-- softpick (Zuhri, Fuadi, Aji 2025): ReLU(e^s − 1)/(Σ|e^s − 1| + eps), eps = 1e-8 as in their code
+builtin("softpick", {
+  params = { eps = 1e-8 },
+  validate = function(s) num(s.eps, "eps", function(x) return x >= 0 and x < math.huge end, "finite and >= 0") end,
 })
 
 builtin("fixed_bias", {
@@ -483,6 +564,38 @@ builtin("ca_scale", {
     self.p.sb = self:new_param("scale.bias", { self.NH }, "fill", 0)
     self.factor_name = "scale"
     self.factor = function(s, x) return x:linear(s.p.sw, s.p.sb):sigmoid():scale(2) end
+    return self
+  end,
+})
+
+-- ---------------------------------------------------------------- gated attention after SDPA (Qiu et al. 2025)
+-- Y′ = Y ⊙ σ(x·W_θᵀ), x the block input after the pre-norm (the tensor that feeds q/k/v), Y each
+-- head's attention output before concatenation and o_proj (position G1); no bias, W_θ ~ N(0,
+-- init_std²) (their code takes the gate logits from a widened q_proj, without bias).
+--   headwise     W_θ (NH, C): one gate per head and token            (ol_head_scale)
+--   elementwise  W_θ (NH·HD, C): one gate per channel of every head   (an elementwise product)
+builtin("gated_sdpa", {
+  params = { form = "headwise", init_std = 0.02 },
+  validate = function(s)
+    if s.form ~= "headwise" and s.form ~= "elementwise" then
+      error("form must be headwise or elementwise; got '" .. tostring(s.form) .. "'", 0)
+    end
+    std_ok(s)
+  end,
+  new = function(ctx, spec, dims)
+    local self = new_attn(ctx, spec, dims, "softmax")
+    local NH, HD = self.NH, self.HD
+    if spec.form == "headwise" then
+      self.p.gw = self:new_param("gate.weight", { NH, self.C }, "normal", spec.init_std)
+      self.factor_name = "gates"
+      self.factor = function(s, x) return x:linear(s.p.gw):sigmoid() end
+    else
+      self.p.gw = self:new_param("gate.weight", { NH * HD, self.C }, "normal", spec.init_std)
+      self.elementwise = function(s, x)
+        local B, T = x:size(0), x:size(1)
+        return x:linear(s.p.gw):sigmoid():view({ B, T, NH, HD }):transpose(1, 2)
+      end
+    end
     return self
   end,
 })

@@ -75,17 +75,23 @@ setmetatable(LayerNorm, { __index = Module, __call = function(_, ctx, C, opts)
 end })
 function LayerNorm:forward(x) return x:layernorm(self.weight, self.bias, self.eps) end
 
--- RMSNorm(ctx, C, {eps = 1e-6, name}): gain 1.
+-- RMSNorm(ctx, C, {eps = 1e-6, name, single = false}): gain 1. single = true: one scalar gain g
+-- for all channels, y = g·x/√(mean(x²) + eps) (single-scale RMSNorm, Outlier-Safe Pre-Training,
+-- Park et al. 2025): no per-channel gain that could single out a channel.
 local RMSNorm = nn.class("RMSNorm")
 nn.RMSNorm = RMSNorm
 setmetatable(RMSNorm, { __index = Module, __call = function(_, ctx, C, opts)
   opts = opts or {}
   local name = opts.name or "rmsnorm"
-  local self = setmetatable({ ctx = ctx, name = name, eps = opts.eps or 1e-6, training = true }, RMSNorm)
-  self.weight = self:add_param(ctx:param(name .. ".weight", { C })):fill_(1)
+  local self = setmetatable({ ctx = ctx, name = name, eps = opts.eps or 1e-6, training = true,
+                              single = opts.single and true or false }, RMSNorm)
+  self.weight = self:add_param(ctx:param(name .. ".weight", { self.single and 1 or C })):fill_(1)
   return self
 end })
-function RMSNorm:forward(x) return x:rmsnorm(self.weight, self.eps) end
+function RMSNorm:forward(x)
+  if self.single then return x:rmsnorm(nil, self.eps) * self.weight end
+  return x:rmsnorm(self.weight, self.eps)
+end
 
 -- Embedding(ctx, V, C, {std = 0.02, name}): ids int32 (...) -> (..., C).
 local Embedding = nn.class("Embedding")

@@ -51,12 +51,17 @@ local function recipe(cfg, o)
            weight_decay = cfg.weight_decay or o.weight_decay, betas = { 0.9, cfg.beta2 or o.beta2 },
            eps = o.eps, clip = 1.0,
            -- the token embeddings' own decay (optim.AdamW), only when a profile sets it
-           embed_weight_decay = cfg.embed_weight_decay }
+           embed_weight_decay = cfg.embed_weight_decay,
+           -- the remedies' optimizers (docs/TRAINING.md); absent = AdamW, and the spec (and its
+           -- hash) stays what it was before these keys existed
+           optimizer = cfg.optimizer, optimizer_opts = cfg.optimizer_opts }
 end
 M.recipe = recipe
 local function overrides(cfg, base)
   local ov = base or {}
   if cfg.n_layer then ov.n_layer = cfg.n_layer end   -- the organism map's depth knob
+  if cfg.norm_gain then ov.norm_gain = cfg.norm_gain end   -- single-scale RMSNorm (llama)
+  if cfg.embed_proj then ov.embed_proj = true end           -- Park et al.'s orthogonal projections (llama)
   -- its width and heads knobs (only when set: other specs keep their hash)
   if cfg.d_model then ov.d_model, ov.d_ff = cfg.d_model, cfg.d_ff or 4 * cfg.d_model end
   if cfg.n_head then ov.n_head = cfg.n_head; if cfg.n_kv_head == nil then ov.n_kv_head = cfg.n_head end end

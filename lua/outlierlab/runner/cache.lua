@@ -52,7 +52,8 @@ M.load_data, M.save_data = load_data, save_data
 -- Never hashed: runner/ (running, caching, reporting, listing, Slurm, history, gallery),
 -- figure/ (declarations, NetCDF, gnuplot), cli.lua, config.lua, tap.lua, engine/host/ and
 -- the docs. Computed once per process (docs/EXPERIMENTS.md, "Caching").
-M.ENGINE_NOT_TRAINING = { ["io_netcdf.c"] = true, ["io_hf.c"] = true, ["compress.c"] = true, ["analysis.c"] = true }
+M.ENGINE_NOT_TRAINING = { ["io_netcdf.c"] = true, ["io_hf.c"] = true, ["compress.c"] = true, ["analysis.c"] = true,
+                          ["quant.c"] = true, ["analysis_extra.c"] = true }   -- post-training quantisation and the remedies' metrics
 M.ENGINE_NOT_STAGE = { ["io_netcdf.c"] = true }
 M.MODEL_LUA = { "lua/outlierlab/init.lua", "lua/outlierlab/optim.lua", "lua/outlierlab/nn/", "lua/outlierlab/models/",
                 "lua/outlierlab/data/", "lua/outlierlab/train/", "lua/outlierlab/recipes/", "lua/outlierlab/util/" }

@@ -35,6 +35,8 @@ M.defaults = {
   betas = { 0.9, 0.95 },
   eps = 1e-8,
   weight_decay = 0.1,         -- decoupled, on parameters with >= 2 dims
+  optimizer = "adamw",        -- adamw | muon | orthoadam (outlierlab.nn.optim_extra, docs/TRAINING.md)
+  optimizer_opts = {},        -- their own options (muon: momentum, ns_steps, scale, …; orthoadam: seed, …)
   decay_norm_gains = false,   -- also decay LayerNorm/RMSNorm gains (QT's OPT runs)
   embed_weight_decay = false, -- a number: the token embeddings' own decoupled decay (optim.AdamW)
   clip = 1.0,                 -- max global gradient norm; 0 = no clipping
@@ -338,9 +340,11 @@ function M.run(a)
   local optim = require "outlierlab.optim"
   local log = a.log or function() end
 
-  local opt = optim.AdamW(ctx, { lr = cfg.lr, betas = cfg.betas, eps = cfg.eps, weight_decay = cfg.weight_decay,
-                                 decay_norm_gains = cfg.decay_norm_gains, decay = a.decay,
-                                 embed_weight_decay = cfg.embed_weight_decay or nil })
+  local oopts = { lr = cfg.lr, betas = cfg.betas, eps = cfg.eps, weight_decay = cfg.weight_decay,
+                  decay_norm_gains = cfg.decay_norm_gains, decay = a.decay }
+  if cfg.embed_weight_decay then oopts.embed_weight_decay = cfg.embed_weight_decay end
+  for k, v in pairs(cfg.optimizer_opts) do oopts[k] = v end
+  local opt = require("outlierlab.nn.optim_extra").new(cfg.optimizer, ctx, oopts)
   local lr_at = optim.schedule { kind = cfg.schedule, lr = cfg.lr, min_lr = cfg.min_lr, warmup = cfg.warmup,
                                  steps = cfg.steps }
   local res = { losses = {}, lrs = {}, gnorms = {}, val = {}, step = 0 }

@@ -1,0 +1,321 @@
+-- Remedies leaderboard — which of the 2023–2026 remedies remove the attention sink, the massive
+-- activation and the heavy tail on the model organism, and which make 4-bit quantisation work.
+--
+-- Method (issue 21; docs/ATTENTION.md, TRAINING.md, METRICS.md, COMPRESSION.md): the LLaMA-style
+-- decoder organism (the recipe and data of so-table3/so-fig11, so vanilla is shared through the
+-- cache) trained with vanilla softmax and AdamW, and with one remedy at a time: QT's clipped
+-- softmax and gated attention, SO's variants (b)–(e), sigmoid attention in its three forms (SO
+-- b = −log T, Ramapuram et al. b = −log n, Gu et al. without bias), softmax1, the learned sink
+-- logit (gpt-oss), Qiu et al.'s gate after SDPA (headwise, elementwise), softpick; Muon and
+-- OrthoAdam instead of AdamW; single-scale RMSNorm; and Outlier-Safe Pre-Training's recipe (Muon,
+-- single-scale RMSNorm, orthogonal projections after the embedding and before the head). cfg.n_seeds seeds each. On held-out batches of each trained model:
+-- validation loss; Gu et al.'s sink rate (first-token importance > 0.3, % of heads); the massive
+-- ratio at the first token (mean top-1 |h| at position 0 over the mean median |h|, largest over
+-- layers); Pearson kurtosis of the block outputs with and without the first token (averaged over
+-- layers); and the loss after RTN W8A8, W4A8, W4A4, W4A4 + Walsh–Hadamard rotation and W4A4 +
+-- SmoothQuant (outlierlab.analysis.quant; per-channel weights, per-token activations). Mean ± sd over
+-- seeds; a difference against vanilla counts only beyond the seed spread (outlierlab.seeds).
+local ptq = require "outlierlab.ptq"
+local seeds = require "outlierlab.analysis.seeds"
+local figure = require "outlierlab.figure"
+local quant = require "outlierlab.analysis.quant"
+local analysis = require "outlierlab.analysis.metrics"
+local AR = require "outlierlab.analysis.remedies"
+local E = require "outlierlab.experiment"
+local OL_I32 = require("outlierlab").C.OL_I32
+
+-- key, label, attention spec (nil: softmax), optimizer, norm_gain, the paper's claim
+local ALL = {
+  { key = "vanilla", label = "vanilla (softmax, AdamW)" },
+  { key = "clipped", label = "QT clipped softmax", attention = { kind = "clipped_softmax", gamma = -0.025 },
+    claim = "QT: removes outliers (kurtosis, max inf norm) and makes W8A8 work" },
+  { key = "qt_gated", label = "QT gated attention", attention = { kind = "gated", gate = "linear" },
+    claim = "QT: removes outliers and makes W8A8 work" },
+  { key = "fixed_bias", label = "SO (b) fixed bias", attention = "fixed_bias" },
+  { key = "ca_bias", label = "SO (c) context-aware bias", attention = "ca_bias" },
+  { key = "attn_bias", label = "SO (d) attention bias", attention = "attn_bias",
+    claim = "SO / Sun et al.: an explicit sink removes the massive activation" },
+  { key = "ca_scale", label = "SO (e) context-aware scaling", attention = "ca_scale",
+    claim = "SO: removes systematic outliers" },
+  { key = "sigmoid", label = "sigmoid, b = −log T (SO)", attention = "sigmoid" },
+  { key = "sigmoid_logn", label = "sigmoid, b = −log n (Ramapuram et al.)", attention = "sigmoid_logn" },
+  { key = "sigmoid_nobias", label = "sigmoid, no bias (Gu et al.)", attention = "sigmoid_nobias",
+    claim = "Gu et al.: no attention sink up to 1B parameters" },
+  { key = "softmax1", label = "softmax1", attention = "softmax1",
+    claim = "Kaul et al.: first-token attention 65 % → 3.3 % (with OrthoAdam); StreamingLLM: not enough alone at 160M" },
+  { key = "sink_logit", label = "learned sink logit (gpt-oss)", attention = "sink_logit" },
+  { key = "gated_head", label = "Qiu gate after SDPA, headwise", attention = { kind = "gated_sdpa", form = "headwise" },
+    claim = "Qiu et al.: first-token attention and the largest activation drop sharply" },
+  { key = "gated_elem", label = "Qiu gate after SDPA, elementwise", attention = { kind = "gated_sdpa", form = "elementwise" },
+    claim = "Qiu et al.: first-token attention and the largest activation drop sharply" },
+  { key = "softpick", label = "softpick", attention = "softpick",
+    claim = "Zuhri et al.: 0 % sink rate, kurtosis 340 vs 33,510 at 340M" },
+  { key = "muon", label = "Muon", optimizer = "muon" },
+  { key = "orthoadam", label = "OrthoAdam", optimizer = "orthoadam",
+    claim = "Kaul et al.: with softmax-1, kurtosis 1,657 → 3.1" },
+  { key = "orthoadam_sm1", label = "OrthoAdam + softmax1", optimizer = "orthoadam", attention = "softmax1",
+    claim = "Kaul et al.: kurtosis 1,657 → 3.1, first-token attention 65 % → 3.3 %" },
+  { key = "single_norm", label = "single-scale RMSNorm", norm_gain = "single" },
+  { key = "osp", label = "Outlier-Safe Pre-Training (Muon, single-scale norm, projections)", optimizer = "muon",
+    norm_gain = "single", embed_proj = true,
+    claim = "Park et al.: excess kurtosis 1,818 → 0.04, far better 4-bit quantisation" },
+}
+local BY_KEY = {}
+for _, v in ipairs(ALL) do BY_KEY[v.key] = v end
+
+local QUANT = { "w8a8", "w4a8", "w4a4", "w4a4_hadamard", "w4a4_smooth" }
+local QUANT_NAME = { w8a8 = "W8A8", w4a8 = "W4A8", w4a4 = "W4A4", w4a4_hadamard = "W4A4 + Hadamard",
+                     w4a4_smooth = "W4A4 + SmoothQuant" }
+local METRICS = { "val_loss", "sink_rate", "massive_first", "kurtosis", "kurtosis_no_first" }
+local METRIC_NAME = { val_loss = "validation loss", sink_rate = "sink rate (%)", massive_first = "top-1/median at the first token",
+                      kurtosis = "avg kurtosis", kurtosis_no_first = "avg kurtosis without the first token" }
+
+local FIG = figure.declare{
+  title = "Remedies for sinks and outliers on the decoder organism: phenomena and 4-bit quantisation",
+  dims = {
+    { "variant", long_name = "remedy (attention variant, optimizer or norm) on the LLaMA-style organism", labels = true },
+    { "seed", long_name = "training seed" },
+    { "metric", long_name = "measurement on held-out batches", labels = true },
+    { "setting", long_name = "post-training quantisation setting", labels = true },
+  },
+  vars = {
+    { "metric_value", dims = { "variant", "metric", "seed" }, long_name = "the measurement per seed (see metric)", units = "1" },
+    { "metric_mean", dims = { "variant", "metric" }, long_name = "the measurement, mean over seeds", units = "1" },
+    { "metric_sd", dims = { "variant", "metric" }, long_name = "the measurement, sample standard deviation over seeds", units = "1" },
+    { "quant_loss", dims = { "variant", "setting", "seed" }, long_name = "held-out loss after quantisation, per seed", units = "1" },
+    { "quant_delta_mean", dims = { "variant", "setting" }, long_name = "held-out loss after quantisation minus the FP loss, mean over seeds", units = "1" },
+    { "quant_delta_sd", dims = { "variant", "setting" }, long_name = "held-out loss after quantisation minus the FP loss, sample standard deviation over seeds", units = "1" },
+    { "sink_rate_mean", dims = { "variant" }, long_name = "Gu et al. sink rate (percent of heads with first-token importance above 0.3), mean over seeds", units = "percent" },
+    { "sink_rate_sd", dims = { "variant" }, long_name = "Gu et al. sink rate, sample standard deviation over seeds", units = "percent" },
+    { "n_seeds", dims = {}, long_name = "training seeds per variant", units = "1", type = "int" },
+  },
+  panels = {
+    { kind = "bars", x = "variant", y = "sink_rate_mean", err = "sink_rate_sd",
+      title = "sink rate (Gu et al., ε = 0.3)", ylabel = "% of heads", note = "mean ± sd over {=n_seeds} seed(s)" },
+    { kind = "bars", x = "variant", y = "metric_mean", err = "metric_sd", at = { metric = 2 },
+      title = "massive activation at the first token", ylabel = "top-1 |h| / median |h|", note = "largest over layers" },
+    { kind = "bars", x = "variant", y = "metric_mean", err = "metric_sd", at = { metric = 3 },
+      title = "kurtosis of the block outputs", ylabel = "Pearson kurtosis", note = "averaged over layers" },
+    { kind = "bars", x = "variant", y = "quant_delta_mean", err = "quant_delta_sd", at = { setting = 2 },
+      title = "W4A4 RTN", ylabel = "loss − FP loss", note = "per-channel weights, per-token activations" },
+    { kind = "bars", x = "variant", y = "quant_delta_mean", err = "quant_delta_sd", at = { setting = 3 },
+      title = "W4A4 + Walsh–Hadamard rotation", ylabel = "loss − FP loss", note = "QuaRot-style, exact in full precision" },
+    { kind = "bars", x = "variant", y = "quant_delta_mean", err = "quant_delta_sd", at = { setting = 4 },
+      title = "W4A4 + SmoothQuant (α = 0.5)", ylabel = "loss − FP loss", note = "mean ± sd over {=n_seeds} seed(s)" },
+  },
+}
+
+local function spec_of(cfg, v, seed)
+  local c = ptq.copy(cfg)
+  c.seed = seed
+  c.optimizer, c.norm_gain, c.embed_proj = v.optimizer, v.norm_gain, v.embed_proj
+  local spec = E.llama_lm_spec(c)
+  if v.attention then spec.model.overrides.attention = type(v.attention) == "string" and { kind = v.attention } or v.attention end
+  return spec
+end
+
+local function train(run)
+  local list = {}
+  for _, key in ipairs(run.cfg.variants) do
+    local v = BY_KEY[key] or error("remedies: unknown variant '" .. tostring(key) .. "'", 0)
+    for _, s in ipairs(seeds.list(run.cfg)) do list[#list + 1] = { key = key, seed = s } end
+  end
+  return run:sweep(list, function(it)
+    local spec = spec_of(run.cfg, BY_KEY[it.key], it.seed)
+    local h = ptq.train(run, spec)
+    return { key = it.key, seed = it.seed, spec = spec, handle = h }
+  end)
+end
+
+-- n held-out batches as persistent tensors (the evaluations reset the step arena between batches)
+local function batches_of(ctx, loader, n)
+  local out = {}
+  for i = 1, n do
+    ctx:reset()
+    local b = loader:next(ctx)
+    local p = {}
+    for k, t in pairs(b) do
+      if type(t) == "cdata" then
+        local dims = {}
+        for d = 0, t.ndim - 1 do dims[#dims + 1] = tonumber(t.shape[d]) end
+        p[k] = ctx:tensor(dims, { dtype = t.dtype == OL_I32 and "i32" or "f32", persistent = true }):copy_(t)
+      else p[k] = t end
+    end
+    out[i] = p
+  end
+  ctx:reset()
+  return out
+end
+
+-- kurtosis of the block outputs (with and without the first token) and the massive ratio at the
+-- first token, over the batches
+local function outliers(ctx, m, batches, cfg)
+  local all, nofirst, first_top, median = {}, {}, {}, {}
+  local cur
+  AR.run_model(ctx, m, batches, function(name, l, x)
+    if name ~= "h" then return end
+    local B, T, Cd = x:size(0), x:size(1), x:size(2)
+    all[l] = all[l] or analysis.Stats{ T = T, C = Cd, topk = 1 }
+    nofirst[l] = nofirst[l] or analysis.Stats{ T = T, C = Cd, topk = 1 }
+    local mask = ctx:tensor({ B, T }, { dtype = "i32" })
+    for b = 0, B - 1 do for t = 0, T - 1 do mask.idata[b * T + t] = (t > 0 and (not cur.pad_mask or cur.pad_mask.idata[b * T + t] ~= 0)) and 1 or 0 end end
+    all[l]:update(x, nil, cur.pad_mask)
+    nofirst[l]:update(x, nil, mask)
+    local tm = AR.top_median(x, cur.pad_mask)
+    local ft = AR.top_median(x:narrow(1, 0, 1))
+    first_top[l] = (first_top[l] or 0) + ft.top[1]
+    median[l] = (median[l] or 0) + tm.median
+  end, function(_, b) cur = b end)
+  local k, kn, nl, massive = 0, 0, 0, 0
+  for l, s in pairs(all) do
+    k = k + s:result().avg_kurtosis
+    kn = kn + nofirst[l]:result().avg_kurtosis
+    nl = nl + 1
+    if median[l] > 0 then massive = math.max(massive, first_top[l] / median[l]) end
+  end
+  return { kurtosis = k / nl, kurtosis_no_first = kn / nl, massive_first = massive }
+end
+
+local function analyze(run)
+  local cfg = run.cfg
+  local rows = {}
+  for _, t in ipairs(run.out.train) do
+    local ctx, m, L = ptq.load(t.spec, t.handle)
+    local val = batches_of(ctx, L.val(), cfg.n_eval)
+    local calib = batches_of(ctx, L.calib(), cfg.n_calib)
+    local r = { key = t.key, seed = t.seed }
+    r.val_loss = quant.evaluate(ctx, m, val)
+    r.sink_rate = AR.sink_rate(ctx, m, val).rate
+    local o = outliers(ctx, m, val, cfg)
+    r.massive_first, r.kurtosis, r.kurtosis_no_first = o.massive_first, o.kurtosis, o.kurtosis_no_first
+    for _, s in ipairs(quant.SETTINGS) do
+      local opts = ptq.copy(s)
+      opts.calib = calib
+      local ok, h = pcall(quant.apply, ctx, m, opts)
+      if ok then
+        r[s.name] = quant.evaluate(ctx, m, val)
+        h.restore()
+      else
+        run:log("%s seed %d: %s not applicable (%s)", t.key, t.seed, s.name, tostring(h))
+        r[s.name] = 0 / 0
+      end
+    end
+    run:log("%-14s seed %d: loss %.3f, sink rate %.0f%%, massive at first %.1f, kurtosis %.1f (w/o first %.1f), W8A8 %.3f, W4A4 %.3f, +H %.3f, +SQ %.3f",
+      t.key, t.seed, r.val_loss, r.sink_rate, r.massive_first, r.kurtosis, r.kurtosis_no_first, r.w8a8, r.w4a4,
+      r.w4a4_hadamard, r.w4a4_smooth)
+    rows[#rows + 1] = r
+  end
+  local sl = seeds.list(cfg)
+  local v = { metric_value = {}, metric_mean = {}, metric_sd = {}, quant_loss = {}, quant_delta_mean = {}, quant_delta_sd = {},
+              sink_rate_mean = {}, sink_rate_sd = {}, n_seeds = #sl }
+  local labels = {}
+  for vi, key in ipairs(cfg.variants) do
+    labels[vi] = BY_KEY[key].label
+    v.metric_value[vi], v.metric_mean[vi], v.metric_sd[vi] = {}, {}, {}
+    v.quant_loss[vi], v.quant_delta_mean[vi], v.quant_delta_sd[vi] = {}, {}, {}
+    local fp = {}
+    for si, s in ipairs(sl) do fp[si] = (ptq.values(rows, { key = key, seed = s }, "val_loss"))[1] end
+    for mi, mk in ipairs(METRICS) do
+      local xs = {}
+      for si, s in ipairs(sl) do xs[si] = (ptq.values(rows, { key = key, seed = s }, mk))[1] end
+      v.metric_value[vi][mi] = xs
+      v.metric_mean[vi][mi], v.metric_sd[vi][mi] = seeds.stats(xs)
+    end
+    v.sink_rate_mean[vi], v.sink_rate_sd[vi] = v.metric_mean[vi][2], v.metric_sd[vi][2]
+    for qi, q in ipairs(QUANT) do
+      local xs = {}
+      for si, s in ipairs(sl) do xs[si] = (ptq.values(rows, { key = key, seed = s }, q))[1] end
+      v.quant_loss[vi][qi] = xs
+      v.quant_delta_mean[vi][qi], v.quant_delta_sd[vi][qi] = seeds.stats(seeds.map(xs, function(x, si) return x - fp[si] end))
+    end
+  end
+  local mnames, qnames = {}, {}
+  for i, k in ipairs(METRICS) do mnames[i] = METRIC_NAME[k] end
+  for i, k in ipairs(QUANT) do qnames[i] = QUANT_NAME[k] end
+  return { coords = { variant = labels, seed = sl, metric = mnames, setting = qnames }, vars = v }
+end
+
+local function summary(run)
+  local cfg = run.cfg
+  local v = figure.values(FIG, run.out.analyze)
+  local ns = v.n_seeds
+  local function per_seed(vi, mi)
+    local xs = {}
+    for s = 1, ns do xs[s] = v.metric_value(vi, mi, s) end
+    return xs
+  end
+  local function qdelta(vi, qi)
+    local xs = {}
+    for s = 1, ns do xs[s] = v.quant_loss(vi, qi, s) - v.metric_value(vi, 1, s) end
+    return xs
+  end
+  local function mark(c, lower_is_better)
+    if c.sign == nil then return "" end
+    if c.sign == 0 then return " (≈)" end
+    local better = (c.sign == -1) == lower_is_better
+    return better and " (**better**)" or " (worse)"
+  end
+  local base = nil
+  for vi, key in ipairs(cfg.variants) do if key == "vanilla" then base = vi end end
+  local lines = {
+    "| remedy | val loss | sink rate % | top-1/median at first token | kurtosis | kurtosis w/o first | ΔW8A8 | ΔW4A4 | ΔW4A4+H | ΔW4A4+SQ | paper's claim |",
+    "|---|---|---|---|---|---|---|---|---|---|---|" }
+  for vi, key in ipairs(cfg.variants) do
+    local cells = { BY_KEY[key].label }
+    for mi = 1, #METRICS do
+      local c = base and vi ~= base and seeds.compare(per_seed(vi, mi), per_seed(base, mi)) or { }
+      cells[#cells + 1] = seeds.pm_of(v.metric_mean(vi, mi), v.metric_sd(vi, mi), ns, mi == 2 and "%.0f" or "%.3g") .. mark(c, true)
+    end
+    for _, qi in ipairs({ 1, 3, 4, 5 }) do
+      local c = base and vi ~= base and seeds.compare(qdelta(vi, qi), qdelta(base, qi)) or {}
+      cells[#cells + 1] = seeds.pm_of(v.quant_delta_mean(vi, qi), v.quant_delta_sd(vi, qi), ns, "%.3f") .. mark(c, true)
+    end
+    cells[#cells + 1] = BY_KEY[key].claim or ""
+    lines[#lines + 1] = "| " .. table.concat(cells, " | ") .. " |"
+  end
+  -- the claim tested here: on the vanilla organism, W4A4 + Hadamard is never worse than plain W4A4
+  -- beyond the seed spread
+  local holds, check = nil, "vanilla is not in this profile"
+  if base then
+    local c = seeds.compare(qdelta(base, 4), qdelta(base, 3))
+    holds = seeds.verdict{ c.sign == 1 and "against" or (c.sign ~= nil and "as claimed" or "unresolved") }
+    check = string.format("vanilla: W4A4 + Hadamard loss increase %s vs plain W4A4 %s (%s)",
+      seeds.pm_of(v.quant_delta_mean(base, 4), v.quant_delta_sd(base, 4), ns, "%.3f"),
+      seeds.pm_of(v.quant_delta_mean(base, 3), v.quant_delta_sd(base, 3), ns, "%.3f"), seeds.word(c, "better", "**worse**"))
+  end
+  local notes = table.concat({
+    "Mean ± sd over " .. ns .. " seed(s); (better)/(worse)/(≈) against vanilla by the seed rule: " .. seeds.RULE .. ".",
+    "ΔX = held-out loss after quantisation X minus the FP loss of the same model (RTN, per-channel weights, per-token activations; docs/COMPRESSION.md). NaN: not applicable (QT's per-head gate cannot be rotated).",
+    "", table.concat(lines, "\n"), "", "Check: " .. check .. ".",
+  }, "\n")
+  return {
+    paper = "each remedy's paper claims fewer sinks, smaller massive activations and lighter tails (see the last column); QuaRot: W4A4 works after a Hadamard rotation",
+    reproduced = check,
+    holds = holds,
+    notes = notes,
+  }
+end
+
+local function profile(name, extra)
+  local c = ptq.copy(E.LLAMA_LM_PROFILES[name])
+  for k, val in pairs(extra) do c[k] = val end
+  return c
+end
+local KEYS = {}
+for i, v in ipairs(ALL) do KEYS[i] = v.key end
+
+return {
+  id = "remedies",
+  title = "Remedies leaderboard: sink rate, massive activation, kurtosis and 4-bit quantisation on the decoder organism",
+  source = { paper = "issue 21: QT, SO, Gu et al. 2025, Sun et al. 2024, Qiu et al. 2025, gpt-oss, Zuhri et al. 2025, Ramapuram et al. 2025, Park et al. 2025, Kaul et al. 2025, QuaRot, SmoothQuant",
+             figure = "leaderboard",
+             claim = "On the vanilla organism, W4A4 with a Walsh–Hadamard rotation is never worse than plain W4A4 beyond the seed spread (the rotation is exact in full precision)." },
+  profiles = {
+    quick = profile("quick", { n_seeds = 1, n_eval = 1, n_calib = 1,
+                               variants = { "vanilla", "sink_logit", "softpick", "gated_elem", "muon", "orthoadam", "osp" } }),
+    default = profile("default", { n_seeds = 3, n_eval = 8, n_calib = 4, variants = KEYS }),
+    long = profile("long", { n_seeds = 3, n_eval = 8, n_calib = 4, variants = KEYS }),
+  },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  summary = summary,
+}
