@@ -33,10 +33,12 @@ LUATESTS   := $(sort $(wildcard tests/lua/*.lua))
 # the test files run two at a time (the machine's two cores), each with its time; PROVE_FLAGS= runs them serially
 PROVE_FLAGS ?= -j2 --timer
 
-# Debian 12 packages the project needs (build, run, plot, test).
+# Debian 12 packages the project needs (build, run, plot, test; slurm-wlm and munge for the live
+# Slurm test's throwaway cluster, chromium for the gallery's browser check).
 DEB_PKGS := build-essential pkg-config libluajit-5.1-dev luajit libopenblas-dev libopenblas0-openmp libopenmpi-dev \
             openmpi-bin libnetcdf-dev netcdf-bin gnuplot-nox fonts-dejavu-core libcjson-dev \
-            lua-cjson perl python3-xarray python3-netcdf4 libpcre2-8-0 libutf8proc2 bible-kjv
+            lua-cjson perl python3-xarray python3-netcdf4 libpcre2-8-0 libutf8proc2 bible-kjv \
+            slurm-wlm munge chromium
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
