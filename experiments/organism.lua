@@ -43,10 +43,6 @@ local KNOBS = {
   loop_free = function(c, v) c.loop_free = v ~= 0 end,
   recall = function(c, v) c.n_recall = v; c.p_recall = c.p_recall or 0.08 end,
   pointer = function(c, v) c.n_pointer = v; c.p_pointer = c.p_pointer or 0.15; c.p_trigger = math.min(c.p_trigger, 0.08) end,
-  hops = function(c, v)
-    c.pointer_hops = v; c.n_pointer = math.max(c.n_pointer or 0, v); c.p_pointer = c.p_pointer or 0.15
-    c.p_trigger = math.min(c.p_trigger, 0.08)
-  end,
   embed_wd = function(c, v) c.embed_weight_decay = v end,
   width = function(c, v) c.d_model = v; c.d_ff = 4 * v end,
   heads = function(c, v) c.n_head = v end,
@@ -54,6 +50,8 @@ local KNOBS = {
   optimizer = function(c, v) c.optimizer = v end,
   norm_gain = function(c, v) c.norm_gain = v end,
 }
+-- hops: pointers of 1 .. v hops (at least v pointer tokens, the pointer knob's masses)
+KNOBS.hops = function(c, v) KNOBS.pointer(c, math.max(c.n_pointer or 0, v)); c.pointer_hops = v end
 -- the knobs whose value is a name, not a number
 local NAMED = { attention = true, optimizer = true, norm_gain = true }
 

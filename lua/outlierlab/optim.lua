@@ -129,6 +129,14 @@ function AdamW:groups()
   return out
 end
 
+-- the decoupled decay of each group into self.wd (0 decayed, 1 not, 2 the token embeddings when
+-- embed_weight_decay is set); returns the group count the engine's steps take (AdamW, and the
+-- AdamW part of outlierlab.nn.optim_extra's optimizers)
+function AdamW:group_decays()
+  self.wd[0], self.wd[1], self.wd[2] = self.weight_decay, 0, self.embed_weight_decay or 0
+  return self.n_groups
+end
+
 -- one AdamW step over every parameter with learning rate lr (default: opts.lr); gscale
 -- (default 1) multiplies every gradient first: the clipping factor of M.clip_factor, so that
 -- clipping needs no pass of its own over the gradients
@@ -137,11 +145,9 @@ function AdamW:step(lr, gscale)
   gscale = gscale or 1
   if type(lr) ~= "number" or lr ~= lr then error("optim.AdamW:step: lr must be a number, got " .. tostring(lr), 2) end
   if C.ol_param_count(self.raw) ~= self.nassigned then self:assign_groups() end
-  self.wd[0] = self.weight_decay
-  self.wd[1] = 0
-  self.wd[2] = self.embed_weight_decay or 0
+  local ngroups = self:group_decays()
   self.t = self.t + 1
-  local rc = C.ol_adamw_step_scaled(self.raw, gscale, lr, self.beta1, self.beta2, self.eps, self.n_groups, self.lr_scale, self.wd, self.t)
+  local rc = C.ol_adamw_step_scaled(self.raw, gscale, lr, self.beta1, self.beta2, self.eps, ngroups, self.lr_scale, self.wd, self.t)
   if rc ~= 0 then
     self.t = self.t - 1
     ol.engine_error(1)

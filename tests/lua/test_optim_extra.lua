@@ -343,4 +343,18 @@ do
   t.throws(function() ox.new("sgd", ol.Context({ seed = 1 }), {}) end, "valid: adamw, muon, orthoadam", "unknown optimizer")
 end
 
+-- the token embeddings' own decay (embed_weight_decay, a third AdamW group) reaches the AdamW part
+-- of Muon and OrthoAdam: a zero gradient leaves only the decay, p <- p (1 - lr wd_group)
+for _, kind in ipairs { "muon", "orthoadam" } do
+  local ctx = ol.Context{ params = 4096, step_bytes = 2^20 }
+  local w = ctx:param("fc.weight", { 2, 2 })
+  local e = ctx:param("embed_tokens.weight", { 2, 2 })
+  for i = 0, 3 do w.data[i] = 1; e.data[i] = 1 end
+  local opt = ox.new(kind, ctx, { lr = 0.1, weight_decay = 0.1, embed_weight_decay = 2.0 })
+  ctx:zero_grad()
+  opt:step()
+  t.near(e.data[0], 1 - 0.1 * 2.0, 1e-7, kind .. ": the embedding group decays at embed_weight_decay")
+  t.near(w.data[0], 1 - 0.1 * 0.1, 1e-7, kind .. ": the decayed group at weight_decay")
+end
+
 return t.done()

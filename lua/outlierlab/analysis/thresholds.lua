@@ -19,6 +19,8 @@
 -- the figures analyse, not a peak on the way. first[k] is the first tracked step at which the
 -- condition held ("reached on the way at step N"), reported separately; a condition met on the
 -- way and lost by the end is not reached.
+local stats = require("outlierlab.analysis.seeds").stats   -- one mean/sd
+
 local M = {}
 
 M.THRESHOLDS = { sink_share = 0.8, value_ratio = 0.2, massive_ratio = 100, avg_kurtosis = 30 }
@@ -61,12 +63,13 @@ function M.final(curve)
   local w = M.window(curve)
   local out = { step = w.to, from = w.from, points = #w.points }
   for _, k in ipairs(M.KEYS) do
-    local s, n = 0, 0
+    local xs = {}
     for _, p in ipairs(w.points) do
       local v = p[k]
-      if type(v) == "number" and v == v then s, n = s + v, n + 1 end
+      if type(v) == "number" and v == v then xs[#xs + 1] = v end
     end
-    out[k] = n > 0 and s / n or nil
+    local mu, _, n = stats(xs)
+    out[k] = n > 0 and mu or nil
   end
   return out, w
 end

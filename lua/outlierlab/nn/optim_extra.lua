@@ -102,13 +102,13 @@ end
 -- step(lr, gscale): gscale (the clipping factor of optim.clip_factor) scales the gradients first
 function Muon:step(lr, gscale)
   lr = lr or self.lr
-  if gscale and gscale ~= 1 then C.ol_grad_scale(self.raw, gscale) end
   if type(lr) ~= "number" or lr ~= lr then error("optim.Muon:step: lr must be a number, got " .. tostring(lr), 2) end
+  if gscale and gscale ~= 1 then C.ol_grad_scale(self.raw, gscale) end
   if C.ol_param_count(self.raw) ~= self.nassigned then self:assign_groups() end
   local s = self:split()
-  self.wd[0], self.wd[1] = self.weight_decay, 0
+  local ngroups = self:group_decays()
   self.t = self.t + 1
-  local rc = C.ol_adamw_step_some(self.raw, #s.adamw, s.adamw_idx, lr, self.beta1, self.beta2, self.eps, 2,
+  local rc = C.ol_adamw_step_some(self.raw, #s.adamw, s.adamw_idx, lr, self.beta1, self.beta2, self.eps, ngroups,
                                   self.lr_scale, self.wd, self.t)
   if rc == 0 then
     -- Muon's decay follows the AdamW groups (weight matrices are in the decayed group by default)
@@ -192,13 +192,13 @@ end
 -- step(lr, gscale): gscale (the clipping factor of optim.clip_factor) scales the gradients first
 function Ortho:step(lr, gscale)
   lr = lr or self.lr
-  if gscale and gscale ~= 1 then C.ol_grad_scale(self.raw, gscale) end
   if type(lr) ~= "number" or lr ~= lr then error("optim.OrthoAdam:step: lr must be a number, got " .. tostring(lr), 2) end
+  if gscale and gscale ~= 1 then C.ol_grad_scale(self.raw, gscale) end
   if C.ol_param_count(self.raw) ~= self.nassigned then self:assign_groups() end
   local pr = self:prepare()
-  self.wd[0], self.wd[1] = self.weight_decay, 0
+  local ngroups = self:group_decays()
   self.t = self.t + 1
-  local rc = C.ol_orthoadam_step(self.raw, pr.n, pr.idx, pr.qa, pr.qb, lr, self.beta1, self.beta2, self.eps, 2,
+  local rc = C.ol_orthoadam_step(self.raw, pr.n, pr.idx, pr.qa, pr.qb, lr, self.beta1, self.beta2, self.eps, ngroups,
                                  self.lr_scale, self.wd, self.t)
   if rc ~= 0 then
     self.t = self.t - 1

@@ -78,7 +78,8 @@ Pre.__index = Pre
 
 -- attach(exp, opts = {model =, text =, stream = "auto"|"yes"|"no"}, cfg) -> the run's
 -- pretrained object; checks the experiment, the family, the text and the sequence length now
-function M.attach(exp, opts, cfg)
+-- train_keys: the keys of the shared training profiles (runner/run.lua, from outlierlab.recipes)
+function M.attach(exp, opts, cfg, train_keys)
   local id = exp.id
   local e = M.EXPERIMENTS[id]
   if not e then
@@ -96,7 +97,7 @@ function M.attach(exp, opts, cfg)
       e.why or "families", table.concat(fams, ", ")), 0)
   end
   local self = setmetatable({ id = id, dir = d.dir, name = d.name, cfg = cfg_m, d = d, family = d.family, text = opts.text ~= "" and opts.text or nil,
-                              stream = opts.stream or "auto" }, Pre)
+                              stream = opts.stream or "auto", train_keys = train_keys }, Pre)
   local files = { d.dir .. "/config.json" }
   if d.index then files[#files + 1] = d.dir .. "/model.safetensors.index.json" end
   for _, f in ipairs(d.files) do files[#files + 1] = d.dir .. "/" .. f.name end
@@ -195,18 +196,13 @@ function M.probe_batches(ctx, m, P, corpus, spec, n)
 end
 
 -- The settings an analysis of an imported model used: the profile's settings without those that
--- only train a model (the recipe, the generated corpus, the preset: every key of the shared
--- training profiles except seq_len, batch, eval_batches and seed), so the Settings line of
--- summary.md says what was run and lists no training setting, since nothing was trained.
+-- only train a model (train_keys: every key of the shared training profiles, which the runner
+-- passes down from outlierlab.recipes, less seq_len, batch, eval_batches and seed), so the
+-- Settings line of summary.md says what was run and lists no training setting, since nothing was
+-- trained.
 local ANALYSIS_KEYS = { seq_len = true, batch = true, eval_batches = true, seed = true }
--- (the shared profiles' training keys, outlierlab.recipes, and the organism task's, data.organism)
-local TRAIN_KEYS = { preset = true, data = true, n_tokens = true, steps = true, lr = true, warmup = true, schedule = true,
-                     weight_decay = true, beta2 = true, min_lr = true, data_seed = true, vocab_size = true, dropout = true,
-                     n_layer = true, optimizer = true, attention = true }
-function M.analysis_settings(cfg)
-  local train = {}
-  for k in pairs(TRAIN_KEYS) do train[k] = true end
-  for k in pairs(require("outlierlab.data.organism").defaults) do train[k] = true end
+function M.analysis_settings(cfg, train_keys)
+  local train = train_keys or {}
   local out = {}
   for k, v in pairs(cfg) do if ANALYSIS_KEYS[k] or not train[k] then out[k] = v end end
   return out
@@ -233,7 +229,7 @@ function Pre:summary(run, s)
   else out.paper = string.format("(no number in the paper for %s) %s", pm or ("this " .. self.cfg.family .. " model"), tostring(s.paper)) end
   out.reproduced = what .. ": " .. tostring(s.reproduced)
   out.settings = string.format("imported model %s from %s, %s; nothing trained; analysis settings `%s`", self:label(), self.dir,
-    self.text and ("text " .. self.text) or "synthetic images", require("outlierlab.util.json").canonical(M.analysis_settings(run.cfg)))
+    self.text and ("text " .. self.text) or "synthetic images", require("outlierlab.util.json").canonical(M.analysis_settings(run.cfg, self.train_keys)))
   out.notes = "Pretrained " .. what .. (self.model and self.model.streamed and " — run layer by layer from the memory-mapped checkpoint" or "") ..
     ".\n\n" .. (s.notes or "")
   return out

@@ -311,17 +311,11 @@ function M.stable(curve, steps)
   if #sub == 0 then return nil end
   local pts = require("outlierlab.analysis.thresholds").window(sub).points   -- the one window rule
   local out = { n_points = #pts, from_step = pts[1].step, to_step = pts[#pts].step, sd = {} }
+  local stats = require("outlierlab.analysis.seeds").stats   -- one mean/sd (NaN without values)
   for _, f in ipairs(M.STABLE_FIELDS) do
-    local s, n = 0, 0
-    for _, p in ipairs(pts) do local v = p[f] if type(v) == "number" and v == v then s, n = s + v, n + 1 end end
-    if n > 0 then
-      local mu = s / n
-      local q = 0
-      for _, p in ipairs(pts) do local v = p[f] if type(v) == "number" and v == v then q = q + (v - mu) ^ 2 end end
-      out[f], out.sd[f] = mu, n > 1 and math.sqrt(q / (n - 1)) or 0
-    else
-      out[f] = 0 / 0
-    end
+    local xs = {}
+    for _, p in ipairs(pts) do local v = p[f] if type(v) == "number" and v == v then xs[#xs + 1] = v end end
+    out[f], out.sd[f] = stats(xs)
   end
   for _, f in ipairs { "sink_layer", "sink_head", "sink_category", "massive_layer", "massive_category" } do
     local count, best, bestn = {}, nil, 0

@@ -46,6 +46,18 @@ local cache = require "outlierlab.runner.cache"
 
 local M = {}
 
+-- the keys of the shared training profiles (recipe, generated data, organism task): what an
+-- analysis of an imported model does not use (outlierlab.pretrained's Settings line)
+function M.training_keys()
+  local recipes = require "outlierlab.recipes"
+  local keys = {}
+  for k in pairs(recipes.ORGANISM_TASK) do keys[k] = true end
+  for _, set in ipairs { recipes.LLAMA_LM_PROFILES, recipes.BERT_MLM_PROFILES } do
+    for _, prof in pairs(set) do for k in pairs(prof) do keys[k] = true end end
+  end
+  return keys
+end
+
 -- exit status of a run stopped by the batch system's signal after its checkpoint was written
 -- (the Slurm script requeues on it; outlierlab.runner.slurm)
 M.REQUEUE_STATUS = cache.REQUEUE_STATUS
@@ -335,7 +347,7 @@ function M.run_file(exp, file)
   progress.override()   -- a bad --progress / OUTLIERLAB_PROGRESS value is an error now, not at the first step
   bounds.check_profile(cfg)   -- sizes and learning rates of the settings, before any stage (outlierlab.train.bounds)
   if opts.text ~= "" and opts.model == "" then error("experiment " .. file .. ": --text=FILE needs --model=DIR (the model that reads it)", 0) end
-  local pretrained = opts.model ~= "" and require("outlierlab.pretrained").attach(exp, opts, cfg) or nil
+  local pretrained = opts.model ~= "" and require("outlierlab.pretrained").attach(exp, opts, cfg, M.training_keys()) or nil
 
   local run = setmetatable({
     id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
