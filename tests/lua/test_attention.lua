@@ -26,79 +26,15 @@ local KINDS = { "softmax", "clipped_softmax", "softmax1", "sigmoid", "fixed_bias
                 { kind = "fixed_bias", dropout = 0.3 }, { kind = "ca_bias", dropout = 0.3 },
                 { kind = "attn_bias", dropout = 0.3 }, { kind = "gated", gate = "mlp", dropout = 0.3 },
                 { kind = "ca_scale", dropout = 0.3 } }
-local function kname(s)
-  if type(s) == "string" then return s end
-  local keys = {}
-  for key, val in pairs(s) do if key ~= "kind" then keys[#keys + 1] = key .. "=" .. tostring(val) end end
-  table.sort(keys)
-  return s.kind .. (#keys > 0 and "(" .. table.concat(keys, ",") .. ")" or "")
-end
--- training forwards carry a dropout seed (fixed here, so the mask is fixed)
-local function dseed(spec) return type(spec) == "table" and spec.dropout and 4242 or nil end
-
-local seed = 100
-local function persistent(shape, std)
-  seed = seed + 1
-  return ctx:tensor(shape, { persistent = true }):normal_(0, std or 1, seed)
-end
-
-local B, NH, T, HD = 2, 2, 5, 3
-local q, k, v = persistent({ B, NH, T, HD }), persistent({ B, NH, T, HD }), persistent({ B, NH, T, HD })
-local x = persistent({ B, T, NH * HD })
-local pad = ctx:tensor({ B, T }, { dtype = "i32", persistent = true }):load({ 1, 1, 1, 1, 1, 1, 1, 1, 0, 0 })
-local MASKS = { { name = "bidirectional" }, { name = "causal", causal = true }, { name = "padding", pad_mask = pad } }
-
-local function maxdiff(a, b)
-  local m = 0
-  for i = 1, #a do m = math.max(m, math.abs(a[i] - b[i])) end
-  return m
-end
-
--- the reference view of an attention object: same parameters, plain ops
-local function as_reference(A) return setmetatable({ use_reference = true }, { __index = A }) end
-
--- forward output and gradients of L = Σ out ⊙ R for inputs (q, k, v, x, params...)
-local function run(A, inputs, opts, probe)
-  ctx:zero_grad()
-  for _, p in ipairs(inputs) do if not p:is_param() then p:requires_grad_(true):zero_grad() end end
-  ctx:reset()
-  local o = A:forward(q, k, v, x, { causal = opts.causal, pad_mask = opts.pad_mask, probe = probe,
-                                    dropout_seed = opts.dropout_seed })
-  local Rw = {}
-  for i = 1, tonumber(o.numel) do Rw[i] = math.sin(i * 0.7) end
-  ;(o * ctx:from_table(Rw, o:size())):sum_all():backward()
-  local grads = {}
-  for i, p in ipairs(inputs) do grads[i] = p:gradlist() end
-  return o:tolist(), grads
-end
+-- the shared harness (fixed inputs, masks, reference view, the per-variant check)
+local H = dofile(ol.root .. "/tests/lua/lib/attention_cases.lua")(ctx, 100)
+local kname, dseed, persistent, maxdiff, as_reference = H.kname, H.dseed, H.persistent, H.maxdiff, H.as_reference
+local B, NH, T, HD = H.B, H.NH, H.T, H.HD
+local q, k, v, x, pad, MASKS = H.q, H.k, H.v, H.x, H.pad, H.MASKS
 
 -- ---------------------------------------------------------------- fused vs reference, gradcheck
-for vi, spec in ipairs(KINDS) do
-  local A = attention.new(ctx, spec, { d_model = NH * HD, n_head = NH, name = "t" .. vi })
-  -- move parameters away from their init so that every term matters
-  for j, p in ipairs(A:parameters()) do p:normal_(0, 0.5, 1000 * vi + j) end
-  local inputs = { q, k, v, x }
-  for _, p in ipairs(A:parameters()) do inputs[#inputs + 1] = p end
-  for _, m0 in ipairs(MASKS) do
-    local m = { name = m0.name, causal = m0.causal, pad_mask = m0.pad_mask, dropout_seed = dseed(spec) }
-    local label = kname(spec) .. " " .. m.name
-    local of, gf = run(A, inputs, m)
-    local orf, gr = run(as_reference(A), inputs, m)
-    t.ok(maxdiff(of, orf) <= 2e-6, label .. ": fused forward = plain-op reference", "max diff " .. maxdiff(of, orf))
-    local worst, which = 0, ""
-    for i = 1, #inputs do
-      local d = maxdiff(gf[i], gr[i])
-      if d > worst then worst, which = d, tostring(inputs[i]) end
-    end
-    t.ok(worst <= 1e-5, label .. ": fused gradients = plain-op reference", "max diff " .. worst .. " in " .. which)
-    t.diag(string.format("%-28s fwd maxdiff %.2e  grad maxdiff %.2e", label, maxdiff(of, orf), worst))
-    local err, where = gradcheck.check(ctx, function()
-      return A:forward(q, k, v, x, { causal = m.causal, pad_mask = m.pad_mask, dropout_seed = m.dropout_seed })
-    end, inputs, { eps = (type(spec) == "table" and spec.gate == "mlp") and 1e-3 or 1e-2 })   -- mlp: ReLU kinks
-    t.ok(err <= 1e-2, label .. ": gradcheck (q, k, v, x, " .. #A:parameters() .. " params)", where)
-    t.diag(string.format("%-28s gradcheck worst rel err %.2e", label, err))
-  end
-end
+H.check_kinds(KINDS, { prefix = "t", param_seed = 1000,
+                       eps = function(spec) return (type(spec) == "table" and spec.gate == "mlp") and 1e-3 or 1e-2 end })   -- mlp: ReLU kinks
 
 -- ---------------------------------------------------------------- the example variant
 do
