@@ -288,11 +288,28 @@ do
   t.near(r.per_layer[0].kurtosis_no_initial, kn, 1e-9 * kn, "kurtosis without the initial token, by hand", kn)
   t.near(r.avg_kurtosis_no_initial, kn, 1e-9 * kn, "... averaged over the one layer")
   t.near(r.per_layer[0].top1_at.initial, 100, 1e-9, "top-1 |h| at the initial token")
+  t.near(r.per_layer[0].initial_top_share, 1, 1e-12, "one-hot share of <bos>'s state (100, 0): 1")
+  t.near(r.massive.initial_top_share, 1, 1e-12, "... reported with the massive activation's layer")
   -- Gu et al.'s alpha on the first key: every query, (1 + 0.8 + 0.6) / 3 = 0.8 > 0.3: a sink
   t.near(r.heads[0][0].alpha_first, 0.8, 1e-6, "alpha(first key) = mean of A[i, 0] over all queries")
   t.is(r.sink_heads, 1, "the head is a sink (alpha > 0.3)")
   t.near(r.sink_rate, 1, 1e-12, "sink rate 1 of 1 heads")
   t.near(r.sink_rate_value_ratio, 1 / 3, 1e-6, "the sink heads' value ratio")
+end
+
+-- one-hot share of the initial token's state, two sequences [<bos>, a] with C = 3:
+-- <bos> = (3, 4, 0): 16/25 = 0.64; <bos> = (1, 1, 1): 1/3; the mean over sequences 0.4867
+-- (the other tokens do not count: a = (100, 0, 0) in both)
+do
+  local ph = phenomena.new{ category = function(id) return id == 1 and "initial" or "other" end, T = 2, C = 3, n_head = 1, causal = true }
+  local ids = ctx:tensor({ 2, 2 }, { dtype = "i32" })
+  ids.idata[0], ids.idata[1], ids.idata[2], ids.idata[3] = 1, 10, 1, 10
+  local h = ctx:tensor({ 2, 2, 3 })
+  local hh = { 3, 4, 0, 100, 0, 0, 1, 1, 1, 100, 0, 0 }
+  for i = 1, 12 do h.data[i - 1] = hh[i] end
+  ph:probe_h(h, 0, { ids = ids })
+  local r = ph:result()
+  t.near(r.per_layer[0].initial_top_share, (0.64 + 1 / 3) / 2, 1e-12, "one-hot share of <bos>, averaged over sequences, by hand")
 end
 
 -- sink rate over two heads: alpha = (1 + 0.5 + 0.3 + 0.2) / 4 = 0.5 (a sink) and
