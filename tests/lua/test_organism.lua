@@ -297,19 +297,20 @@ do
   t.near(r.sink_rate_value_ratio, 1 / 3, 1e-6, "the sink heads' value ratio")
 end
 
--- one-hot share of the initial token's state, two sequences [<bos>, a] with C = 3:
--- <bos> = (3, 4, 0): 16/25 = 0.64; <bos> = (1, 1, 1): 1/3; the mean over sequences 0.4867
--- (the other tokens do not count: a = (100, 0, 0) in both)
+-- one-hot share of the initial token's state, two sequences [<bos>, a] with C = 4:
+-- <bos> = (3, 4, 0, 0): top-1 16/25 = 0.64, top-3 1; <bos> = (1, 1, 1, 1): 1/4 and 3/4; the means
+-- over sequences 0.445 and 0.875 (the other tokens do not count: a = (100, 0, 0, 0) in both)
 do
-  local ph = phenomena.new{ category = function(id) return id == 1 and "initial" or "other" end, T = 2, C = 3, n_head = 1, causal = true }
+  local ph = phenomena.new{ category = function(id) return id == 1 and "initial" or "other" end, T = 2, C = 4, n_head = 1, causal = true }
   local ids = ctx:tensor({ 2, 2 }, { dtype = "i32" })
   ids.idata[0], ids.idata[1], ids.idata[2], ids.idata[3] = 1, 10, 1, 10
-  local h = ctx:tensor({ 2, 2, 3 })
-  local hh = { 3, 4, 0, 100, 0, 0, 1, 1, 1, 100, 0, 0 }
-  for i = 1, 12 do h.data[i - 1] = hh[i] end
+  local h = ctx:tensor({ 2, 2, 4 })
+  local hh = { 3, 4, 0, 0, 100, 0, 0, 0, 1, 1, 1, 1, 100, 0, 0, 0 }
+  for i = 1, 16 do h.data[i - 1] = hh[i] end
   ph:probe_h(h, 0, { ids = ids })
   local r = ph:result()
-  t.near(r.per_layer[0].initial_top_share, (0.64 + 1 / 3) / 2, 1e-12, "one-hot share of <bos>, averaged over sequences, by hand")
+  t.near(r.per_layer[0].initial_top_share, (0.64 + 0.25) / 2, 1e-12, "one-hot share of <bos>, averaged over sequences, by hand")
+  t.near(r.per_layer[0].initial_top3_share, (1 + 0.75) / 2, 1e-12, "top-3 share of <bos>, by hand")
 end
 
 -- sink rate over two heads: alpha = (1 + 0.5 + 0.3 + 0.2) / 4 = 0.5 (a sink) and

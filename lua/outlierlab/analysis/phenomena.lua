@@ -19,7 +19,8 @@
 --                  (kurtosis_no_initial: how heavy the tail is apart from the sink token);
 --   one-hot share  per layer, of each sequence's initial token h_0: the share of its squared norm
 --                  in its largest channel, max_k h_0k² / Σ_k h_0k², averaged over sequences
---                  (initial_top_share; 1/C for a flat state, 1 for a one-hot one). After RMSNorm
+--                  (initial_top_share; 1/C for a flat state, 1 for a one-hot one), and of its
+--                  three largest channels (initial_top3_share). After RMSNorm
 --                  the state is scale-free, so this is what a sink key can use; the ratio a
 --                  massive value M needs over the other channels' rms r for a share s is
 --                  M/r = sqrt(s·(C−1)/(1−s)): it grows with √C (docs/ORGANISM.md);
@@ -48,8 +49,8 @@
 --           sink = { layer, head, category, share, value_ratio },   -- the head with the largest share
 --           sink_rate, sink_heads, n_heads, sink_rate_value_ratio (mean value ratio of those heads),
 --           avg_kurtosis_no_initial, per_layer[l].kurtosis_no_initial, per_layer[l].top1_at[cat],
---           per_layer[l].initial_top_share (one-hot share of the initial token's state),
---           massive = { layer, category, ratio, initial_top_share (at that layer) },                 -- largest ratio_at over sink categories
+--           per_layer[l].initial_top_share, initial_top3_share (one-hot shares of the initial token's state),
+--           massive = { layer, category, ratio, initial_top_share, initial_top3_share (at that layer) },                 -- largest ratio_at over sink categories
 --           max_ratio = { layer, ratio }, avg_kurtosis, max_kurtosis,
 --           sink_rate_pct (percent, per sample), sink_rate_by_layer = { [l] = { fraction of samples per head } } }
 local ffi = require "ffi"
@@ -192,7 +193,7 @@ function Ph:probe_h(x, l, batch)
   self.stats:probe(x, l, batch)
   local B, T, C = x:size(0), x:size(1), x:size(2)
   local cats = batch_cats(self, batch)
-  local S = self.act[l] or { at_sum = zeros4(), at_n = zeros4(), top1_cat = zeros4(), kni_sum = 0, kni_n = 0, sh_sum = 0, sh_n = 0 }
+  local S = self.act[l] or { at_sum = zeros4(), at_n = zeros4(), top1_cat = zeros4(), kni_sum = 0, kni_n = 0, sh_sum = 0, sh3_sum = 0, sh_n = 0 }
   self.act[l] = S
   local d = x.data
   local mx = ffi.new("double[5]")
@@ -227,9 +228,13 @@ function Ph:probe_h(x, l, batch)
     for t = 0, T - 1 do
       if cats[b * T + t] == 1 then
         local base = (b * T + t) * C
-        local ss, m2 = 0, 0
-        for k = 0, C - 1 do local x2 = d[base + k] * d[base + k]; ss = ss + x2; if x2 > m2 then m2 = x2 end end
-        if ss > 0 then S.sh_sum, S.sh_n = S.sh_sum + m2 / ss, S.sh_n + 1 end
+        local ss, a1, a2, a3 = 0, 0, 0, 0   -- the sum of squares and the three largest squares
+        for k = 0, C - 1 do
+          local x2 = d[base + k] * d[base + k]
+          ss = ss + x2
+          if x2 > a1 then a1, a2, a3 = x2, a1, a2 elseif x2 > a2 then a2, a3 = x2, a2 elseif x2 > a3 then a3 = x2 end
+        end
+        if ss > 0 then S.sh_sum, S.sh3_sum, S.sh_n = S.sh_sum + a1 / ss, S.sh3_sum + (a1 + a2 + a3) / ss, S.sh_n + 1 end
       end
     end
     mx[1], mx[2], mx[3], mx[4] = -1, -1, -1, -1
@@ -272,7 +277,8 @@ function Ph:result()
     local pl = { top1 = r.avg_topk[1], median = r.avg_median, kurtosis = r.avg_kurtosis, ratio_at = {},
                  top1_at = {}, top1_category = {},
                  kurtosis_no_initial = S.kni_n > 0 and S.kni_sum / S.kni_n or 0 / 0,
-                 initial_top_share = S.sh_n > 0 and S.sh_sum / S.sh_n or 0 / 0 }
+                 initial_top_share = S.sh_n > 0 and S.sh_sum / S.sh_n or 0 / 0,
+                 initial_top3_share = S.sh_n > 0 and S.sh3_sum / S.sh_n or 0 / 0 }
     pl.ratio = pl.top1 / pl.median
     for i, c in ipairs(CATS) do
       pl.top1_at[c] = S.at_n[i] > 0 and S.at_sum[i] / S.at_n[i] or 0 / 0
@@ -286,7 +292,8 @@ function Ph:result()
     if not (pl.ratio <= maxr.ratio) then maxr = { layer = l, ratio = pl.ratio } end
     for _, c in ipairs(self.sink_cats) do
       local v = pl.ratio_at[c]
-      if v == v and not (v <= massive.ratio) then massive = { layer = l, category = c, ratio = v, initial_top_share = pl.initial_top_share } end
+      if v == v and not (v <= massive.ratio) then massive = { layer = l, category = c, ratio = v, initial_top_share = pl.initial_top_share,
+                                                                        initial_top3_share = pl.initial_top3_share } end
     end
   end
   out.avg_kurtosis = nl > 0 and ksum / nl or 0 / 0

@@ -285,13 +285,13 @@ local function curve_point(step, loss, r)
            sink_rate = r.sink_rate, sink_rate_value_ratio = r.sink_rate_value_ratio,
            avg_kurtosis_no_initial = r.avg_kurtosis_no_initial, massive_peak_top1 = peak, massive_last_top1 = last,
            -- how one-hot the initial token's state is in the massive activation's layer (phenomena)
-           initial_top_share = r.massive.initial_top_share }
+           initial_top_share = r.massive.initial_top_share, initial_top3_share = r.massive.initial_top3_share }
 end
 M.curve_point = curve_point
 -- the numeric fields of a curve point that M.stable averages
 M.STABLE_FIELDS = { "loss", "sink_share", "value_ratio", "massive_ratio", "max_ratio", "avg_kurtosis", "max_kurtosis",
                     "max_inf_norm", "sink_rate", "sink_rate_value_ratio", "avg_kurtosis_no_initial",
-                    "massive_peak_top1", "massive_last_top1", "initial_top_share" }
+                    "massive_peak_top1", "massive_last_top1", "initial_top_share", "initial_top3_share" }
 -- steps at which the tracker measures: 0, every steps/TRACK_POINTS, and every
 -- steps/STABLE_POINTS_PER_RUN in the last STABLE_WINDOW of the steps (the last step always)
 function M.track_schedule(steps)
