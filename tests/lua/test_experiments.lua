@@ -113,5 +113,19 @@ t.ok(not eok and err:find("unknown key --no_such_key", 1, true), "unknown key is
 err, eok = sh(string.format(base, id):gsub("quick", "nope"))
 t.ok(not eok and err:find("unknown profile 'nope'", 1, true), "unknown profile is an error", err)
 
+-- qt-table2 --families: one column of the table (the decoder's models are cached from above)
+do
+  local q = string.format(base, "qt-table2") .. " --families=opt --out=" .. tmp .. "/fam"
+  local o, ok = sh(q)
+  local md = slurp(tmp .. "/fam/qt-table2/quick/summary.md") or ""
+  local hdr = sh("ncdump -h " .. tmp .. "/fam/qt-table2/quick/qt-table2.nc")
+  t.ok(ok and md:find("Families run: OPT (--families)", 1, true) and md:find("| OPT | vanilla |", 1, true)
+       and not md:find("| BERT |", 1, true) and md:find("Practical claim (W8A8 alone)", 1, true),
+       "qt-table2 --families=opt: the decoder's rows alone, the practical claim stated", o .. md)
+  t.ok(hdr:find("family = 1 ;", 1, true), "qt-table2 --families=opt: one family in the NetCDF file", hdr)
+  local e, eok2 = sh(string.format(base, "qt-table2") .. " --families=gpt9")
+  t.ok(not eok2 and e:find("unknown family 'gpt9'", 1, true), "qt-table2: an unknown family is an error naming it", e)
+end
+
 os.execute("rm -rf " .. tmp)
 return t.done()
