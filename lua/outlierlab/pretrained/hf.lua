@@ -606,10 +606,10 @@ layout.mistral = layout.llama   -- MistralForCausalLM's names are LlamaForCausal
 local function llama_named(norms, plus_one)
   return function(c, l, lo)
     local Cd, F = c.d_model, c.d_ff
-    local HD = c.head_dim > 0 and c.head_dim or Cd / c.n_head
+    local HD = (c.head_dim or 0) > 0 and c.head_dim or Cd / c.n_head
     local Q, KV = c.n_head * HD, (c.n_kv_head or c.n_head) * HD
     local h, o = "layers." .. l .. ".", "layers" .. lo .. "."
-    local hd = c.head_dim > 0 and "head_dim" or "hidden_size / num_attention_heads"
+    local hd = (c.head_dim or 0) > 0 and "head_dim" or "hidden_size / num_attention_heads"
     local qw, kw = "num_attention_heads × " .. hd .. ", hidden_size", "num_key_value_heads × " .. hd .. ", hidden_size"
     local out = {
       E(h .. "self_attn.q_proj.weight", { Q, Cd }, qw, one(o .. "attn.q_proj.weight")),
@@ -695,6 +695,15 @@ end
 local Dir = {}
 Dir.__index = Dir
 
+-- families refused by name, with what their import needs (the llama model has the options:
+-- models/llama.lua; the mapping and its reference test are what is missing)
+local NOT_YET = {
+  phi = "Phi-2 (modeling_phi.py): parallel attention and MLP from one LayerNorm, partial rotary, biases, lm_head bias",
+  falcon = "Falcon (modeling_falcon.py): parallel attention and MLP, fused query_key_value with multi-query or grouped KV heads",
+  mpt = "MPT (modeling_mpt.py): ALiBi, LayerNorm without bias, fused Wqkv, clip_qkv",
+}
+M.NOT_YET = NOT_YET
+
 local PICKLES = { "%.bin$", "%.pt$", "%.pth$", "%.ckpt$", "%.pkl$" }
 local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM", mistral = "AutoModelForCausalLM", phi3 = "AutoModelForCausalLM",
                      qwen2 = "AutoModelForCausalLM", qwen3 = "AutoModelForCausalLM", gemma = "AutoModelForCausalLM", gemma2 = "AutoModelForCausalLM",
@@ -735,6 +744,9 @@ function M.open(dir, opts)
   end
   if not hf then fail(dir, "no config.json (a Hugging Face model directory holds config.json next to the weights)") end
   if type(family) ~= "string" then fail(dir, "config.json has no 'model_type'") end
+  if NOT_YET[family] then
+    fail(dir, "config.json model_type '%s' is not supported yet: %s (docs/PRETRAINED.md; supported: %s)", family, NOT_YET[family], table.concat(M.FAMILIES, ", "))
+  end
   if not layout[family] then fail(dir, "config.json model_type '%s' is not supported (supported: %s)", family, table.concat(M.FAMILIES, ", ")) end
   local self = setmetatable({ dir = dir, hf = hf, family = family, files = {}, where = {}, names = {}, name = dir:match("([^/]+)$") }, Dir)
   local ok, err = pcall(function()

@@ -242,7 +242,7 @@ local function llama_forward(W, c, ids)
       local function proj(n) return linear(a, W[p .. "self_attn." .. n .. ".weight"], W[p .. "self_attn." .. n .. ".bias"]) end
       q, k, v = proj("q_proj"), proj("k_proj"), proj("v_proj")
     end
-    if mt == "qwen3" then   -- q_norm(q.view(..., head_dim)), k_norm(k.view(...)): each head on its own
+    if mt == "qwen3" and W[p .. "self_attn.q_norm.weight"] then   -- q_norm(q.view(..., head_dim)), k_norm(k.view(...)): each head on its own
       for t0 = 1, T do
         for h = 0, NH - 1 do rmsnorm_row(q[t0], W[p .. "self_attn.q_norm.weight"], eps, false, h * HD, HD) end
         for h = 0, NKV - 1 do rmsnorm_row(k[t0], W[p .. "self_attn.k_norm.weight"], eps, false, h * HD, HD) end
