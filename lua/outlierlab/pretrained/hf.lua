@@ -26,6 +26,11 @@
 --   phi3  Phi-3 (modeling_phi3.py Phi3ForCausalLM): LLaMA's block with fused qkv_proj and
 --         gate_up_proj split into q, k, v, gate, up by rows (layout.phi3); sliding_window as
 --         Mistral's.
+--   qwen2, qwen3, gemma, gemma2  (modeling_qwen2.py, modeling_qwen3.py, modeling_gemma.py,
+--         modeling_gemma2.py): LLaMA's names, imported into the llama model with the options of
+--         models/llama.lua (q/k/v biases; q_norm/k_norm and head_dim; Gemma's (1 + w) norm gains
+--         stored as 1 + w, GeGLU, √d embedding scale; Gemma 2's four norms, soft-capping,
+--         query_pre_attn_scalar and a window on the even layers), see from_hf.qwen2 … gemma2.
 --   vit   ViT (vit.* and classifier): [CLS], the patch embedding convolution (C, 3, P, P) as
 --         the linear layer over patches flattened in (channel, row, column) order.
 -- Before anything is built, open() checks the config values (sizes 1 .. 2^31-1, heads dividing

@@ -110,20 +110,20 @@ function R.tensor(name, shape, seed, scale, gain)
 end
 
 -- ---------------------------------------------------------------- the reference pieces
--- x: list of T rows (lists of numbers). w.shape = (out, in): y = x Wᵀ (+ b)
+-- f applied to each of the T rows of x (lists of numbers): a new list of rows
+local function rows(x, f) local out = {} for t0 = 1, #x do out[t0] = f(x[t0]) end return out end
+-- w.shape = (out, in): y = x Wᵀ (+ b)
 local function linear(x, w, b)
   local O, I = w.shape[1], w.shape[2]
-  local out = {}
-  for t0 = 1, #x do
-    local r, y = x[t0], {}
+  return rows(x, function(r)
+    local y = {}
     for o = 0, O - 1 do
       local s = 0
       for i = 1, I do s = s + r[i] * w.v[o * I + i] end
       y[o + 1] = s + (b and b.v[o + 1] or 0)
     end
-    out[t0] = y
-  end
-  return out
+    return y
+  end)
 end
 R.linear = linear
 -- LlamaRMSNorm: x / sqrt(mean(x²) + eps) · w; GemmaRMSNorm (plus_one): · (1 + w)
@@ -139,13 +139,7 @@ local function rmsnorm_row(r, w, eps, plus_one, off, n)
   end
 end
 local function rmsnorm(x, w, eps, plus_one)
-  local out = {}
-  for t0 = 1, #x do
-    local y = { unpack(x[t0]) }
-    rmsnorm_row(y, w, eps, plus_one)
-    out[t0] = y
-  end
-  return out
+  return rows(x, function(r) local y = { unpack(r) } rmsnorm_row(y, w, eps, plus_one) return y end)
 end
 R.rmsnorm = rmsnorm
 -- rotary embedding, rotate-half layout (apply_rotary_pos_emb) over the first rd dims of each
