@@ -111,6 +111,8 @@ t.is(pre.paper_model(models.preset("gpt2-124m", { vocab_size = 50257, bias = tru
 t.is(pre.paper_model(models.preset("tinyllama-120m", { n_layer = 32, d_model = 4096, n_head = 32, n_kv_head = 32, d_ff = 11008 })),
      "LLaMA-2-7B", "a 32-layer d4096 MHA LLaMA is the paper's LLaMA-2-7B")
 t.is(pre.paper_model(models.preset("llama-quick")), nil, "a small LLaMA is none of the paper's models")
+t.is(pre.paper_model(models.preset("tinyllama-120m", { n_layer = 32, d_model = 4096, n_head = 32, n_kv_head = 32, d_ff = 11008, qkv_bias = true })),
+     nil, "LLaMA-2-7B's shape with q/k/v biases (Qwen1.5-7B, model_type qwen2) is not the paper's LLaMA-2-7B")
 
 os.execute("rm -rf " .. root)
 return t.done()
