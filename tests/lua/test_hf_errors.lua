@@ -52,7 +52,10 @@ local cases = {
   { "kv", function(d) config_edit(d, function(c) c.num_key_value_heads = 2 end) end, "num_key_value_heads × head_dim, hidden_size" },
   { "scaling", function(d) config_edit(d, function(c) c.rope_scaling = { type = "linear", factor = 2 } end) end, "'rope_scaling'" },
   { "act", function(d) config_edit(d, function(c) c.hidden_act = "gelu" end) end, "'hidden_act' = \"gelu\" is not supported for llama" },
-  { "family", function(d) config_edit(d, function(c) c.model_type = "mamba" end) end, "model_type 'mamba' is not supported (supported: bert, gpt2, llama, mistral, opt, phi3, vit)" },
+  { "phi", function(d) config_edit(d, function(c) c.model_type = "phi" end) end, "model_type 'phi' is not supported yet: Phi-2" },
+  { "falcon", function(d) config_edit(d, function(c) c.model_type = "falcon" end) end, "model_type 'falcon' is not supported yet: Falcon" },
+  { "mpt", function(d) config_edit(d, function(c) c.model_type = "mpt" end) end, "model_type 'mpt' is not supported yet: MPT" },
+  { "family", function(d) config_edit(d, function(c) c.model_type = "mamba" end) end, "model_type 'mamba' is not supported (supported: bert, gemma, gemma2, gpt2, llama, mistral, opt, phi3, qwen2, qwen3, vit)" },
   { "noconfig", function(d) os.remove(d .. "/config.json") end, "no config.json" },
   { "shard", function(d) os.remove(d .. "/" .. shards[2]) end, "shard " .. shards[2] .. " named by model.safetensors.index.json is missing" },
   { "outside", function(d) index_edit(d, function(c) c.weight_map["model.norm.weight"] = "../good/model-00001-of-00003.safetensors" end) end, "outside the model directory" },
@@ -108,6 +111,8 @@ t.is(pre.paper_model(models.preset("gpt2-124m", { vocab_size = 50257, bias = tru
 t.is(pre.paper_model(models.preset("tinyllama-120m", { n_layer = 32, d_model = 4096, n_head = 32, n_kv_head = 32, d_ff = 11008 })),
      "LLaMA-2-7B", "a 32-layer d4096 MHA LLaMA is the paper's LLaMA-2-7B")
 t.is(pre.paper_model(models.preset("llama-quick")), nil, "a small LLaMA is none of the paper's models")
+t.is(pre.paper_model(models.preset("tinyllama-120m", { n_layer = 32, d_model = 4096, n_head = 32, n_kv_head = 32, d_ff = 11008, qkv_bias = true })),
+     nil, "LLaMA-2-7B's shape with q/k/v biases (Qwen1.5-7B, model_type qwen2) is not the paper's LLaMA-2-7B")
 
 os.execute("rm -rf " .. root)
 return t.done()

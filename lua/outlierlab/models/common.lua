@@ -68,20 +68,94 @@ M.Attention = Attention
 function M.Attention_new(ctx, name, cfg, opts)
   local C, NH = cfg.d_model, cfg.n_head
   local NKV = cfg.n_kv_head or NH
-  if C % NH ~= 0 then error(string.format("models: d_model %d is not a multiple of n_head %d", C, NH), 3) end
+  local HD = opts.head_dim
+  if not HD then
+    if C % NH ~= 0 then error(string.format("models: d_model %d is not a multiple of n_head %d", C, NH), 3) end
+    HD = C / NH
+  end
   if NH % NKV ~= 0 then error(string.format("models: n_head %d is not a multiple of n_kv_head %d", NH, NKV), 3) end
-  local HD = C / NH
   local self = setmetatable({ ctx = ctx, name = name, C = C, NH = NH, NKV = NKV, HD = HD,
                               causal = opts.causal, rope = opts.rope, training = true }, Attention)
   local std, bias = opts.std or 0.02, opts.bias
-  self.q = self:add_child(M.linear(ctx, name .. ".q_proj", C, NH * HD, bias, std))
-  self.k = self:add_child(M.linear(ctx, name .. ".k_proj", C, NKV * HD, bias, std))
-  self.v = self:add_child(M.linear(ctx, name .. ".v_proj", C, NKV * HD, bias, std))
-  self.attn = attention.new(ctx, cfg.attention or "softmax", { d_model = C, n_head = NH, name = name,
+  local qkv_bias = bias
+  if opts.qkv_bias ~= nil then qkv_bias = opts.qkv_bias end
+  self.q = self:add_child(M.linear(ctx, name .. ".q_proj", C, NH * HD, qkv_bias, std))
+  self.k = self:add_child(M.linear(ctx, name .. ".k_proj", C, NKV * HD, qkv_bias, std))
+  self.v = self:add_child(M.linear(ctx, name .. ".v_proj", C, NKV * HD, qkv_bias, std))
+  self.attn = attention.new(ctx, cfg.attention or "softmax", { d_model = NH * HD, n_head = NH, name = name,
                                                                block_size = cfg.block_size })
   for _, p in ipairs(self.attn:parameters() or {}) do self:add_param(p) end
-  self.o = self:add_child(M.linear(ctx, name .. ".o_proj", NH * HD, C, bias, opts.proj_std or std))
+  local o_bias = bias
+  if opts.o_bias ~= nil then o_bias = opts.o_bias end
+  self.o = self:add_child(M.linear(ctx, name .. ".o_proj", NH * HD, C, o_bias, opts.proj_std or std))
+  -- the imported families' options (models/llama.lua; all off by default)
+  if opts.qk_norm then   -- Qwen3: RMSNorm over head_dim on every q and k head, before RoPE
+    self.q_norm = self:add_child(nn.RMSNorm(ctx, HD, { name = name .. ".q_norm", eps = opts.qk_norm }))
+    self.k_norm = self:add_child(nn.RMSNorm(ctx, HD, { name = name .. ".k_norm", eps = opts.qk_norm }))
+  end
+  self.rotary_dim = opts.rotary_dim               -- partial rotary (Phi-2): RoPE on the first dims only
+  self.scores = opts.scores                       -- { scale =, softcap =, window =, alibi = }: materialised scores
   return self
+end
+
+-- RoPE over the first rd dims of each head (x (B,H,T,HD)), the rest passed through, as
+-- modeling_phi.py's apply of rotary to query_rot = q[..., :rotary_ndims] (θ_i = base^(−2i/rd))
+local function partial_rope(x, base, rd)
+  local HD = x:size(3)
+  local rot = ol.check_ptr(ol.C.ol_rope(x:narrow(3, 0, rd), base, 0))
+  return ol.cat({ rot, x:narrow(3, rd, HD - rd) }, 3)
+end
+
+-- ALiBi slopes of modeling_mpt.py build_mpt_alibi_tensor: n = the next power of two ≥ NH,
+-- slope_i = 2^(−i·max/n), i = 1..n; for NH < n the odd-indexed slopes first, then the even
+function M.alibi_slopes(NH, max)
+  local n = 2 ^ math.ceil(math.log(NH) / math.log(2) - 1e-9)
+  local s = {}
+  for i = 1, n do s[i] = 2 ^ -(i * (max / n)) end
+  if n == NH then return s end
+  local out = {}
+  for i = 2, n, 2 do out[#out + 1] = s[i] end
+  for i = 1, n, 2 do out[#out + 1] = s[i] end
+  for i = #out, NH + 1, -1 do out[i] = nil end
+  return out
+end
+
+-- the additive (NH|1, T, T) bias of the materialised path: −1e30 outside a sliding window
+-- (key j hidden from query i when i − j ≥ window: modeling_gemma2.py / modeling_mistral.py),
+-- and MPT's ALiBi slope_h·(j − (T − 1)); nil when there is none. The causal mask is the
+-- softmax's own.
+local function score_bias(s, NH, T, window, alibi)
+  if not (window and window < T) and not alibi then return nil end
+  local H = alibi and NH or 1
+  local shape = alibi and ol.ffi.new("int64_t[3]", H, T, T) or ol.ffi.new("int64_t[2]", T, T)
+  local b = ol.check_ptr(ol.C.ol_tensor_new(s.ctx, ol.C.OL_F32, alibi and 3 or 2, shape, "score_bias"))
+  local slopes = alibi and M.alibi_slopes(NH, alibi)
+  for h = 0, H - 1 do
+    local sl = slopes and slopes[h + 1]
+    for i = 0, T - 1 do
+      for j = 0, T - 1 do
+        local v = sl and sl * (j - (T - 1)) or 0
+        if window and i - j >= window then v = -1e30 end
+        b.data[(h * T + i) * T + j] = v
+      end
+    end
+  end
+  return b
+end
+
+-- softmax attention from materialised scores, for what the fused kernels do not have
+-- (modeling_gemma2.py eager_attention_forward; modeling_mpt.py MptAttention):
+--   s = q·kᵀ·scale; s = c·tanh(s/c) (soft-capping); s += bias (window, ALiBi); causal softmax; p·v
+function Attention:scored(q, k, v, P, l, layer_window, pad_mask)
+  local sc, T = self.scores, q:size(2)
+  local s = q:matmul(k, false, true):scale(sc.scale or 1 / math.sqrt(self.HD))
+  if sc.softcap then s = (s:scale(1 / sc.softcap)):tanh():scale(sc.softcap) end
+  local bias = score_bias(s, self.NH, T, layer_window, sc.alibi)
+  if bias then s = attention.add_mask(s, bias) end
+  if pad_mask then s = attention.add_mask(s, attention.pad_bias(s, pad_mask)) end
+  local p = s:softmax(true)
+  if P then P("attn_probs", l, p) end
+  return p:matmul(v)
 end
 
 -- x (B,T,C) the attention input; returns (B,T,C). P = probe or nil, l = layer index.
@@ -92,17 +166,29 @@ function Attention:forward(x, P, l, pad_mask)
   local q = M.split_heads(self.q:forward(x), B, T, NH, HD)
   local k = M.split_heads(self.k:forward(x), B, T, NKV, HD)
   local v = M.split_heads(self.v:forward(x), B, T, NKV, HD)
+  if self.q_norm then q, k = self.q_norm:forward(q), self.k_norm:forward(k) end
   if self.rope then
-    q = ol.check_ptr(ol.C.ol_rope(q, self.rope, 0))
-    k = ol.check_ptr(ol.C.ol_rope(k, self.rope, 0))
+    if self.rotary_dim and self.rotary_dim < HD then
+      q, k = partial_rope(q, self.rope, self.rotary_dim), partial_rope(k, self.rope, self.rotary_dim)
+    else
+      q = ol.check_ptr(ol.C.ol_rope(q, self.rope, 0))
+      k = ol.check_ptr(ol.C.ol_rope(k, self.rope, 0))
+    end
   end
   if P then P("q", l, q); P("k", l, k); P("v", l, v) end
   k, v = M.repeat_kv(k, NH), M.repeat_kv(v, NH)
-  local aprobe = P and function(name, t) P(name, l, t) end or nil
-  -- drop_base is set by Model:begin_forward in training forwards only (nil: no dropout)
-  local dseed = self.drop_base and self.drop_base + M.ATTN_DROP_SITE + l or nil
-  local y = self.attn:forward(q, k, v, x, { causal = self.causal, pad_mask = pad_mask, probe = aprobe,
-                                           dropout_seed = dseed })
+  local y
+  if self.scores then
+    local w = self.scores.window
+    if w and self.scores.window_every and l % self.scores.window_every ~= 0 then w = nil end
+    y = self:scored(q, k, v, P, l, w, pad_mask)
+  else
+    local aprobe = P and function(name, t) P(name, l, t) end or nil
+    -- drop_base is set by Model:begin_forward in training forwards only (nil: no dropout)
+    local dseed = self.drop_base and self.drop_base + M.ATTN_DROP_SITE + l or nil
+    y = self.attn:forward(q, k, v, x, { causal = self.causal, pad_mask = pad_mask, probe = aprobe,
+                                       dropout_seed = dseed })
+  end
   if P then P("attn_head_out", l, y) end
   local out = self.o:forward(M.merge_heads(y, B, T, NH, HD))
   if P then P("attn_out", l, out) end
@@ -135,13 +221,13 @@ function MLP:forward(x, P, l)
   return self.down:forward(h)
 end
 
--- SwiGLU(ctx, name, C, F, {std=, proj_std=}) (Shazeer 2020, as in LLaMA; no biases):
+-- SwiGLU(ctx, name, C, F, {std=, proj_std=, act=}) (Shazeer 2020, as in LLaMA; no biases):
 --   g = x·W_gateᵀ ["mlp_gate"], u = x·W_upᵀ ["mlp_up"], x_down = silu(g)∘u ["x_down"],
---   out = x_down·W_downᵀ.
+--   out = x_down·W_downᵀ. act = "gelu_tanh" gives GeGLU (Gemma: gelu_pytorch_tanh(g)∘u).
 local SwiGLU = nn.class("SwiGLU")
 M.SwiGLU = SwiGLU
 function M.SwiGLU_new(ctx, name, C, F, opts)
-  local self = setmetatable({ ctx = ctx, name = name, training = true }, SwiGLU)
+  local self = setmetatable({ ctx = ctx, name = name, training = true, act = opts.act }, SwiGLU)
   self.gate = self:add_child(M.linear(ctx, name .. ".gate_proj", C, F, false, opts.std or 0.02))
   self.up = self:add_child(M.linear(ctx, name .. ".up_proj", C, F, false, opts.std or 0.02))
   self.down = self:add_child(M.linear(ctx, name .. ".down_proj", F, C, false, opts.proj_std or opts.std or 0.02))
@@ -152,7 +238,8 @@ function SwiGLU:forward(x, P, l)
   if P then P("mlp_gate", l, g) end
   local u = self.up:forward(x)
   if P then P("mlp_up", l, u) end
-  local h = g:silu() * u
+  local h
+  if self.act and self.act ~= "silu" then h = acts[self.act](g) * u else h = g:silu() * u end
   if P then P("x_down", l, h) end
   return self.down:forward(h)
 end

@@ -39,7 +39,12 @@ local defaults = {
             n_kv_head = 1, d_model = 768, d_ff = 2048, norm_eps = 1e-5, rope_base = 10000.0,
             tie_embeddings = false, init = "tinyllama", dropout = 0.0, attention = "softmax", seed = 1234,
             norm_gain = "channel",     -- "single": one scalar RMSNorm gain (Park et al. 2025)
-            embed_proj = false },      -- true: orthogonal C×C projections after the embedding and before the head (Park et al.)
+            embed_proj = false,        -- true: orthogonal C×C projections after the embedding and before the head (Park et al.)
+            -- the other decoders imported from Hugging Face (models/llama.lua's head; all off here):
+            head_dim = 0, qkv_bias = false, o_bias = false, qk_norm = false, norm = "rmsnorm", norm_bias = true,
+            mlp = "glu", act = "silu", mlp_bias = false, parallel = "none", post_norms = false, rotary_dim = 0,
+            attn_scale = 0.0, attn_softcap = 0.0, window = 0, window_every = 1, alibi = 0.0, embed_scale = 0.0,
+            logit_softcap = 0.0, head_bias = false },
   vit = { family = "vit", name = "vit", image_size = 224, patch_size = 16, channels = 3, n_classes = 1000,
           n_layer = 12, n_head = 6, d_model = 384, d_ff = 1536, norm_eps = 1e-6, act = "gelu_erf",
           patch_ln = false, dropout = 0.0, attention = "softmax", seed = 1234 },
@@ -122,13 +127,14 @@ function M.config(cfg, what)
   for _, k in ipairs({ "n_layer", "n_head", "d_model", "d_ff" }) do
     if out[k] < 1 or out[k] ~= math.floor(out[k]) then error(string.format("%s: %s must be a positive integer, got %s", what, k, tostring(out[k])), 3) end
   end
-  if out.d_model % out.n_head ~= 0 then
+  if out.d_model % out.n_head ~= 0 and not ((out.head_dim or 0) > 0) then
     error(string.format("%s: d_model %d is not a multiple of n_head %d", what, out.d_model, out.n_head), 3)
   end
   if out.n_kv_head and (out.n_kv_head < 1 or out.n_head % out.n_kv_head ~= 0) then
     error(string.format("%s: n_head %d is not a multiple of n_kv_head %d", what, out.n_head, out.n_kv_head), 3)
   end
   if out.dropout < 0 or out.dropout >= 1 then error(string.format("%s: dropout %g not in [0, 1)", what, out.dropout), 3) end
+  if fam == "llama" then M.families.llama.check(out, what) end
   return out
 end
 

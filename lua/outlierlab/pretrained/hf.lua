@@ -26,6 +26,11 @@
 --   phi3  Phi-3 (modeling_phi3.py Phi3ForCausalLM): LLaMA's block with fused qkv_proj and
 --         gate_up_proj split into q, k, v, gate, up by rows (layout.phi3); sliding_window as
 --         Mistral's.
+--   qwen2, qwen3, gemma, gemma2  (modeling_qwen2.py, modeling_qwen3.py, modeling_gemma.py,
+--         modeling_gemma2.py): LLaMA's names, imported into the llama model with the options of
+--         models/llama.lua (q/k/v biases; q_norm/k_norm and head_dim; Gemma's (1 + w) norm gains
+--         stored as 1 + w, GeGLU, √d embedding scale; Gemma 2's four norms, soft-capping,
+--         query_pre_attn_scalar and a window on the even layers), see from_hf.qwen2 … gemma2.
 --   vit   ViT (vit.* and classifier): [CLS], the patch embedding convolution (C, 3, P, P) as
 --         the linear layer over patches flattened in (channel, row, column) order.
 -- Before anything is built, open() checks the config values (sizes 1 .. 2^31-1, heads dividing
@@ -48,7 +53,7 @@ pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
 local DTYPES = { F32 = C.OL_ST_F32, F16 = C.OL_ST_F16, BF16 = C.OL_ST_BF16, F64 = C.OL_ST_F64 }
 local ESIZE = { F32 = 4, F16 = 2, BF16 = 2, F64 = 8 }
 local TORCH_DTYPE = { F32 = "float32", F16 = "float16", BF16 = "bfloat16" }
-M.FAMILIES = { "bert", "gpt2", "llama", "mistral", "opt", "phi3", "vit" }
+M.FAMILIES = { "bert", "gemma", "gemma2", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2", "qwen3", "vit" }
 
 local function fail(where, fmt, ...) error("hf: " .. where .. ": " .. string.format(fmt, ...), 0) end
 local function shape_str(s) return "(" .. table.concat(s, ",") .. ")" end
@@ -247,6 +252,95 @@ function from_hf.phi3(hf, dir)
   must(hf, dir, "partial_rotary_factor", { 1, 1.0 }, "phi3")
   return sliding_window(hf, dir, llama_like(hf, dir, "phi3"))
 end
+-- an explicit head_dim (Qwen3, Gemma): null or absent means hidden_size / num_attention_heads
+local function head_dim(hf, dir, c, default)
+  local v = hf.head_dim
+  if v == nil or v == json.null then
+    if default then v = default else return c end
+  else
+    v = size(hf, dir, "head_dim")
+  end
+  if v % 2 ~= 0 then fail(dir, "config.json 'head_dim' = %d must be even (RoPE rotates pairs of dims)", v) end
+  if v * c.n_head ~= c.d_model then c.head_dim = v end
+  return c
+end
+-- the keys of a LLaMA-like block that these families do not use or refuse (named in messages)
+local function no_window(hf, dir, fam)
+  if hf.use_sliding_window == true then
+    fail(dir, "config.json 'use_sliding_window' = true is not supported for %s (the released models have false: full causal attention)", fam)
+  end
+end
+-- Qwen2 / Qwen2.5 (modeling_qwen2.py Qwen2ForCausalLM, Qwen2Attention): LLaMA's block with
+-- biases on q_proj, k_proj and v_proj (bias=True) and none on o_proj; tied (0.5B–3B) or
+-- untied head. use_sliding_window (false in every released model) is refused when true.
+function from_hf.qwen2(hf, dir)
+  no_window(hf, dir, "qwen2")
+  local hf2 = setmetatable({ attention_bias = false }, { __index = hf })
+  local c = llama_like(hf2, dir, "qwen2")
+  c.qkv_bias = true
+  return c
+end
+-- Qwen3 (modeling_qwen3.py Qwen3ForCausalLM, Qwen3Attention): an explicit head_dim (often
+-- n_head·head_dim ≠ hidden_size), q_norm and k_norm — Qwen3RMSNorm(head_dim) applied to every
+-- head of q and k after the projection and before RoPE — and no biases unless attention_bias
+-- (then on q, k, v and o).
+function from_hf.qwen3(hf, dir)
+  no_window(hf, dir, "qwen3")
+  local ab = key(hf, dir, "attention_bias", false)
+  local hf2 = setmetatable({ attention_bias = false, head_dim = json.null }, { __index = hf })
+  local c = head_dim(hf, dir, llama_like(hf2, dir, "qwen3"), 128)
+  c.qk_norm = true
+  c.qkv_bias, c.o_bias = ab, ab
+  return c
+end
+-- Gemma's activation (modeling_gemma.py GemmaMLP): hidden_activation when given, otherwise
+-- gelu_pytorch_tanh whatever hidden_act says (transformers ≥ 4.39: "Gemma's activation
+-- function should be approximate GeLU and not exact GeLU")
+local function gemma_act(hf, dir, fam)
+  local a = hf.hidden_activation
+  if a == nil or a == json.null then return "gelu_tanh" end
+  a = key(hf, dir, "hidden_activation", "", "string")
+  local ok = { gelu_pytorch_tanh = "gelu_tanh", gelu_new = "gelu_tanh", gelu = "gelu_erf", silu = "silu" }
+  if not ok[a] then fail(dir, "config.json 'hidden_activation' = \"%s\" is not supported for %s (supported: gelu_pytorch_tanh, gelu_new, gelu, silu)", a, fam) end
+  return ok[a]
+end
+-- Gemma (modeling_gemma.py GemmaForCausalLM): LLaMA's names and block with GemmaRMSNorm —
+-- x/√(mean(x²)+eps)·(1 + w), computed in fp32: the import stores 1 + w (rounded to fp32, as
+-- HF's 1.0 + weight.float()) as the gain (layout entries plus_one) —, GeGLU (gelu tanh),
+-- explicit head_dim, the embeddings times √hidden_size (HF: a tensor of the hidden dtype;
+-- the engine computes in fp32, so fp32(√d)) and the head tied to the embedding.
+local function gemma_like(hf, dir, fam)
+  must(hf, dir, "tie_word_embeddings", { true }, fam)
+  local hf2 = setmetatable({ hidden_act = "silu", head_dim = json.null, tie_word_embeddings = true }, { __index = hf })
+  local c = head_dim(hf, dir, llama_like(hf2, dir, fam), 256)
+  c.act = gemma_act(hf, dir, fam)
+  c.embed_scale = tonumber(ffi.new("float", math.sqrt(c.d_model)))
+  return c
+end
+function from_hf.gemma(hf, dir) return gemma_like(hf, dir, "gemma") end
+-- Gemma 2 (modeling_gemma2.py Gemma2ForCausalLM, Gemma2DecoderLayer, eager_attention_forward):
+-- Gemma's block with four norms (input_layernorm → attention → post_attention_layernorm → +x;
+-- pre_feedforward_layernorm → MLP → post_feedforward_layernorm → +x), the score scale
+-- query_pre_attn_scalar^−½, attention soft-capping c·tanh(s/c) (attn_logit_softcapping), a
+-- sliding window (sliding_window) on the even layers (layer_idx % 2 == 0; key j hidden from
+-- query i when i − j ≥ sliding_window) and global attention on the odd ones, and final logit
+-- soft-capping (final_logit_softcapping).
+function from_hf.gemma2(hf, dir)
+  local c = gemma_like(hf, dir, "gemma2")
+  c.post_norms = true
+  local q = positive(hf, dir, "query_pre_attn_scalar", 256)
+  c.attn_scale = q ^ -0.5
+  local function cap(k)
+    local v = hf[k]
+    if v == nil or v == json.null then return 0 end
+    return positive(hf, dir, k)
+  end
+  c.attn_softcap, c.logit_softcap = cap("attn_logit_softcapping"), cap("final_logit_softcapping")
+  if hf.sliding_window ~= nil and hf.sliding_window ~= json.null then
+    c.window, c.window_every = size(hf, dir, "sliding_window", 4096), 2
+  end
+  return c
+end
 function from_hf.vit(hf, dir)
   must(hf, dir, "qkv_bias", { true }, "vit")
   local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
@@ -347,7 +441,8 @@ end
 local layout = {}   -- family -> { prefix(s), global(c), layer(c, l, lo), ignore = {patterns}, head_prefix }
 -- the config.json key of the number of layers
 local LAYER_KEY = { gpt2 = "n_layer", opt = "num_hidden_layers", bert = "num_hidden_layers", llama = "num_hidden_layers",
-                    mistral = "num_hidden_layers", phi3 = "num_hidden_layers", vit = "num_hidden_layers" }
+                    mistral = "num_hidden_layers", phi3 = "num_hidden_layers", vit = "num_hidden_layers",
+                    qwen2 = "num_hidden_layers", qwen3 = "num_hidden_layers", gemma = "num_hidden_layers", gemma2 = "num_hidden_layers" }
 
 layout.gpt2 = {
   prefixes = { "transformer.", "" }, export_prefix = "transformer.",
@@ -509,6 +604,62 @@ layout.vit = {
   end,
 }
 layout.mistral = layout.llama   -- MistralForCausalLM's names are LlamaForCausalLM's
+-- the LLaMA-named decoders with the imported families' options (Qwen2, Qwen3, Gemma, Gemma 2):
+-- LLaMA's tensors with head_dim (q (NH·HD, C), k/v (NKV·HD, C), o (C, NH·HD)), q/k/v biases
+-- (qkv_bias), o bias (o_bias), q_norm/k_norm (HD) (qk_norm); norms names the norms of a layer
+-- as { file name, the project's } in order; plus_one: the file holds w of a (1 + w) RMSNorm
+local function llama_named(norms, plus_one)
+  return function(c, l, lo)
+    local Cd, F = c.d_model, c.d_ff
+    local HD = (c.head_dim or 0) > 0 and c.head_dim or Cd / c.n_head
+    local Q, KV = c.n_head * HD, (c.n_kv_head or c.n_head) * HD
+    local h, o = "layers." .. l .. ".", "layers" .. lo .. "."
+    local hd = (c.head_dim or 0) > 0 and "head_dim" or "hidden_size / num_attention_heads"
+    local qw, kw = "num_attention_heads × " .. hd .. ", hidden_size", "num_key_value_heads × " .. hd .. ", hidden_size"
+    local out = {
+      E(h .. "self_attn.q_proj.weight", { Q, Cd }, qw, one(o .. "attn.q_proj.weight")),
+      E(h .. "self_attn.k_proj.weight", { KV, Cd }, kw, one(o .. "attn.k_proj.weight")),
+      E(h .. "self_attn.v_proj.weight", { KV, Cd }, kw, one(o .. "attn.v_proj.weight")),
+      E(h .. "self_attn.o_proj.weight", { Cd, Q }, "hidden_size, num_attention_heads × " .. hd, one(o .. "attn.o_proj.weight")),
+    }
+    if c.qkv_bias then
+      out[#out + 1] = E(h .. "self_attn.q_proj.bias", { Q }, "num_attention_heads × " .. hd, one(o .. "attn.q_proj.bias"))
+      out[#out + 1] = E(h .. "self_attn.k_proj.bias", { KV }, "num_key_value_heads × " .. hd, one(o .. "attn.k_proj.bias"))
+      out[#out + 1] = E(h .. "self_attn.v_proj.bias", { KV }, "num_key_value_heads × " .. hd, one(o .. "attn.v_proj.bias"))
+    end
+    if c.o_bias then out[#out + 1] = E(h .. "self_attn.o_proj.bias", { Cd }, "hidden_size", one(o .. "attn.o_proj.bias")) end
+    if c.qk_norm then
+      out[#out + 1] = E(h .. "self_attn.q_norm.weight", { HD }, hd, one(o .. "attn.q_norm.weight"))
+      out[#out + 1] = E(h .. "self_attn.k_norm.weight", { HD }, hd, one(o .. "attn.k_norm.weight"))
+    end
+    out[#out + 1] = E(h .. "mlp.gate_proj.weight", { F, Cd }, "intermediate_size, hidden_size", one(o .. "mlp.gate_proj.weight"))
+    out[#out + 1] = E(h .. "mlp.up_proj.weight", { F, Cd }, "intermediate_size, hidden_size", one(o .. "mlp.up_proj.weight"))
+    out[#out + 1] = E(h .. "mlp.down_proj.weight", { Cd, F }, "hidden_size, intermediate_size", one(o .. "mlp.down_proj.weight"))
+    for _, n in ipairs(norms) do
+      out[#out + 1] = E(h .. n[1] .. ".weight", { Cd }, "hidden_size", one(o .. n[2] .. ".weight"), { plus_one = plus_one })
+    end
+    return out
+  end
+end
+local LLAMA_NORMS = { { "input_layernorm", "ln1" }, { "post_attention_layernorm", "ln2" } }
+local function llama_family(layer, plus_one)
+  return {
+    prefixes = { "model.", "" }, export_prefix = "model.",
+    ignore = { "^layers%.%d+%.self_attn%.rotary_emb%.inv_freq$" },
+    global = function(c)
+      local g = layout.llama.global(c)
+      if plus_one then g[2].plus_one = true end   -- norm.weight
+      return g
+    end,
+    layer = layer,
+  }
+end
+layout.qwen2 = llama_family(llama_named(LLAMA_NORMS))
+layout.qwen3 = layout.qwen2
+layout.gemma = llama_family(llama_named(LLAMA_NORMS, true), true)
+layout.gemma2 = llama_family(llama_named({ { "input_layernorm", "ln1" }, { "post_attention_layernorm", "ln1_post" },
+  { "pre_feedforward_layernorm", "ln2" }, { "post_feedforward_layernorm", "ln2_post" } }, true), true)
+
 layout.phi3 = {
   prefixes = { "model.", "" }, export_prefix = "model.",
   ignore = { "^layers%.%d+%.self_attn%.rotary_emb%.inv_freq$" },
@@ -549,8 +700,18 @@ end
 local Dir = {}
 Dir.__index = Dir
 
+-- families refused by name, with what their import needs (the llama model has the options:
+-- models/llama.lua; the mapping and its reference test are what is missing)
+local NOT_YET = {
+  phi = "Phi-2 (modeling_phi.py): parallel attention and MLP from one LayerNorm, partial rotary, biases, lm_head bias",
+  falcon = "Falcon (modeling_falcon.py): parallel attention and MLP, fused query_key_value with multi-query or grouped KV heads",
+  mpt = "MPT (modeling_mpt.py): ALiBi, LayerNorm without bias, fused Wqkv, clip_qkv",
+}
+M.NOT_YET = NOT_YET
+
 local PICKLES = { "%.bin$", "%.pt$", "%.pth$", "%.ckpt$", "%.pkl$" }
 local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM", mistral = "AutoModelForCausalLM", phi3 = "AutoModelForCausalLM",
+                     qwen2 = "AutoModelForCausalLM", qwen3 = "AutoModelForCausalLM", gemma = "AutoModelForCausalLM", gemma2 = "AutoModelForCausalLM",
                      bert = "AutoModelForMaskedLM", vit = "AutoModelForImageClassification" }
 
 local shape_buf = ffi.new("int64_t[8]")
@@ -588,6 +749,9 @@ function M.open(dir, opts)
   end
   if not hf then fail(dir, "no config.json (a Hugging Face model directory holds config.json next to the weights)") end
   if type(family) ~= "string" then fail(dir, "config.json has no 'model_type'") end
+  if NOT_YET[family] then
+    fail(dir, "config.json model_type '%s' is not supported yet: %s (docs/PRETRAINED.md; supported: %s)", family, NOT_YET[family], table.concat(M.FAMILIES, ", "))
+  end
   if not layout[family] then fail(dir, "config.json model_type '%s' is not supported (supported: %s)", family, table.concat(M.FAMILIES, ", ")) end
   local self = setmetatable({ dir = dir, hf = hf, family = family, files = {}, where = {}, names = {}, name = dir:match("([^/]+)$") }, Dir)
   local ok, err = pcall(function()
@@ -830,6 +994,9 @@ function M.fill(self, entries, params, filled, opts)
           rc = C.ol_hf_to_f32(ffi.cast("const uint8_t *", src.ptr) + part.off * es, src.dt, p.numel, p.data)
         end
         if rc ~= 0 then ol.engine_error(2) end
+        if e.plus_one then   -- Gemma's (1 + w) RMSNorm gain, in fp32 as HF's 1.0 + weight.float()
+          for i = 0, tonumber(p.numel) - 1 do p.data[i] = 1 + p.data[i] end
+        end
         filled[part.ours] = true
       end
       if opts.release then C.ol_hf_release(src.ptr, src.nbytes) end
@@ -929,6 +1096,9 @@ function M.export(dir, ctx, model, opts)
   if not layout[fam] then fail(where, "family '%s' cannot be exported", tostring(fam)) end
   local att = type(cfg.attention) == "table" and (cfg.attention.kind or "softmax") or cfg.attention
   if att ~= "softmax" then fail(where, "attention '%s' has no Hugging Face equivalent (only softmax models can be exported)", tostring(att)) end
+  if fam == "llama" and models.families.llama.extended(cfg) then
+    fail(where, "a llama model with the imported families' options (head_dim, biases, qk_norm, …: Qwen, Gemma, Phi-2, Falcon, MPT) is not exported (only LLaMA's own block)")
+  end
   if fam == "vit" and cfg.patch_ln then fail(where, "patch_ln (a LayerNorm after the patch embedding) has no Hugging Face ViT equivalent") end
   if fam ~= "llama" and not ACT_HF[cfg.act] then fail(where, "activation '%s' has no Hugging Face equivalent", tostring(cfg.act)) end
   local dtname = opts.dtype or "F32"

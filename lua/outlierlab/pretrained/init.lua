@@ -35,7 +35,8 @@ M.EXPERIMENTS = {
 -- experiment (the claims as the experiment files state them for that model).
 local PAPER_MODELS = {
   { name = "GPT-2 (124M)", family = "gpt2", n_layer = 12, d_model = 768 },
-  { name = "LLaMA-2-7B", family = "llama", n_layer = 32, d_model = 4096, n_kv_head = 32 },
+  -- (not a Qwen1.5-7B, model_type qwen2 with LLaMA-2-7B's shape: q/k/v biases)
+  { name = "LLaMA-2-7B", family = "llama", n_layer = 32, d_model = 4096, n_kv_head = 32, qkv_bias = false, qk_norm = false, embed_scale = 0 },
   { name = "BERT-base", family = "bert", n_layer = 12, d_model = 768 },
 }
 M.PAPER = {

@@ -1,0 +1,332 @@
+-- hf_reference — what the tests of imported Hugging Face families share: reading and writing
+-- safetensors files in plain Lua (header JSON, F32/BF16 bytes), random weights, and an
+-- independent reference forward of each decoder family written from the published
+-- architecture (transformers' modeling_<family>.py), in double precision, never with the
+-- engine's ops. Used by tests/lua/test_hf_families.lua and tests/lua/test_hf_qwen_gemma.lua.
+--
+--   local R = require "lib.hf_reference"   (tests put tests/lua on package.path)
+--   local W = R.load_dir(dir)               -- name -> { shape =, v = {1-based values} }
+--   R.write_dir(dir, tensors, config, { dtype = "F32"|"BF16", shards = 1|2 })
+--   local logits, hs = R.forward(W, config, ids)   -- rows of T × V; hs[l] = layer l's output
+--   R.engine(dir, ids) -> logits (flat), hs[l] (flat) through hf.load; R.max_rel(a, b); R.flat(rows)
+local ol = require "outlierlab"
+local ffi = require "ffi"
+local json = require "outlierlab.util.json"
+local hf = require "outlierlab.pretrained.hf"
+
+local R = {}
+
+local function read(path) local f = assert(io.open(path, "rb")) local s = f:read("*a") f:close() return s end
+local function write(path, s) local f = assert(io.open(path, "wb")) f:write(s) f:close() end
+R.read, R.write = read, write
+
+-- ---------------------------------------------------------------- files
+local function bf16(u) local b = ffi.new("uint32_t[1]", u * 65536) return ffi.cast("float *", b)[0] end
+function R.load_dir(dir)
+  local W = {}
+  local files = {}
+  if io.open(dir .. "/model.safetensors", "rb") then files = { "model.safetensors" }
+  else
+    local seen = {}
+    for _, f in pairs(json.decode(read(dir .. "/model.safetensors.index.json")).weight_map) do
+      if not seen[f] then seen[f] = true files[#files + 1] = f end
+    end
+  end
+  for _, f in ipairs(files) do
+    local s = read(dir .. "/" .. f)
+    local n = 0
+    for i = 8, 1, -1 do n = n * 256 + s:byte(i) end
+    local hdr = json.decode(s:sub(9, 8 + n))
+    local base = ffi.cast("const uint8_t *", s) + 8 + n
+    for name, e in pairs(hdr) do
+      if name ~= "__metadata__" then
+        local a, b = e.data_offsets[1], e.data_offsets[2]
+        local v = {}
+        if e.dtype == "F32" then
+          local p = ffi.cast("const float *", base + a)
+          for i = 0, (b - a) / 4 - 1 do v[i + 1] = p[i] end
+        elseif e.dtype == "BF16" then
+          local p = ffi.cast("const uint16_t *", base + a)
+          for i = 0, (b - a) / 2 - 1 do v[i + 1] = bf16(p[i]) end
+        else error("reference: dtype " .. e.dtype) end
+        W[name] = { shape = e.shape, v = v }
+      end
+    end
+  end
+  return W
+end
+
+-- tensors: list of { name =, shape =, v = {values} }; config: the config.json table.
+-- dtype "F32" or "BF16"; shards = 2 puts the layers' tensors in a second file (with the index)
+local DT = { F32 = ol.C.OL_ST_F32, BF16 = ol.C.OL_ST_BF16 }
+function R.write_dir(dir, tensors, config, opts)
+  opts = opts or {}
+  local dtype, shards = opts.dtype or "F32", opts.shards or 1
+  os.execute("mkdir -p " .. dir .. " && rm -f " .. dir .. "/*.safetensors " .. dir .. "/model.safetensors.index.json")
+  local out = {}
+  for _, e in ipairs(tensors) do out[#out + 1] = e end
+  table.sort(out, function(a, b) return a.name < b.name end)
+  local files, wm = {}, {}
+  for _, e in ipairs(out) do
+    local f = (shards == 2 and e.name:find("layers")) and 2 or 1
+    files[f] = files[f] or {}
+    table.insert(files[f], e)
+  end
+  for i, list in ipairs(files) do
+    local fname = shards == 2 and string.format("model-%05d-of-00002.safetensors", i) or "model.safetensors"
+    local w = ol.C.ol_st_writer_new()
+    local keep = {}
+    for _, e in ipairs(list) do
+      local n = #e.v
+      local f32 = ffi.new("float[?]", n, e.v)
+      local data = f32
+      if dtype == "BF16" then data = ffi.new("uint16_t[?]", n) assert(ol.C.ol_hf_from_f32(f32, n, DT.BF16, data) == 0) end
+      keep[#keep + 1] = data
+      assert(ol.C.ol_st_writer_add(w, e.name, DT[dtype], #e.shape, ffi.new("int64_t[?]", #e.shape, e.shape), data) == 0)
+      wm[e.name] = fname
+    end
+    assert(ol.C.ol_st_writer_save(w, dir .. "/" .. fname) == 0)
+    ol.C.ol_st_writer_free(w)
+  end
+  if shards == 2 then write(dir .. "/model.safetensors.index.json", json.encode({ metadata = {}, weight_map = wm })) end
+  if config then write(dir .. "/config.json", json.encode(config)) end
+end
+
+-- deterministic values in (-1, 1) for the k-th number of a stream (sine hash)
+function R.rand(k)
+  local r = math.sin(k * 12.9898 + 78.233) * 43758.5453
+  return (r - math.floor(r)) * 2 - 1
+end
+-- a random tensor: scale·u, or 1 + scale·u (norm gains) when gain; seed picks the stream
+function R.tensor(name, shape, seed, scale, gain)
+  local n = 1
+  for _, s in ipairs(shape) do n = n * s end
+  local v = {}
+  for i = 1, n do
+    local u = R.rand(seed * 7919 + i)
+    v[i] = gain and (1 + scale * u) or scale * u
+  end
+  return { name = name, shape = shape, v = v }
+end
+
+-- ---------------------------------------------------------------- the reference pieces
+-- f applied to each of the T rows of x (lists of numbers): a new list of rows
+local function rows(x, f) local out = {} for t0 = 1, #x do out[t0] = f(x[t0]) end return out end
+-- w.shape = (out, in): y = x Wᵀ (+ b)
+local function linear(x, w, b)
+  local O, I = w.shape[1], w.shape[2]
+  return rows(x, function(r)
+    local y = {}
+    for o = 0, O - 1 do
+      local s = 0
+      for i = 1, I do s = s + r[i] * w.v[o * I + i] end
+      y[o + 1] = s + (b and b.v[o + 1] or 0)
+    end
+    return y
+  end)
+end
+R.linear = linear
+-- LlamaRMSNorm: x / sqrt(mean(x²) + eps) · w; GemmaRMSNorm (plus_one): · (1 + w)
+local function rmsnorm_row(r, w, eps, plus_one, off, n)
+  off, n = off or 0, n or #r
+  local s = 0
+  for i = 1, n do s = s + r[off + i] * r[off + i] end
+  local inv = 1 / math.sqrt(s / n + eps)
+  for i = 1, n do
+    local g = w.v[i]
+    if plus_one then g = 1 + g end
+    r[off + i] = r[off + i] * inv * g
+  end
+end
+local function rmsnorm(x, w, eps, plus_one)
+  return rows(x, function(r) local y = { unpack(r) } rmsnorm_row(y, w, eps, plus_one) return y end)
+end
+R.rmsnorm = rmsnorm
+-- rotary embedding, rotate-half layout (apply_rotary_pos_emb) over the first rd dims of each
+-- head (rd = hd: the whole head): pair (i, i + rd/2), angle = pos · theta^(−2i/rd)
+local function rope(row, nh, hd, pos, theta, rd)
+  rd = rd or hd
+  for h = 0, nh - 1 do
+    for i = 0, rd / 2 - 1 do
+      local ang = pos * theta ^ (-2 * i / rd)
+      local c, s = math.cos(ang), math.sin(ang)
+      local a, b = row[h * hd + i + 1], row[h * hd + i + rd / 2 + 1]
+      row[h * hd + i + 1] = a * c - b * s
+      row[h * hd + i + rd / 2 + 1] = b * c + a * s
+    end
+  end
+end
+R.rope = rope
+local function silu(x) return x / (1 + math.exp(-x)) end
+local function gelu_tanh(x) return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ^ 3))) end
+R.silu, R.gelu_tanh = silu, gelu_tanh
+local function fl32(x) return tonumber(ffi.new("float", x)) end
+
+-- causal softmax attention over heads: q (T rows, NH·HD), k, v (T rows, NKV·HD);
+-- o = { scale =, softcap =, window = (key j hidden when i − j ≥ window) }
+local function attend(q, k, v, NH, NKV, HD, o)
+  local T = #q
+  local att = {}
+  for t0 = 1, T do att[t0] = {} end
+  for h = 0, NH - 1 do
+    local kh = math.floor(h / (NH / NKV))
+    for i = 1, T do
+      local sc, mx = {}, -math.huge
+      for j = 1, i do
+        if not o.window or i - j < o.window then
+          local s = 0
+          for d = 1, HD do s = s + q[i][h * HD + d] * k[j][kh * HD + d] end
+          s = s * o.scale
+          if o.softcap then s = math.tanh(s / o.softcap) * o.softcap end
+          sc[j] = s
+          if s > mx then mx = s end
+        end
+      end
+      local z = 0
+      for j = 1, i do if sc[j] then sc[j] = math.exp(sc[j] - mx) z = z + sc[j] end end
+      for d = 1, HD do
+        local s = 0
+        for j = 1, i do if sc[j] then s = s + sc[j] / z * v[j][kh * HD + d] end end
+        att[i][h * HD + d] = s
+      end
+    end
+  end
+  return att
+end
+R.attend = attend
+
+local function add(x, y) for t0 = 1, #x do for i = 1, #x[t0] do x[t0][i] = x[t0][i] + y[t0][i] end end end
+local function snapshot(x) local o = {} for t0 = 1, #x do o[t0] = { unpack(x[t0]) } end return o end
+local function slice(rows, a, b) local o = {} for t0 = 1, #rows do o[t0] = { unpack(rows[t0], a, b) } end return o end
+
+-- ---------------------------------------------------------------- the LLaMA-named decoders
+-- LLaMA, Mistral (modeling_mistral.py: sliding window on every layer), Phi-3 (modeling_phi3.py:
+-- qkv_proj and gate_up_proj sliced), Qwen2 (modeling_qwen2.py: q/k/v biases), Qwen3
+-- (modeling_qwen3.py: q_norm, k_norm per head before RoPE, head_dim), Gemma (modeling_gemma.py:
+-- (1 + w) RMSNorm, GeGLU with gelu tanh, embeddings × √hidden_size in the hidden dtype (fp32),
+-- tied head), Gemma 2 (modeling_gemma2.py: post-attention and post-FFN norms, score scale
+-- query_pre_attn_scalar^−½, attention and final soft-capping, window on the even layers).
+local function llama_forward(W, c, ids)
+  local mt = c.model_type
+  local gemma = mt == "gemma" or mt == "gemma2"
+  local C, NH = c.hidden_size, c.num_attention_heads
+  local NKV = c.num_key_value_heads or NH
+  local HD = ((mt == "qwen3" or gemma) and c.head_dim) or C / NH
+  local eps, theta = c.rms_norm_eps, c.rope_theta or 10000
+  local prefix = W["model.embed_tokens.weight"] and "model." or ""
+  local T = #ids
+  local E = W[prefix .. "embed_tokens.weight"]
+  local x = {}
+  local norm_scale = gemma and fl32(math.sqrt(C)) or 1   -- torch.tensor(hidden_size**0.5, dtype=hidden dtype)
+  for t0 = 1, T do
+    local r = {}
+    for i = 1, C do r[i] = E.v[ids[t0] * C + i] * norm_scale end
+    x[t0] = r
+  end
+  local function norm(rows, name) return rmsnorm(rows, W[name], eps, gemma) end
+  local hs = {}
+  for l = 0, c.num_hidden_layers - 1 do
+    local p = prefix .. "layers." .. l .. "."
+    local a = norm(x, p .. "input_layernorm.weight")
+    local q, k, v
+    if W[p .. "self_attn.qkv_proj.weight"] then   -- Phi-3: qkv = qkv_proj(x); q, k, v = slices of the last dim
+      local qkv = linear(a, W[p .. "self_attn.qkv_proj.weight"])
+      q, k, v = slice(qkv, 1, NH * HD), slice(qkv, NH * HD + 1, NH * HD + NKV * HD), slice(qkv, NH * HD + NKV * HD + 1, NH * HD + 2 * NKV * HD)
+    else
+      local function proj(n) return linear(a, W[p .. "self_attn." .. n .. ".weight"], W[p .. "self_attn." .. n .. ".bias"]) end
+      q, k, v = proj("q_proj"), proj("k_proj"), proj("v_proj")
+    end
+    if mt == "qwen3" and W[p .. "self_attn.q_norm.weight"] then   -- q_norm(q.view(..., head_dim)), k_norm(k.view(...)): each head on its own
+      for t0 = 1, T do
+        for h = 0, NH - 1 do rmsnorm_row(q[t0], W[p .. "self_attn.q_norm.weight"], eps, false, h * HD, HD) end
+        for h = 0, NKV - 1 do rmsnorm_row(k[t0], W[p .. "self_attn.k_norm.weight"], eps, false, h * HD, HD) end
+      end
+    end
+    for t0 = 1, T do rope(q[t0], NH, HD, t0 - 1, theta) rope(k[t0], NKV, HD, t0 - 1, theta) end
+    local o = { scale = 1 / math.sqrt(HD) }
+    if mt == "mistral" or mt == "phi3" then o.window = c.sliding_window end
+    if mt == "gemma2" then
+      o.scale = c.query_pre_attn_scalar ^ -0.5
+      o.softcap = c.attn_logit_softcapping
+      if l % 2 == 0 then o.window = c.sliding_window end   -- Gemma2Attention: sliding on even layers
+    end
+    local att = attend(q, k, v, NH, NKV, HD, o)
+    local ao = linear(att, W[p .. "self_attn.o_proj.weight"], W[p .. "self_attn.o_proj.bias"])
+    if mt == "gemma2" then ao = norm(ao, p .. "post_attention_layernorm.weight") end
+    add(x, ao)
+    local m = norm(x, p .. (mt == "gemma2" and "pre_feedforward_layernorm.weight" or "post_attention_layernorm.weight"))
+    local g, u
+    if W[p .. "mlp.gate_up_proj.weight"] then   -- Phi-3: gate, up = gate_up_proj(x).chunk(2, dim=-1)
+      local gu = linear(m, W[p .. "mlp.gate_up_proj.weight"])
+      local F = #gu[1] / 2
+      g, u = slice(gu, 1, F), slice(gu, F + 1, 2 * F)
+    else
+      g, u = linear(m, W[p .. "mlp.gate_proj.weight"]), linear(m, W[p .. "mlp.up_proj.weight"])
+    end
+    local act = gemma and gelu_tanh or silu
+    for t0 = 1, T do for i = 1, #g[t0] do g[t0][i] = act(g[t0][i]) * u[t0][i] end end
+    local d = linear(g, W[p .. "mlp.down_proj.weight"])
+    if mt == "gemma2" then d = norm(d, p .. "post_feedforward_layernorm.weight") end
+    add(x, d)
+    hs[l] = snapshot(x)
+  end
+  local f = norm(x, prefix .. "norm.weight")
+  local logits = linear(f, W["lm_head.weight"] or E)
+  if mt == "gemma2" and c.final_logit_softcapping then
+    local cap = c.final_logit_softcapping
+    for t0 = 1, T do for i = 1, #logits[t0] do logits[t0][i] = math.tanh(logits[t0][i] / cap) * cap end end
+  end
+  return logits, hs
+end
+
+local FORWARD = { llama = llama_forward, mistral = llama_forward, phi3 = llama_forward, qwen2 = llama_forward,
+                  qwen3 = llama_forward, gemma = llama_forward, gemma2 = llama_forward }
+-- the reference forward of a directory's config.json: logits (T rows of V), hs[l] (T rows of C)
+function R.forward(W, c, ids)
+  local f = FORWARD[c.model_type] or error("reference: no forward for model_type " .. tostring(c.model_type))
+  return f(W, c, ids)
+end
+
+-- ---------------------------------------------------------------- the engine side and comparison
+function R.engine(dir, ids)
+  local ctx, m = hf.load(dir)
+  return ctx:no_grad(function()
+    ctx:reset()
+    local T = #ids
+    local b = ctx:tensor({ 1, T }, { dtype = "i32", name = "ids" })
+    for i = 1, T do b.idata[i - 1] = ids[i] end
+    local hs = {}
+    local out = m:forward({ ids = b }, { probe = function(name, l, x)
+      if name == "h" then
+        local r = {}
+        for i = 0, tonumber(x.numel) - 1 do r[i + 1] = x.data[i] end
+        hs[l] = r
+      end
+    end })
+    local v = {}
+    for i = 0, tonumber(out.numel) - 1 do v[i + 1] = out.data[i] end
+    return v, hs, m
+  end)
+end
+function R.flat(rows) local o = {} for _, r in ipairs(rows) do for _, x in ipairs(r) do o[#o + 1] = x end end return o end
+-- max |a − b| / max |b| (math.huge when the lengths differ), and max |a − b|
+function R.max_rel(a, b)
+  if #a ~= #b or #a == 0 then return math.huge, math.huge end
+  local d, s = 0, 0
+  for i = 1, #a do d = math.max(d, math.abs(a[i] - b[i])) s = math.max(s, math.abs(b[i])) end
+  return d / s, d
+end
+-- compare a directory's engine forward with the reference: rel. errors of logits and of the
+-- worst layer, and the max abs error of the logits
+function R.compare(dir, ids)
+  local W = R.load_dir(dir)
+  local c = json.decode(read(dir .. "/config.json"))
+  local ref, rhs = R.forward(W, c, ids)
+  local got, hs = R.engine(dir, ids)
+  local e, abs = R.max_rel(got, R.flat(ref))
+  local eh = 0
+  for l = 0, c.num_hidden_layers - 1 do eh = math.max(eh, (R.max_rel(hs[l] or {}, R.flat(rhs[l])))) end
+  return e, eh, abs
+end
+
+return R
