@@ -50,11 +50,41 @@ local function norm(ctx, name, n, cfg)
   return common.norm_new(ctx, name, n, cfg, "rmsnorm")
 end
 
+-- RoPE inverse frequencies with LLaMA-3.1's rope_scaling "llama3" (transformers'
+-- modeling_rope_utils.py _compute_llama3_parameters, step by step; HF computes them in fp32,
+-- here in double): over the rotary dims dim,
+--   inv_i = 1 / base^(2i/dim), wavelen_i = 2π / inv_i, low_wl = orig / low, high_wl = orig / high
+--   wavelen_i > low_wl: inv_i / factor (low frequencies interpolated)
+--   wavelen_i < high_wl: inv_i (high frequencies kept)
+--   otherwise: (1 − s)·inv_i / factor + s·inv_i, s = (orig / wavelen_i − low) / (high − low)
+function M.llama3_inv_freq(base, dim, factor, low, high, orig)
+  local out = {}
+  local low_wl, high_wl = orig / low, orig / high
+  for i = 0, dim / 2 - 1 do
+    local inv = 1 / base ^ (2 * i / dim)
+    local wl = 2 * math.pi / inv
+    local v = wl > low_wl and inv / factor or inv                    -- torch.where(wavelen > low_freq_wavelen, ...)
+    if not (wl < high_wl) and not (wl > low_wl) then                 -- is_medium_freq
+      local s = (orig / wl - low) / (high - low)
+      v = (1 - s) * v / factor + s * v
+    end
+    out[i + 1] = v
+  end
+  return out
+end
+
 -- the attention options of a config (common.Attention_new)
 local function attn_opts(cfg, std, proj_std)
   local o = { causal = true, bias = false, rope = cfg.rope_base > 0 and cfg.rope_base or nil, std = std, proj_std = proj_std,
               head_dim = cfg.head_dim > 0 and cfg.head_dim or nil, qkv_bias = cfg.qkv_bias, o_bias = cfg.o_bias,
-              qk_norm = cfg.qk_norm and cfg.norm_eps or nil, rotary_dim = cfg.rotary_dim > 0 and cfg.rotary_dim or nil }
+              qk_norm = cfg.qk_norm and cfg.norm_eps or nil, rotary_dim = cfg.rotary_dim > 0 and cfg.rotary_dim or nil,
+              qk_layernorm = cfg.qk_norm and cfg.norm == "layernorm" and { bias = cfg.norm_bias } or nil,
+              clip_qkv = cfg.clip_qkv > 0 and cfg.clip_qkv or nil }
+  if cfg.rope_factor > 0 then
+    local rd = cfg.rotary_dim > 0 and cfg.rotary_dim or (cfg.head_dim > 0 and cfg.head_dim or cfg.d_model / cfg.n_head)
+    o.rope_freqs = M.llama3_inv_freq(cfg.rope_base, rd, cfg.rope_factor, cfg.rope_low_freq_factor, cfg.rope_high_freq_factor,
+                                     cfg.rope_original_max_pos)
+  end
   if cfg.attn_scale > 0 or cfg.attn_softcap > 0 or cfg.window > 0 or cfg.alibi > 0 then
     o.scores = { scale = cfg.attn_scale > 0 and cfg.attn_scale or nil, softcap = cfg.attn_softcap > 0 and cfg.attn_softcap or nil,
                  window = cfg.window > 0 and cfg.window or nil, window_every = cfg.window_every,
@@ -110,7 +140,8 @@ end
 local PLAIN = { head_dim = 0, qkv_bias = false, o_bias = false, qk_norm = false, norm = "rmsnorm", norm_bias = true,
                 mlp = "glu", act = "silu", mlp_bias = false, parallel = "none", post_norms = false, rotary_dim = 0,
                 attn_scale = 0, attn_softcap = 0, window = 0, window_every = 1, alibi = 0, embed_scale = 0,
-                logit_softcap = 0, head_bias = false }
+                logit_softcap = 0, head_bias = false, rope_factor = 0, rope_low_freq_factor = 0, rope_high_freq_factor = 0,
+                rope_original_max_pos = 0, clip_qkv = 0 }
 M.PLAIN = PLAIN
 function M.extended(cfg)
   for k, v in pairs(PLAIN) do if cfg[k] ~= v then return true end end
@@ -120,14 +151,25 @@ end
 -- the checks of the keys above (models.config calls it)
 function M.check(cfg, what)
   local function bad(k, v, valid) error(string.format("%s: %s must be %s, got %s", what, k, valid, tostring(v)), 4) end
-  for _, k in ipairs { "head_dim", "rotary_dim", "window", "window_every" } do
+  for _, k in ipairs { "head_dim", "rotary_dim", "window", "window_every", "rope_original_max_pos" } do
     local v = cfg[k]
     if v < 0 or v ~= math.floor(v) then bad(k, v, "a non-negative integer") end
   end
   if cfg.window_every < 1 then bad("window_every", cfg.window_every, "at least 1") end
-  for _, k in ipairs { "attn_scale", "attn_softcap", "alibi", "embed_scale", "logit_softcap", "rope_base" } do
+  for _, k in ipairs { "attn_scale", "attn_softcap", "alibi", "embed_scale", "logit_softcap", "rope_base", "rope_factor",
+                       "rope_low_freq_factor", "rope_high_freq_factor", "clip_qkv" } do
     local v = cfg[k]
     if not (v >= 0 and v < math.huge) then bad(k, v, "a non-negative finite number") end
+  end
+  if cfg.rope_factor > 0 then   -- LLaMA-3.1's "llama3" scaling: every parameter, with high > low
+    if cfg.rope_base == 0 then bad("rope_factor", cfg.rope_factor, "0 without RoPE (rope_base 0)") end
+    if cfg.rope_low_freq_factor == 0 then bad("rope_low_freq_factor", 0, "positive with rope_factor") end
+    if not (cfg.rope_high_freq_factor > cfg.rope_low_freq_factor) then
+      bad("rope_high_freq_factor", cfg.rope_high_freq_factor, "greater than rope_low_freq_factor " .. cfg.rope_low_freq_factor)
+    end
+    if cfg.rope_original_max_pos < 1 then bad("rope_original_max_pos", cfg.rope_original_max_pos, "at least 1 with rope_factor") end
+  elseif cfg.rope_low_freq_factor ~= 0 or cfg.rope_high_freq_factor ~= 0 or cfg.rope_original_max_pos ~= 0 then
+    bad("rope_factor", 0, "positive when rope_low_freq_factor, rope_high_freq_factor or rope_original_max_pos is set")
   end
   local HD = cfg.head_dim > 0 and cfg.head_dim or cfg.d_model / cfg.n_head
   if cfg.rotary_dim > HD or cfg.rotary_dim % 2 ~= 0 then bad("rotary_dim", cfg.rotary_dim, "even and at most the head size " .. HD) end

@@ -204,27 +204,58 @@ function from_hf.bert(hf, dir)
            d_ff = size(hf, dir, "intermediate_size"), dropout = 0.0, norm_eps = positive(hf, dir, "layer_norm_eps", 1e-12),
            act = act(hf, dir, "hidden_act", "gelu", "bert"), pooler = false }
 end
+-- a sub-object of config.json (rope_scaling, attn_config), or nil when absent or null: a table
+-- whose keys are read as "k.key", so that the helpers above name them so in messages
+-- (config.json 'rope_scaling.factor')
+local function sub(hf, dir, k)
+  local v = hf[k]
+  if v == nil or v == json.null then return nil end
+  if type(v) ~= "table" or v[1] ~= nil then fail(dir, "config.json '%s' must be an object or null, got %s", k, show(v)) end
+  return setmetatable({}, { __index = function(_, name) return v[name:sub(#k + 2)] end })
+end
+-- rope_scaling: null (plain RoPE), {"rope_type": "default"}, or for fam "llama" LLaMA-3.1's
+-- {"rope_type": "llama3", factor, low_freq_factor, high_freq_factor,
+-- original_max_position_embeddings} (modeling_rope_utils.py _compute_llama3_parameters: the
+-- model's rope_factor … keys, models/llama.lua llama3_inv_freq); "type" is the old name of
+-- "rope_type" (modeling_rope_utils.py's BC). Every other scaling is refused naming the key.
+local function rope_scaling(hf, dir, fam, c)
+  local rs = sub(hf, dir, "rope_scaling")
+  if not rs then return c end
+  local rt = hf.rope_scaling.rope_type
+  if rt == nil then rt = hf.rope_scaling.type end
+  if rt == "default" then return c end
+  if rt ~= "llama3" or fam ~= "llama" then
+    fail(dir, "config.json 'rope_scaling' = %s is not supported for %s (only null: plain RoPE%s)", json.encode(hf.rope_scaling), fam,
+         fam == "llama" and "; or rope_type \"llama3\", LLaMA-3.1's" or "")
+  end
+  c.rope_factor = positive(rs, dir, "rope_scaling.factor")
+  c.rope_low_freq_factor = positive(rs, dir, "rope_scaling.low_freq_factor")
+  c.rope_high_freq_factor = positive(rs, dir, "rope_scaling.high_freq_factor")
+  if not (c.rope_high_freq_factor > c.rope_low_freq_factor) then
+    fail(dir, "config.json 'rope_scaling.high_freq_factor' = %s must be greater than 'rope_scaling.low_freq_factor' = %s (the smooth interpolation divides by their difference)",
+         show(c.rope_high_freq_factor), show(c.rope_low_freq_factor))
+  end
+  c.rope_original_max_pos = size(rs, dir, "rope_scaling.original_max_position_embeddings")
+  return c
+end
 -- LLaMA (modeling_llama.py LlamaForCausalLM) and the families that are LLaMA's block with
 -- other config keys: fam names the family in messages
 local function llama_like(hf, dir, fam)
   must(hf, dir, "hidden_act", { "silu" }, fam)
   must(hf, dir, "attention_bias", { false }, fam)
   must(hf, dir, "mlp_bias", { false }, fam)
-  if hf.rope_scaling ~= nil then
-    fail(dir, "config.json 'rope_scaling' = %s is not supported for %s (only null: plain RoPE; LLaMA-3.1's \"llama3\" frequency scaling needs the engine's RoPE to take per-frequency factors)",
-         json.encode(hf.rope_scaling), fam)
-  end
   local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
   local KV = size(hf, dir, "num_key_value_heads", NH)
   heads(dir, "num_attention_heads", NH, "hidden_size", Cd, "num_key_value_heads", KV)
   if hf.head_dim ~= nil and hf.head_dim ~= json.null and int(hf, dir, "head_dim") * NH ~= Cd then
     fail(dir, "config.json 'head_dim' = %d with %d heads differs from hidden_size %d: not supported for %s", hf.head_dim, NH, Cd, fam)
   end
-  return { family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings", 2048),
+  return rope_scaling(hf, dir, fam, {
+           family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings", 2048),
            n_layer = size(hf, dir, "num_hidden_layers"), n_head = NH, n_kv_head = KV,
            d_model = Cd, d_ff = size(hf, dir, "intermediate_size"), norm_eps = positive(hf, dir, "rms_norm_eps", 1e-6),
            rope_base = positive(hf, dir, "rope_theta", 10000.0), tie_embeddings = key(hf, dir, "tie_word_embeddings", false),
-           init = "hf", dropout = 0.0 }
+           init = "hf", dropout = 0.0 })
 end
 function from_hf.llama(hf, dir) return llama_like(hf, dir, "llama") end
 -- Mistral (modeling_mistral.py MistralForCausalLM): LLaMA's block and tensor names, with a

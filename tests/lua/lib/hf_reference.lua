@@ -143,12 +143,13 @@ local function rmsnorm(x, w, eps, plus_one)
 end
 R.rmsnorm = rmsnorm
 -- rotary embedding, rotate-half layout (apply_rotary_pos_emb) over the first rd dims of each
--- head (rd = hd: the whole head): pair (i, i + rd/2), angle = pos · theta^(−2i/rd)
-local function rope(row, nh, hd, pos, theta, rd)
+-- head (rd = hd: the whole head): pair (i, i + rd/2), angle = pos · theta^(−2i/rd), or
+-- pos · inv[i + 1] with the inverse frequencies inv of a rope_scaling
+local function rope(row, nh, hd, pos, theta, rd, inv)
   rd = rd or hd
   for h = 0, nh - 1 do
     for i = 0, rd / 2 - 1 do
-      local ang = pos * theta ^ (-2 * i / rd)
+      local ang = inv and pos * inv[i + 1] or pos * theta ^ (-2 * i / rd)
       local c, s = math.cos(ang), math.sin(ang)
       local a, b = row[h * hd + i + 1], row[h * hd + i + rd / 2 + 1]
       row[h * hd + i + 1] = a * c - b * s
@@ -157,6 +158,28 @@ local function rope(row, nh, hd, pos, theta, rd)
   end
 end
 R.rope = rope
+-- modeling_rope_utils.py _compute_llama3_parameters(config) for rope_scaling rs, in double:
+-- inv_freq = 1 / base^(arange(0, dim, 2) / dim); wavelen = 2π / inv_freq;
+-- inv_freq_llama = where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
+-- smooth = (old_context_len / wavelen − low_freq_factor) / (high_freq_factor − low_freq_factor);
+-- smoothed = (1 − smooth)·inv_freq_llama / factor + smooth·inv_freq_llama;
+-- is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen);
+-- inv_freq_llama = where(is_medium, smoothed, inv_freq_llama)
+function R.llama3_inv_freq(base, dim, rs)
+  local factor, lo, hi, old = rs.factor, rs.low_freq_factor, rs.high_freq_factor, rs.original_max_position_embeddings
+  local low_freq_wavelen, high_freq_wavelen = old / lo, old / hi
+  local out = {}
+  for j = 0, dim - 2, 2 do
+    local inv_freq = 1.0 / (base ^ (j / dim))
+    local wavelen = 2 * math.pi / inv_freq
+    local llama = wavelen > low_freq_wavelen and inv_freq / factor or inv_freq
+    local smooth = (old / wavelen - lo) / (hi - lo)
+    local smoothed = (1 - smooth) * llama / factor + smooth * llama
+    local medium = not (wavelen < high_freq_wavelen) and not (wavelen > low_freq_wavelen)
+    out[#out + 1] = medium and smoothed or llama
+  end
+  return out
+end
 local function silu(x) return x / (1 + math.exp(-x)) end
 local function gelu_tanh(x) return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ^ 3))) end
 R.silu, R.gelu_tanh = silu, gelu_tanh
@@ -242,7 +265,8 @@ local function llama_forward(W, c, ids)
         for h = 0, NKV - 1 do rmsnorm_row(k[t0], W[p .. "self_attn.k_norm.weight"], eps, false, h * HD, HD) end
       end
     end
-    for t0 = 1, T do rope(q[t0], NH, HD, t0 - 1, theta) rope(k[t0], NKV, HD, t0 - 1, theta) end
+    local inv = type(c.rope_scaling) == "table" and c.rope_scaling.rope_type == "llama3" and R.llama3_inv_freq(theta, HD, c.rope_scaling) or nil
+    for t0 = 1, T do rope(q[t0], NH, HD, t0 - 1, theta, nil, inv) rope(k[t0], NKV, HD, t0 - 1, theta, nil, inv) end
     local o = { scale = 1 / math.sqrt(HD) }
     if mt == "mistral" or mt == "phi3" then o.window = c.sliding_window end
     if mt == "gemma2" then
