@@ -271,7 +271,7 @@ function M.count(cfg)
     local attn = 2 * C * NH * HD + 2 * C * NKV * HD
     if cfg.qkv_bias then attn = attn + (NH + 2 * NKV) * HD end
     if cfg.o_bias then attn = attn + C end
-    if cfg.qk_norm then attn = attn + 2 * HD end
+    if cfg.qk_norm then attn = attn + 2 * HD * (nrm / C) end   -- per-head norms of the model's kind (LayerNorm: gain and bias)
     local mlp = (cfg.mlp == "plain" and 2 or 3) * C * F
     if cfg.mlp_bias then mlp = mlp + F + C end
     local n = V * C + L * (nnorm * nrm + attn + mlp) + nrm

@@ -20,6 +20,8 @@
 --         (transform + bias, decoder tied to the word embedding); the NSP head is skipped.
 --   llama LLaMA: grouped-query attention, rope_theta, rms_norm_eps, tied or untied head. HF
 --         stores q/k in the rotate-half layout that engine/ops_model.c's RoPE uses: no permutation.
+--         LLaMA-3.1's rope_scaling "llama3" (modeling_rope_utils.py _compute_llama3_parameters)
+--         becomes the model's rope_factor keys (rope_scaling below).
 --   mistral  Mistral (modeling_mistral.py MistralForCausalLM): LLaMA's names and block;
 --         sliding_window bounds the sequence length (the window masks nothing for
 --         T <= sliding_window; the engine's attention has none), see from_hf.mistral.
@@ -31,6 +33,9 @@
 --         models/llama.lua (q/k/v biases; q_norm/k_norm and head_dim; Gemma's (1 + w) norm gains
 --         stored as 1 + w, GeGLU, √d embedding scale; Gemma 2's four norms, soft-capping,
 --         query_pre_attn_scalar and a window on the even layers), see from_hf.qwen2 … gemma2.
+--   phi   Phi-1/1.5/2 (modeling_phi.py PhiForCausalLM): one LayerNorm feeding attention and MLP in
+--         parallel, partial rotary, biases everywhere, lm_head bias, optional qk_layernorm
+--         (from_hf.phi, layout.phi).
 --   vit   ViT (vit.* and classifier): [CLS], the patch embedding convolution (C, 3, P, P) as
 --         the linear layer over patches flattened in (channel, row, column) order.
 -- Before anything is built, open() checks the config values (sizes 1 .. 2^31-1, heads dividing
@@ -53,7 +58,7 @@ pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
 local DTYPES = { F32 = C.OL_ST_F32, F16 = C.OL_ST_F16, BF16 = C.OL_ST_BF16, F64 = C.OL_ST_F64 }
 local ESIZE = { F32 = 4, F16 = 2, BF16 = 2, F64 = 8 }
 local TORCH_DTYPE = { F32 = "float32", F16 = "float16", BF16 = "bfloat16" }
-M.FAMILIES = { "bert", "gemma", "gemma2", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2", "qwen3", "vit" }
+M.FAMILIES = { "bert", "gemma", "gemma2", "gpt2", "llama", "mistral", "opt", "phi", "phi3", "qwen2", "qwen3", "vit" }
 
 local function fail(where, fmt, ...) error("hf: " .. where .. ": " .. string.format(fmt, ...), 0) end
 local function shape_str(s) return "(" .. table.concat(s, ",") .. ")" end
@@ -372,6 +377,41 @@ function from_hf.gemma2(hf, dir)
   end
   return c
 end
+-- Phi-1, 1.5, 2 (modeling_phi.py PhiForCausalLM, PhiDecoderLayer, PhiAttention, PhiMLP): one
+-- LayerNorm with bias (input_layernorm) feeds the attention and the MLP, whose outputs are
+-- added to the residual together (PhiDecoderLayer: attn_outputs + feed_forward_hidden_states +
+-- residual: the model's parallel = "shared"); q_proj, k_proj, v_proj and dense (the output
+-- projection) with biases; the rotary embedding on the first rotary_ndims = int(head_dim ·
+-- partial_rotary_factor) dims of each head (rotate_half on that slice, θ_i =
+-- rope_theta^(−2i/rotary_ndims)), the other dims passed through (rotary_dim); optional
+-- qk_layernorm: LayerNorm(head_dim) with bias on every q and k head after the projection and
+-- before the rotary embedding (qk_norm with norm = "layernorm"); PhiMLP fc1 → hidden_act
+-- (gelu_new: the tanh approximation) → fc2, with biases (mlp = "plain"); final_layernorm;
+-- lm_head with a bias (head_bias), untied (tie_word_embeddings true is refused).
+function from_hf.phi(hf, dir)
+  must(hf, dir, "tie_word_embeddings", { false }, "phi")
+  local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
+  local KV = NH
+  if hf.num_key_value_heads ~= json.null then KV = size(hf, dir, "num_key_value_heads", NH) end
+  heads(dir, "num_attention_heads", NH, "hidden_size", Cd, "num_key_value_heads", KV)
+  local HD = Cd / NH
+  if hf.head_dim ~= nil and hf.head_dim ~= json.null and int(hf, dir, "head_dim") ~= HD then
+    fail(dir, "config.json 'head_dim' = %s differs from hidden_size / num_attention_heads = %d: not supported for phi (PhiAttention's q_layernorm has hidden_size / num_attention_heads)", show(hf.head_dim), HD)
+  end
+  local f = key(hf, dir, "partial_rotary_factor", 0.5, "number")
+  if not (f > 0 and f <= 1) then fail(dir, "config.json 'partial_rotary_factor' = %s must be in (0, 1]", show(f)) end
+  local rd = math.floor(HD * f)   -- int(head_dim * partial_rotary_factor)
+  if rd < 2 or rd % 2 ~= 0 then
+    fail(dir, "config.json 'partial_rotary_factor' = %s gives %d rotary dims of the head's %d: they must be even and at least 2 (rotate_half pairs dim i with i + rotary_ndims/2)", show(f), rd, HD)
+  end
+  return rope_scaling(hf, dir, "phi", {
+    family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings", 2048),
+    n_layer = size(hf, dir, "num_hidden_layers"), n_head = NH, n_kv_head = KV, d_model = Cd, d_ff = size(hf, dir, "intermediate_size"),
+    norm = "layernorm", norm_bias = true, norm_eps = positive(hf, dir, "layer_norm_eps", 1e-5), mlp = "plain",
+    act = act(hf, dir, "hidden_act", "gelu_new", "phi"), mlp_bias = true, qkv_bias = true, o_bias = true,
+    qk_norm = key(hf, dir, "qk_layernorm", false), parallel = "shared", rotary_dim = rd < HD and rd or 0,
+    rope_base = positive(hf, dir, "rope_theta", 10000.0), tie_embeddings = false, head_bias = true, init = "hf", dropout = 0.0 })
+end
 function from_hf.vit(hf, dir)
   must(hf, dir, "qkv_bias", { true }, "vit")
   local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
@@ -472,7 +512,7 @@ end
 local layout = {}   -- family -> { prefix(s), global(c), layer(c, l, lo), ignore = {patterns}, head_prefix }
 -- the config.json key of the number of layers
 local LAYER_KEY = { gpt2 = "n_layer", opt = "num_hidden_layers", bert = "num_hidden_layers", llama = "num_hidden_layers",
-                    mistral = "num_hidden_layers", phi3 = "num_hidden_layers", vit = "num_hidden_layers",
+                    mistral = "num_hidden_layers", phi3 = "num_hidden_layers", vit = "num_hidden_layers", phi = "num_hidden_layers",
                     qwen2 = "num_hidden_layers", qwen3 = "num_hidden_layers", gemma = "num_hidden_layers", gemma2 = "num_hidden_layers" }
 
 layout.gpt2 = {
@@ -712,6 +752,52 @@ layout.phi3 = {
     }
   end,
 }
+
+-- a Linear of the file (weight (nout, nin), bias (nout) when bias) -> the project's module o
+local function linear_e(out, h, o, nout, nin, why, bias)
+  out[#out + 1] = E(h .. ".weight", { nout, nin }, why, one(o .. ".weight"))
+  if bias then out[#out + 1] = E(h .. ".bias", { nout }, (why:gsub(",.*", "")), one(o .. ".bias")) end
+end
+-- a LayerNorm of the file (weight (n), bias (n) when bias) -> the project's norm o
+local function norm_e(out, h, o, n, why, bias)
+  out[#out + 1] = E(h .. ".weight", { n }, why, one(o .. ".weight"))
+  if bias then out[#out + 1] = E(h .. ".bias", { n }, why, one(o .. ".bias")) end
+end
+
+-- Phi (modeling_phi.py): model.embed_tokens, model.layers.{l}.input_layernorm, self_attn.{q,k,v}_proj,
+-- self_attn.dense, self_attn.{q,k}_layernorm (qk_layernorm), mlp.fc1, mlp.fc2 (all with biases),
+-- model.final_layernorm, lm_head (weight and bias)
+layout.phi = {
+  prefixes = { "model.", "" }, export_prefix = "model.",
+  ignore = { "^layers%.%d+%.self_attn%.rotary_emb%.inv_freq$", "^rotary_emb%.inv_freq$" },
+  global = function(c)
+    local Cd, V = c.d_model, c.vocab_size
+    local g = { E("embed_tokens.weight", { V, Cd }, "vocab_size, hidden_size", one("embed_tokens.weight")) }
+    norm_e(g, "final_layernorm", "norm", Cd, "hidden_size", true)
+    g[#g + 1] = E("lm_head.weight", { V, Cd }, "vocab_size, hidden_size", one("lm_head.weight"), { top = true })
+    g[#g + 1] = E("lm_head.bias", { V }, "vocab_size", one("lm_head.bias"), { top = true })
+    return g
+  end,
+  layer = function(c, l, lo)
+    local Cd, F, NH = c.d_model, c.d_ff, c.n_head
+    local HD = Cd / NH
+    local KV = (c.n_kv_head or NH) * HD
+    local h, o = "layers." .. l .. ".", "layers" .. lo .. "."
+    local out = {}
+    linear_e(out, h .. "self_attn.q_proj", o .. "attn.q_proj", Cd, Cd, "hidden_size, hidden_size", true)
+    linear_e(out, h .. "self_attn.k_proj", o .. "attn.k_proj", KV, Cd, "num_key_value_heads × head_dim, hidden_size", true)
+    linear_e(out, h .. "self_attn.v_proj", o .. "attn.v_proj", KV, Cd, "num_key_value_heads × head_dim, hidden_size", true)
+    linear_e(out, h .. "self_attn.dense", o .. "attn.o_proj", Cd, Cd, "hidden_size, hidden_size", true)
+    if c.qk_norm then
+      norm_e(out, h .. "self_attn.q_layernorm", o .. "attn.q_norm", HD, "hidden_size / num_attention_heads (qk_layernorm)", true)
+      norm_e(out, h .. "self_attn.k_layernorm", o .. "attn.k_norm", HD, "hidden_size / num_attention_heads (qk_layernorm)", true)
+    end
+    linear_e(out, h .. "mlp.fc1", o .. "mlp.up_proj", F, Cd, "intermediate_size, hidden_size", true)
+    linear_e(out, h .. "mlp.fc2", o .. "mlp.down_proj", Cd, F, "hidden_size, intermediate_size", true)
+    norm_e(out, h .. "input_layernorm", o .. "ln1", Cd, "hidden_size", true)
+    return out
+  end,
+}
 M.layout = layout
 
 -- every entry of a model config, layers in order: global first, then layer 0 .. L-1
@@ -734,14 +820,13 @@ Dir.__index = Dir
 -- families refused by name, with what their import needs (the llama model has the options:
 -- models/llama.lua; the mapping and its reference test are what is missing)
 local NOT_YET = {
-  phi = "Phi-2 (modeling_phi.py): parallel attention and MLP from one LayerNorm, partial rotary, biases, lm_head bias",
   falcon = "Falcon (modeling_falcon.py): parallel attention and MLP, fused query_key_value with multi-query or grouped KV heads",
   mpt = "MPT (modeling_mpt.py): ALiBi, LayerNorm without bias, fused Wqkv, clip_qkv",
 }
 M.NOT_YET = NOT_YET
 
 local PICKLES = { "%.bin$", "%.pt$", "%.pth$", "%.ckpt$", "%.pkl$" }
-local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM", mistral = "AutoModelForCausalLM", phi3 = "AutoModelForCausalLM",
+local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM", mistral = "AutoModelForCausalLM", phi3 = "AutoModelForCausalLM", phi = "AutoModelForCausalLM",
                      qwen2 = "AutoModelForCausalLM", qwen3 = "AutoModelForCausalLM", gemma = "AutoModelForCausalLM", gemma2 = "AutoModelForCausalLM",
                      bert = "AutoModelForMaskedLM", vit = "AutoModelForImageClassification" }
 

@@ -181,8 +181,28 @@ function R.llama3_inv_freq(base, dim, rs)
   return out
 end
 local function silu(x) return x / (1 + math.exp(-x)) end
+-- NewGELUActivation (gelu_new, gelu_pytorch_tanh) and GELUActivation (gelu: erf, from libm)
 local function gelu_tanh(x) return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ^ 3))) end
-R.silu, R.gelu_tanh = silu, gelu_tanh
+pcall(ffi.cdef, "double erf(double x);")
+local function gelu_erf(x) return 0.5 * x * (1 + ffi.C.erf(x / math.sqrt(2))) end
+R.silu, R.gelu_tanh, R.gelu_erf = silu, gelu_tanh, gelu_erf
+local ACT = { gelu_new = gelu_tanh, gelu_pytorch_tanh = gelu_tanh, gelu = gelu_erf, silu = silu }
+-- nn.LayerNorm over n values of r from off + 1: (x − mean) / √(var + eps) · w (+ b), the
+-- biased variance; b nil: no bias (MPT's norm_1.bias = None)
+local function layernorm_row(r, w, b, eps, off, n)
+  off, n = off or 0, n or #r
+  local m = 0
+  for i = 1, n do m = m + r[off + i] end
+  m = m / n
+  local var = 0
+  for i = 1, n do var = var + (r[off + i] - m) ^ 2 end
+  local inv = 1 / math.sqrt(var / n + eps)
+  for i = 1, n do r[off + i] = (r[off + i] - m) * inv * w.v[i] + (b and b.v[i] or 0) end
+end
+local function layernorm(x, w, b, eps)
+  return rows(x, function(r) local y = { unpack(r) } layernorm_row(y, w, b, eps) return y end)
+end
+R.layernorm = layernorm
 local function fl32(x) return tonumber(ffi.new("float", x)) end
 
 -- causal softmax attention over heads: q (T rows, NH·HD), k, v (T rows, NKV·HD);
@@ -303,8 +323,64 @@ local function llama_forward(W, c, ids)
   return logits, hs
 end
 
+-- ---------------------------------------------------------------- Phi
+-- modeling_phi.py PhiForCausalLM: h = input_layernorm(x) (LayerNorm with bias); q, k, v =
+-- q/k/v_proj(h) with biases, viewed (T, heads, head_dim); qk_layernorm: q_layernorm and
+-- k_layernorm (LayerNorm(head_dim) with bias) on each head; the rotary embedding on
+-- q[..., :rotary_ndims] and k[..., :rotary_ndims], rotary_ndims = int(head_dim ·
+-- partial_rotary_factor), the rest passed; attention scaled by head_dim^−½; dense (with bias);
+-- x = attn_outputs + fc2(act(fc1(h))) + x; final_layernorm; lm_head with bias.
+-- c._sequential (a control, not Phi): the MLP reads input_layernorm(x + attention) instead.
+local function phi_forward(W, c, ids)
+  local C, NH = c.hidden_size, c.num_attention_heads
+  local NKV = c.num_key_value_heads or NH
+  if NKV == json.null then NKV = NH end
+  local HD = C / NH
+  local rd = math.floor(HD * (c.partial_rotary_factor or 0.5))
+  local eps, theta = c.layer_norm_eps or 1e-5, c.rope_theta or 10000
+  local act = ACT[c.hidden_act or "gelu_new"]
+  local E = W["model.embed_tokens.weight"]
+  local T = #ids
+  local x = {}
+  for t0 = 1, T do
+    local r = {}
+    for i = 1, C do r[i] = E.v[ids[t0] * C + i] end
+    x[t0] = r
+  end
+  local hs = {}
+  for l = 0, c.num_hidden_layers - 1 do
+    local p = "model.layers." .. l .. "."
+    local function w(n) return W[p .. n .. ".weight"], W[p .. n .. ".bias"] end
+    local h = layernorm(x, W[p .. "input_layernorm.weight"], W[p .. "input_layernorm.bias"], eps)
+    local q, k, v = linear(h, w("self_attn.q_proj")), linear(h, w("self_attn.k_proj")), linear(h, w("self_attn.v_proj"))
+    if c.qk_layernorm then
+      local qw, qb = w("self_attn.q_layernorm")
+      local kw, kb = w("self_attn.k_layernorm")
+      for t0 = 1, T do
+        if qw then for hh = 0, NH - 1 do layernorm_row(q[t0], qw, qb, eps, hh * HD, HD) end end
+        if kw then for hh = 0, NKV - 1 do layernorm_row(k[t0], kw, kb, eps, hh * HD, HD) end end
+      end
+    end
+    for t0 = 1, T do rope(q[t0], NH, HD, t0 - 1, theta, rd) rope(k[t0], NKV, HD, t0 - 1, theta, rd) end
+    local ao = linear(attend(q, k, v, NH, NKV, HD, { scale = 1 / math.sqrt(HD) }), w("self_attn.dense"))
+    local m = h
+    if c._sequential then
+      m = snapshot(x)
+      add(m, ao)
+      m = layernorm(m, W[p .. "input_layernorm.weight"], W[p .. "input_layernorm.bias"], eps)
+    end
+    local u = linear(m, w("mlp.fc1"))
+    for t0 = 1, T do for i = 1, #u[t0] do u[t0][i] = act(u[t0][i]) end end
+    local ff = linear(u, w("mlp.fc2"))
+    for t0 = 1, T do for i = 1, C do x[t0][i] = ao[t0][i] + ff[t0][i] + x[t0][i] end end
+    hs[l] = snapshot(x)
+  end
+  local f = layernorm(x, W["model.final_layernorm.weight"], W["model.final_layernorm.bias"], eps)
+  return linear(f, W["lm_head.weight"], W["lm_head.bias"]), hs
+end
+
 local FORWARD = { llama = llama_forward, mistral = llama_forward, phi3 = llama_forward, qwen2 = llama_forward,
-                  qwen3 = llama_forward, gemma = llama_forward, gemma2 = llama_forward }
+                  qwen3 = llama_forward, gemma = llama_forward, gemma2 = llama_forward, phi = phi_forward }
 -- the reference forward of a directory's config.json: logits (T rows of V), hs[l] (T rows of C)
 function R.forward(W, c, ids)
   local f = FORWARD[c.model_type] or error("reference: no forward for model_type " .. tostring(c.model_type))
@@ -351,6 +427,114 @@ function R.compare(dir, ids)
   local eh = 0
   for l = 0, c.num_hidden_layers - 1 do eh = math.max(eh, (R.max_rel(hs[l] or {}, R.flat(rhs[l])))) end
   return e, eh, abs
+end
+
+-- ---------------------------------------------------------------- what the family tests share
+-- a new empty directory under /tmp (the test removes it at the end)
+function R.tmpdir()
+  local root = os.tmpname()
+  os.remove(root)
+  os.execute("mkdir -p " .. root)
+  return root
+end
+
+-- a tensor list and the function that adds to it: add(name, shape, scale, gain) draws the next
+-- seed's values (R.tensor)
+function R.builder()
+  local out, seed = {}, 0
+  return out, function(name, shape, scale, gain)
+    seed = seed + 1
+    out[#out + 1] = R.tensor(name, shape, seed, scale, gain)
+  end
+end
+
+-- For each family { name =, tensors = fn(config) -> list, config = fn() -> config.json table,
+-- control = fn(W, c) (optional: the reference without the family's feature), control_what = }:
+-- a directory in F32 (one file) and one in BF16 (two shards) under root, whose logits and
+-- every layer's output h must equal the reference forward's to 2e-5 relative; the control,
+-- on the F32 directory, must differ by more than 1e-3 (the check can fail). Returns
+-- { [name .. "-f32" | name .. "-bf16-shards"] = dir }.
+function R.check_families(t, root, families, ids)
+  local dirs = {}
+  for _, fam in ipairs(families) do
+    for _, o in ipairs { { tag = "f32", dtype = "F32", shards = 1 }, { tag = "bf16-shards", dtype = "BF16", shards = 2 } } do
+      local name = fam.name .. "-" .. o.tag
+      local dir = root .. "/" .. name
+      local c = fam.config()
+      if o.dtype == "BF16" then c.torch_dtype = "bfloat16" end
+      R.write_dir(dir, fam.tensors(c), c, { dtype = o.dtype, shards = o.shards })
+      dirs[name] = dir
+      local ok, e, eh, abs = pcall(R.compare, dir, ids)
+      t.ok(ok and e < 2e-5 and eh < 2e-5, string.format("%s: logits and every layer's h equal the plain-Lua reference (max rel. error %.1e, %.1e; max abs %.1e)",
+        name, ok and e or -1, ok and eh or -1, ok and abs or -1), not ok and tostring(e) or nil)
+      if fam.control and o.tag == "f32" then R.check_control(t, dir, ids, fam.control, name .. ": the reference " .. fam.control_what) end
+    end
+  end
+  return dirs
+end
+
+-- the reference with edit(W, c) applied (its weights and config.json) must differ from the
+-- engine's logits on dir by more than min (default 1e-3): the check can fail
+function R.check_control(t, dir, ids, edit, what, min)
+  min = min or 1e-3
+  local W = R.load_dir(dir)
+  local cc = json.decode(read(dir .. "/config.json"))
+  edit(W, cc)
+  local okc, ref = pcall(R.forward, W, cc, ids)
+  local got = R.engine(dir, ids)
+  local ec = okc and R.max_rel(got, R.flat(ref)) or math.huge
+  t.ok(ec > min, string.format("%s differs (rel. error %.1e > %.0e): the check can fail", what, ec, min), not okc and tostring(ref) or nil)
+end
+
+-- bad config values: each { dir name, fn(config.json table), the text the error must hold }
+-- applied to a copy of dirs[name] must be refused by hf.open naming config.json and the text
+function R.check_refused(t, root, dirs, bad)
+  for i, b in ipairs(bad) do
+    local d = root .. "/bad" .. i
+    os.execute("rm -rf " .. d .. " && cp -r " .. dirs[b[1]] .. " " .. d)
+    local c = json.decode(read(d .. "/config.json"))
+    b[2](c)
+    write(d .. "/config.json", json.encode(c))
+    local ok, err = pcall(hf.open, d)
+    t.ok(not ok and tostring(err):find(b[3], 1, true) and tostring(err):find("config.json", 1, true),
+      b[1] .. ": " .. b[3] .. " refused naming it", tostring(err))
+    os.execute("rm -rf " .. d)
+  end
+end
+
+-- GPT-2's bytes_to_unicode: byte b -> its printable symbol (UTF-8)
+function R.byte_symbols()
+  local out, n = {}, 0
+  for b = 0, 255 do
+    local keep = (b >= 33 and b <= 126) or (b >= 161 and b <= 172) or (b >= 174 and b <= 255)
+    local cp = keep and b or 256 + n
+    if not keep then n = n + 1 end
+    out[b] = cp < 128 and string.char(cp) or (cp < 2048 and string.char(192 + math.floor(cp / 64), 128 + cp % 64))
+  end
+  return out
+end
+-- a byte-level vocabulary: every byte's symbol (ids 0–255), extra = { [token] = id } on top
+function R.byte_vocab(extra)
+  local vocab = {}
+  for b, sym in pairs(R.byte_symbols()) do vocab[sym] = b end
+  for k, v in pairs(extra or {}) do vocab[k] = v end
+  return vocab
+end
+
+-- a text of 300 lines (a few KB) for the end-to-end runs, written under root
+function R.text(root)
+  local lines = {}
+  for i = 1, 300 do lines[i] = "And it came to pass, in the " .. i .. "th year, that they went." end
+  write(root .. "/text.txt", table.concat(lines, "\n"))
+  return root .. "/text.txt"
+end
+
+-- so-fig1 (quick profile, 16 tokens) end to end on dir: the run succeeds and names the model
+function R.check_so_fig1(t, dir, text, root, what)
+  local name = dir:match("([^/]+)$")
+  local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig1.lua --profile=quick --model=%s --text=%s --seq_len=16 --out=%s/results-%s --cache=%s/cache-%s",
+    dir, text, root, name, root, name))
+  t.ok(ok and out:find(name, 1, true), "so-fig1 runs end to end on the " .. what .. " directory", out)
 end
 
 return R
