@@ -188,31 +188,19 @@ for b = 0, 252 do vocab[string.format("<0x%02X>", b)] = 3 + b end
 write(d .. "/tokenizer.json", json.encode({ model = { type = "BPE", byte_fallback = true, vocab = vocab, merges = {} },
   pre_tokenizer = { type = "Metaspace", replacement = "▁", prepend_scheme = "first", split = false } }))
 write(d .. "/tokenizer_config.json", json.encode({ bos_token = "<s>", eos_token = "</s>" }))
-local lines = {}
-for i = 1, 300 do lines[i] = "And it came to pass, in the " .. i .. "th year, that they went." end
-write(root .. "/text.txt", table.concat(lines, "\n"))
+R.text(root)
 for _, id in ipairs { "so-fig1", "so-fig3" } do
   local out, ok = t.sh(string.format("bin/outlierlab run experiments/%s.lua --profile=quick --model=%s --text=%s --seq_len=16 --out=%s/results --cache=%s/cache",
     id, d, root .. "/text.txt", root, root))
   t.ok(ok and out:find("mistral-f32", 1, true), id .. " runs end to end on the Mistral directory", out)
 end
-do   -- so-fig1 on the LLaMA-3.1 directory (scaled RoPE), BF16 shards
-  local d31 = root .. "/llama31-bf16-shards"
-  os.execute("cp " .. d .. "/tokenizer*.json " .. d31 .. "/")
-  local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig1.lua --profile=quick --model=%s --text=%s --seq_len=16 --out=%s/results --cache=%s/cache",
-    d31, root .. "/text.txt", root, root))
-  t.ok(ok and out:find("llama31-bf16-shards", 1, true), "so-fig1 runs end to end on the LLaMA-3.1 directory", out)
-end
+-- so-fig1 on the LLaMA-3.1 directory (scaled RoPE), BF16 shards
+os.execute("cp " .. d .. "/tokenizer*.json " .. root .. "/llama31-bf16-shards/")
+R.check_so_fig1(t, root .. "/llama31-bf16-shards", root .. "/text.txt", root, "LLaMA-3.1")
 -- Phi-3 streamed layer by layer (fused tensors converted per layer) = in memory
 local dp = root .. "/phi3-bf16-shards"
 os.execute("cp " .. d .. "/tokenizer*.json " .. dp .. "/")
-local rep = {}
-for _, st in ipairs { "no", "yes" } do
-  local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --model=%s --text=%s --seq_len=16 --stream=%s --out=%s/results-%s --cache=%s/cache-%s",
-    dp, root .. "/text.txt", st, root, st, root, st))
-  rep[st] = ok and out:match("reproduced: ([^\n]*)") or out
-end
-t.ok(rep.no == rep.yes and rep.no:find("phi3", 1, true), "phi3: so-fig3 streamed from the sharded BF16 files = in memory", rep.no .. "\n" .. rep.yes)
+R.check_stream(t, dp, root .. "/text.txt", root, "phi3")
 local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --model=%s --text=%s --seq_len=32 --out=%s/results --cache=%s/cache",
   d, root .. "/text.txt", root, root))
 t.ok(not ok and out:find("sliding_window", 1, true), "so-fig3 with seq_len beyond Mistral's sliding_window: refused naming it", out)

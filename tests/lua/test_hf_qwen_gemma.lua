@@ -164,13 +164,7 @@ end
 R.text(root)
 do
   R.check_so_fig1(t, dirs["gemma2-f32"], root .. "/text.txt", root, "Gemma 2 (windowed layers, soft-capping)")
-  local rep = {}
-  for _, st in ipairs { "no", "yes" } do
-    local o2, ok2 = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --model=%s --text=%s --seq_len=16 --stream=%s --out=%s/results-%s --cache=%s/cache-%s",
-      dirs["qwen3-bf16-shards"], root .. "/text.txt", st, root, st, root, st))
-    rep[st] = ok2 and o2:match("reproduced: ([^\n]*)") or o2
-  end
-  t.ok(rep.no == rep.yes and rep.no:find("qwen3", 1, true), "qwen3: so-fig3 streamed from the sharded BF16 files = in memory", rep.no .. "\n" .. rep.yes)
+  R.check_stream(t, dirs["qwen3-bf16-shards"], root .. "/text.txt", root, "qwen3")
 end
 
 os.execute("rm -rf " .. root)

@@ -147,8 +147,10 @@ end
 -- clamp(x, c): x limited to [−c, c] exactly, as torch.clamp(min=−c, max=c) (MPT's clip_qkv):
 -- x·inside + bound, where inside = 1 and bound = 0 for |x| ≤ c, inside = 0 and bound = ±c
 -- beyond (both read from x; x·1 + 0 and x·0 + c are exact); the gradient is 1 inside (the
--- bounds included) and 0 outside, as torch's. (An infinite x would give NaN, not ±c.)
+-- bounds included) and 0 outside, as torch's; c is compared as fp32, as torch casts it to the
+-- tensor's dtype. (An infinite x would give NaN, not ±c.)
 function M.clamp(x, c)
+  c = tonumber(ol.ffi.new("float", c))
   local inside, bound = like(x, "clamp_inside"), like(x, "clamp_bound")
   local xd, id, bd = x.data, inside.data, bound.data
   for i = 0, tonumber(x.numel) - 1 do

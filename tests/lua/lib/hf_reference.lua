@@ -206,7 +206,8 @@ R.layernorm = layernorm
 local function fl32(x) return tonumber(ffi.new("float", x)) end
 
 -- causal softmax attention over heads: q (T rows, NH·HD), k, v (T rows, NKV·HD);
--- o = { scale =, softcap =, window = (key j hidden when i − j ≥ window) }
+-- o = { scale =, softcap =, window = (key j hidden when i − j ≥ window), alibi = slopes
+-- (head h's score + slopes[h + 1]·(j − T), j and T 1-based: modeling_mpt.py's position bias) }
 local function attend(q, k, v, NH, NKV, HD, o)
   local T = #q
   local att = {}
@@ -221,6 +222,7 @@ local function attend(q, k, v, NH, NKV, HD, o)
           for d = 1, HD do s = s + q[i][h * HD + d] * k[j][kh * HD + d] end
           s = s * o.scale
           if o.softcap then s = math.tanh(s / o.softcap) * o.softcap end
+          if o.alibi then s = s + o.alibi[h + 1] * (j - T) end
           sc[j] = s
           if s > mx then mx = s end
         end
@@ -238,6 +240,16 @@ local function attend(q, k, v, NH, NKV, HD, o)
 end
 R.attend = attend
 
+-- the embedding rows of ids (0-based) in E (V, C), times scale (default 1)
+local function embed(E, ids, C, scale)
+  local x = {}
+  for t0 = 1, #ids do
+    local r = {}
+    for i = 1, C do r[i] = E.v[ids[t0] * C + i] * (scale or 1) end
+    x[t0] = r
+  end
+  return x
+end
 local function add(x, y) for t0 = 1, #x do for i = 1, #x[t0] do x[t0][i] = x[t0][i] + y[t0][i] end end end
 local function snapshot(x) local o = {} for t0 = 1, #x do o[t0] = { unpack(x[t0]) } end return o end
 local function slice(rows, a, b) local o = {} for t0 = 1, #rows do o[t0] = { unpack(rows[t0], a, b) } end return o end
@@ -259,13 +271,7 @@ local function llama_forward(W, c, ids)
   local prefix = W["model.embed_tokens.weight"] and "model." or ""
   local T = #ids
   local E = W[prefix .. "embed_tokens.weight"]
-  local x = {}
-  local norm_scale = gemma and fl32(math.sqrt(C)) or 1   -- torch.tensor(hidden_size**0.5, dtype=hidden dtype)
-  for t0 = 1, T do
-    local r = {}
-    for i = 1, C do r[i] = E.v[ids[t0] * C + i] * norm_scale end
-    x[t0] = r
-  end
+  local x = embed(E, ids, C, gemma and fl32(math.sqrt(C)) or 1)   -- × torch.tensor(hidden_size**0.5, dtype=hidden dtype)
   local function norm(rows, name) return rmsnorm(rows, W[name], eps, gemma) end
   local hs = {}
   for l = 0, c.num_hidden_layers - 1 do
@@ -339,14 +345,8 @@ local function phi_forward(W, c, ids)
   local rd = math.floor(HD * (c.partial_rotary_factor or 0.5))
   local eps, theta = c.layer_norm_eps or 1e-5, c.rope_theta or 10000
   local act = ACT[c.hidden_act or "gelu_new"]
-  local E = W["model.embed_tokens.weight"]
   local T = #ids
-  local x = {}
-  for t0 = 1, T do
-    local r = {}
-    for i = 1, C do r[i] = E.v[ids[t0] * C + i] end
-    x[t0] = r
-  end
+  local x = embed(W["model.embed_tokens.weight"], ids, C)
   local hs = {}
   for l = 0, c.num_hidden_layers - 1 do
     local p = "model.layers." .. l .. "."
@@ -379,8 +379,147 @@ local function phi_forward(W, c, ids)
   return linear(f, W["lm_head.weight"], W["lm_head.bias"]), hs
 end
 
+-- ---------------------------------------------------------------- Falcon
+-- modeling_falcon.py FalconForCausalLM / FalconDecoderLayer.forward, transcribed: LayerNorms with
+-- bias; fused = query_key_value(attention_layernorm_out); FalconAttention._split_heads:
+--   new_decoder_architecture: view (T, -1, NH/NKV + 2, HD): query = [..., :-2], key = [..., [-2]],
+--     value = [..., [-1]], key and value broadcast to the query's shape (every head);
+--   not multi_query: view (T, NH, 3, HD): q, k, v = [..., 0, :], [..., 1, :], [..., 2, :];
+--   multi_query: view (T, NH + 2, HD): q = [..., :-2, :], k = [..., [-2], :], v = [..., [-1], :];
+-- rotary over the whole head; scores / √HD; dense; the MLP input and the residual as in
+-- FalconDecoderLayer.forward; mlp_output += attention_output (new architecture or parallel_attn);
+-- output = mlp_output + residual; ln_f; lm_head (tied: word_embeddings).
+-- c._qkv_blocks (a control, not Falcon): the fused rows read as [all q | all k | all v];
+-- c._sequential (a control): the MLP after the attention, input_layernorm(x + attention).
+local function falcon_forward(W, c, ids)
+  local C, NH = c.hidden_size, c.num_attention_heads
+  local HD = C / NH
+  local function opt(v, d) if v == nil or v == json.null then return d end return v end
+  local new, mq, par = opt(c.new_decoder_architecture, false), opt(c.multi_query, true), opt(c.parallel_attn, true)
+  local NKV = opt(c.num_kv_heads, NH)
+  local nln = opt(c.num_ln_in_parallel_attn, new and 2 or nil)
+  local eps, theta = opt(c.layer_norm_epsilon, 1e-5), opt(c.rope_theta, 10000)
+  local act = ACT[opt(c.activation, "gelu")]
+  local Wt = W["transformer.word_embeddings.weight"]
+  local T = #ids
+  local x = embed(Wt, ids, C)
+  local hs = {}
+  for l = 0, c.num_hidden_layers - 1 do
+    local p = "transformer.h." .. l .. "."
+    local function w(n) return W[p .. n .. ".weight"], W[p .. n .. ".bias"] end
+    local function ln(rows_, n) return layernorm(rows_, W[p .. n .. ".weight"], W[p .. n .. ".bias"], eps) end
+    local residual = x
+    local attn_in, mlp_in
+    if new and nln == 2 then attn_in, mlp_in = ln(x, "ln_attn"), ln(x, "ln_mlp") else attn_in = ln(x, "input_layernorm") end
+    local fused = linear(attn_in, w("self_attention.query_key_value"))
+    -- heads: q (T rows of NH·HD), k and v (T rows of nk·HD)
+    local q, k, v, nk = {}, {}, {}, NH
+    local function head(row, i) return { unpack(row, i * HD + 1, (i + 1) * HD) } end
+    for t0 = 1, T do
+      local f = fused[t0]
+      local qh, kh, vh = {}, {}, {}
+      if c._qkv_blocks then
+        nk = new and NKV or (mq and 1 or NH)
+        for h = 0, NH - 1 do qh[#qh + 1] = head(f, h) end
+        for h = 0, nk - 1 do kh[#kh + 1] = head(f, NH + h) vh[#vh + 1] = head(f, NH + nk + h) end
+      elseif new then
+        local rep = NH / NKV
+        for g = 0, NKV - 1 do
+          for j = 0, rep - 1 do
+            qh[#qh + 1] = head(f, g * (rep + 2) + j)
+            kh[#kh + 1] = head(f, g * (rep + 2) + rep)       -- broadcast_to(key, query.shape)
+            vh[#vh + 1] = head(f, g * (rep + 2) + rep + 1)
+          end
+        end
+      elseif not mq then
+        for h = 0, NH - 1 do qh[#qh + 1] = head(f, 3 * h) kh[#kh + 1] = head(f, 3 * h + 1) vh[#vh + 1] = head(f, 3 * h + 2) end
+      else
+        for h = 0, NH - 1 do qh[#qh + 1] = head(f, h) end
+        kh[1], vh[1], nk = head(f, NH), head(f, NH + 1), 1
+      end
+      local function cat(list) local o = {} for _, hh in ipairs(list) do for _, y in ipairs(hh) do o[#o + 1] = y end end return o end
+      q[t0], k[t0], v[t0] = cat(qh), cat(kh), cat(vh)
+      nk = #kh
+    end
+    for t0 = 1, T do rope(q[t0], NH, HD, t0 - 1, theta) rope(k[t0], nk, HD, t0 - 1, theta) end
+    local ao = linear(attend(q, k, v, NH, nk, HD, { scale = 1 / math.sqrt(HD) }), w("self_attention.dense"))
+    if c._sequential then   -- the control: the MLP after the attention, from input_layernorm
+      residual = snapshot(x)
+      add(residual, ao)
+      mlp_in, new, par = ln(residual, "input_layernorm"), false, false
+    elseif not new then
+      if par then mlp_in = attn_in
+      else
+        residual = snapshot(x)
+        add(residual, ao)
+        mlp_in = ln(residual, "post_attention_layernorm")
+      end
+    end
+    if new and par and nln == 1 then mlp_in = attn_in end
+    local u = linear(mlp_in, w("mlp.dense_h_to_4h"))
+    for t0 = 1, T do for i = 1, #u[t0] do u[t0][i] = act(u[t0][i]) end end
+    local mlp_out = linear(u, w("mlp.dense_4h_to_h"))
+    if new or par then add(mlp_out, ao) end
+    add(mlp_out, residual)
+    x = mlp_out
+    hs[l] = snapshot(x)
+  end
+  local f = layernorm(x, W["transformer.ln_f.weight"], W["transformer.ln_f.bias"], eps)
+  return linear(f, W["lm_head.weight"] or Wt), hs
+end
+
+-- ---------------------------------------------------------------- MPT
+-- modeling_mpt.py's gen_slopes / build_mpt_alibi_tensor: n = 2^ceil(log2(n_heads));
+-- m = arange(1, n + 1) · (alibi_bias_max / n); slopes = 1 / 2^m; for n ≠ n_heads
+-- concat(slopes[1::2], slopes[::2])[:n_heads] (0-based: the odd-indexed first).
+-- plain_order (a control, not MPT): slopes 2^(−i·alibi_bias_max/n_heads), i = 1 … n_heads.
+function R.mpt_slopes(n_heads, alibi_bias_max, plain_order)
+  local n = plain_order and n_heads or 2 ^ math.ceil(math.log(n_heads) / math.log(2) - 1e-12)
+  local slopes = {}
+  for i = 1, n do slopes[i] = 1 / 2 ^ (i * (alibi_bias_max / n)) end
+  if n == n_heads then return slopes end
+  local out = {}
+  for i = 2, n, 2 do out[#out + 1] = slopes[i] end   -- slopes[1::2]
+  for i = 1, n, 2 do out[#out + 1] = slopes[i] end   -- slopes[::2]
+  return { unpack(out, 1, n_heads) }
+end
+-- MptForCausalLM: x = wte(ids); per block: h = norm_1(x) (LayerNorm, no bias); mixed_qkv =
+-- Wqkv(h), clamped to [−clip_qkv, clip_qkv] when clip_qkv; q, k, v = chunk(3); scores × softmax_scale
+-- (default (d_model/n_heads)^−½) + ALiBi; causal softmax; out_proj; x = x + attention; x = x +
+-- down_proj(gelu(up_proj(norm_2(x)))) (exact GELU); norm_f; lm_head tied to wte.
+-- c._plain_slopes (a control): ALiBi slopes in the plain order (R.mpt_slopes).
+local function mpt_forward(W, c, ids)
+  local C, NH = c.d_model, c.n_heads
+  local HD = C / NH
+  local ac = type(c.attn_config) == "table" and c.attn_config or {}
+  local function opt(v, d) if v == nil or v == json.null then return d end return v end
+  local eps = opt(c.layer_norm_epsilon, 1e-5)
+  local clip = opt(ac.clip_qkv, 0)
+  local o = { scale = opt(ac.softmax_scale, 1 / math.sqrt(C / NH)), alibi = R.mpt_slopes(NH, opt(ac.alibi_bias_max, 8), c._plain_slopes) }
+  local wte = W["transformer.wte.weight"]
+  local x = embed(wte, ids, C)
+  local hs = {}
+  for l = 0, c.n_layers - 1 do
+    local p = "transformer.blocks." .. l .. "."
+    local h = layernorm(x, W[p .. "norm_1.weight"], nil, eps)
+    local qkv = linear(h, W[p .. "attn.Wqkv.weight"])
+    if clip ~= 0 then
+      for _, r in ipairs(qkv) do for i = 1, #r do r[i] = math.min(math.max(r[i], -clip), clip) end end
+    end
+    local q, k, v = slice(qkv, 1, C), slice(qkv, C + 1, 2 * C), slice(qkv, 2 * C + 1, 3 * C)
+    add(x, linear(attend(q, k, v, NH, NH, HD, o), W[p .. "attn.out_proj.weight"]))
+    local u = linear(layernorm(x, W[p .. "norm_2.weight"], nil, eps), W[p .. "ffn.up_proj.weight"])
+    for t0 = 1, #u do for i = 1, #u[t0] do u[t0][i] = gelu_erf(u[t0][i]) end end
+    add(x, linear(u, W[p .. "ffn.down_proj.weight"]))
+    hs[l] = snapshot(x)
+  end
+  local f = layernorm(x, W["transformer.norm_f.weight"], nil, eps)
+  return linear(f, W["lm_head.weight"] or wte), hs
+end
+
 local FORWARD = { llama = llama_forward, mistral = llama_forward, phi3 = llama_forward, qwen2 = llama_forward,
-                  qwen3 = llama_forward, gemma = llama_forward, gemma2 = llama_forward, phi = phi_forward }
+                  qwen3 = llama_forward, gemma = llama_forward, gemma2 = llama_forward, phi = phi_forward,
+                  falcon = falcon_forward, mpt = mpt_forward }
 -- the reference forward of a directory's config.json: logits (T rows of V), hs[l] (T rows of C)
 function R.forward(W, c, ids)
   local f = FORWARD[c.model_type] or error("reference: no forward for model_type " .. tostring(c.model_type))
@@ -425,7 +564,7 @@ function R.compare(dir, ids)
   local got, hs = R.engine(dir, ids)
   local e, abs = R.max_rel(got, R.flat(ref))
   local eh = 0
-  for l = 0, c.num_hidden_layers - 1 do eh = math.max(eh, (R.max_rel(hs[l] or {}, R.flat(rhs[l])))) end
+  for l = 0, (c.num_hidden_layers or c.n_layers) - 1 do eh = math.max(eh, (R.max_rel(hs[l] or {}, R.flat(rhs[l])))) end
   return e, eh, abs
 end
 
@@ -482,8 +621,8 @@ function R.check_control(t, dir, ids, edit, what, min)
   edit(W, cc)
   local okc, ref = pcall(R.forward, W, cc, ids)
   local got = R.engine(dir, ids)
-  local ec = okc and R.max_rel(got, R.flat(ref)) or math.huge
-  t.ok(ec > min, string.format("%s differs (rel. error %.1e > %.0e): the check can fail", what, ec, min), not okc and tostring(ref) or nil)
+  local ec = okc and R.max_rel(got, R.flat(ref)) or -1
+  t.ok(okc and ec > min, string.format("%s differs (rel. error %.1e > %.0e): the check can fail", what, ec, min), not okc and tostring(ref) or nil)
 end
 
 -- bad config values: each { dir name, fn(config.json table), the text the error must hold }
@@ -535,6 +674,18 @@ function R.check_so_fig1(t, dir, text, root, what)
   local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig1.lua --profile=quick --model=%s --text=%s --seq_len=16 --out=%s/results-%s --cache=%s/cache-%s",
     dir, text, root, name, root, name))
   t.ok(ok and out:find(name, 1, true), "so-fig1 runs end to end on the " .. what .. " directory", out)
+end
+
+-- so-fig3 (quick profile) on dir streamed layer by layer (--stream=yes) and in memory (no):
+-- the same reproduced numbers, and they name the family
+function R.check_stream(t, dir, text, root, family)
+  local rep = {}
+  for _, st in ipairs { "no", "yes" } do
+    local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --model=%s --text=%s --seq_len=16 --stream=%s --out=%s/results-%s --cache=%s/cache-%s",
+      dir, text, st, root, st, root, st))
+    rep[st] = ok and out:match("reproduced: ([^\n]*)") or out
+  end
+  t.ok(rep.no == rep.yes and rep.no:find(family, 1, true), family .. ": so-fig3 streamed from the sharded BF16 files = in memory", rep.no .. "\n" .. rep.yes)
 end
 
 return R
