@@ -208,7 +208,14 @@ R.check_refused(t, root, falcon_dirs, {
   { "falcon-7b-f32", function(c) c.layer_norm_epsilon = 0 end, "'layer_norm_epsilon'" },
 })
 -- Falcon's tokenizer: byte-level BPE whose <|endoftext|> (id 11: config.json bos_token_id and
--- eos_token_id) starts the sequences; tokenizer_config.json names only the EOS
+-- eos_token_id) starts the sequences; tokenizer_config.json names only the EOS. Its
+-- pre-tokenizer (tiiuae/falcon-7b's tokenizer.json): Punctuation (Contiguous), ByteLevel (GPT-2's
+-- regex), Digits (runs), Split "[0-9][0-9][0-9]" (Isolated), in that order
+local FALCON_PRE = { type = "Sequence", pretokenizers = {
+  { type = "Punctuation", behavior = "Contiguous" },
+  { type = "ByteLevel", add_prefix_space = false, trim_offsets = true, use_regex = true },
+  { type = "Digits", individual_digits = false },
+  { type = "Split", pattern = { Regex = "[0-9][0-9][0-9]" }, behavior = "Isolated", invert = false } } }
 local fd = falcon_dirs["falcon-7b-f32"]
 do
   local vocab = R.byte_vocab({ ["Ġt"] = 257, ["Ġth"] = 258, ["Ġthe"] = 259 })
@@ -217,13 +224,25 @@ do
     for sym, id in pairs(vocab) do if id == a.id then vocab[sym] = nil end end   -- the byte symbol whose id the added token takes
     vocab[a.content] = a.id
   end
-  write(fd .. "/tokenizer.json", json.encode({ added_tokens = added, normalizer = json.null,
-    pre_tokenizer = { type = "ByteLevel", add_prefix_space = false, trim_offsets = true, use_regex = true },
-    model = { type = "BPE", vocab = vocab, merges = { "Ġ t", "Ġt h", "Ġth e" } } }))
+  vocab["12"], vocab["123"], vocab["1234"], vocab["12345"], vocab["!!"], vocab[",Ġ"] = 260, 261, 262, 263, 264, 265
+  write(fd .. "/tokenizer.json", json.encode({ added_tokens = added, normalizer = json.null, pre_tokenizer = FALCON_PRE,
+    model = { type = "BPE", vocab = vocab, merges = { "Ġ t", "Ġt h", "Ġth e", "1 2", "12 3", "123 4", "1234 5", "! !", ", Ġ" } } }))
   write(fd .. "/tokenizer_config.json", json.encode({ eos_token = "<|endoftext|>", add_prefix_space = false }))
   local tk = tokenizers.load(fd)
   t.ok(tk.special.bos == 11 and tk:category(11) == "initial" and tk:category(259) == "weak" and tk:category(vocab[","]) == "delimiter",
     "falcon: <|endoftext|> (config.json bos_token_id 11) is the initial token, 'Ġthe' weak, ',' a delimiter")
+  -- the pieces, by hand: Punctuation cuts "," and "!!" out; GPT-2's regex " 12345", " ²", "x";
+  -- Digits (on the byte symbols) "Ġ" | "12345" and, inside "²" (C2 B2: "Â²", and "²" is numeric),
+  -- " Â" | "²"; the Split "123" | "45"
+  local pieces = {}
+  local words = tokenizers.load(fd)
+  words.word_ids = function(_, w) pieces[#pieces + 1] = w end
+  words:encode("Hello, world!! 12345 \xC2\xB2x")
+  t.is(table.concat(pieces, "|"), "Hello|,| world|!!| |123|45| \xC2|\xB2|x",
+    "falcon: Punctuation, ByteLevel, Digits (after ByteLevel: on the byte symbols) and Split, in that order")
+  local ids = tk:encode("in 12345, the!!")
+  t.is(json.encode(ids), json.encode({ vocab["i"], vocab["n"], vocab["Ġ"], 261, vocab["4"], vocab["5"], vocab[","], 259, 264 }),
+    "falcon: 'in 12345, the!!' → i n Ġ 123 4 5 , Ġthe !! (no merge across the pieces: not ',Ġ', not '12345')")
 end
 R.check_so_fig1(t, fd, text, root, "Falcon-7B (multi-query, parallel block)")
 -- the interleaved query_key_value converted layer by layer: streamed = in memory
