@@ -13,6 +13,17 @@
 -- cfg.embed_proj = true (Outlier-Safe Pre-Training, Park et al. 2025): a learned C×C projection
 -- after the embedding (x = E[ids]·W_eᵀ, before "emb") and one after the final norm (before the
 -- head), both initialised to random orthogonal matrices (ol_random_orthogonal).
+--
+-- The decoders imported from Hugging Face (pretrained/hf.lua: Mistral, Phi-3, Qwen2/3, Gemma 1/2,
+-- Phi, Falcon, MPT, LLaMA-3.1) are this model with keys that are off by default (M.PLAIN; with
+-- all of them off the model is the block above, bit for bit): head_dim; qkv_bias, o_bias;
+-- qk_norm (per-head RMSNorm, or LayerNorm when norm = "layernorm"); norm ("rmsnorm" |
+-- "layernorm", norm_bias); mlp ("glu" | "plain"), act, mlp_bias; parallel ("none" | "shared" |
+-- "separate"); post_norms; rotary_dim (partial rotary); rope_factor, rope_low_freq_factor,
+-- rope_high_freq_factor, rope_original_max_pos (LLaMA-3.1's "llama3" frequencies); rope_base 0
+-- (no RoPE); attn_scale, attn_softcap, window, window_every, alibi (ALiBi with that
+-- alibi_bias_max: materialised scores, common.Attention:scored); clip_qkv (q, k, v clamped);
+-- embed_scale; logit_softcap; head_bias.
 local common = require "outlierlab.models.common"
 local nn = require "outlierlab.nn"
 
@@ -34,7 +45,7 @@ local function init_stds(cfg)
 end
 
 -- ---------------------------------------------------------------- the imported families' block
--- Block(ctx, name, cfg, opts): the LLaMA block with the keys above (used when one of them is
+-- Block(ctx, name, cfg, opts): the LLaMA block with the keys of the header (used when one of them is
 -- set; otherwise common.PreLNBlock). Norms: ln1 (input_layernorm), ln2 (the MLP's input norm,
 -- absent for parallel = "shared"), ln1_post / ln2_post (post_norms). Probe names as PreLNBlock's.
 --   sequential: a = ln1(x); o = attn(a) [ln1_post]; x = x + o; m = ln2(x); f = mlp(m) [ln2_post]; x = x + f
