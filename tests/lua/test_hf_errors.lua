@@ -52,10 +52,14 @@ local cases = {
   { "kv", function(d) config_edit(d, function(c) c.num_key_value_heads = 2 end) end, "num_key_value_heads × head_dim, hidden_size" },
   { "scaling", function(d) config_edit(d, function(c) c.rope_scaling = { type = "linear", factor = 2 } end) end, "'rope_scaling'" },
   { "act", function(d) config_edit(d, function(c) c.hidden_act = "gelu" end) end, "'hidden_act' = \"gelu\" is not supported for llama" },
-  { "phi", function(d) config_edit(d, function(c) c.model_type = "phi" end) end, "model_type 'phi' is not supported yet: Phi-2" },
-  { "falcon", function(d) config_edit(d, function(c) c.model_type = "falcon" end) end, "model_type 'falcon' is not supported yet: Falcon" },
-  { "mpt", function(d) config_edit(d, function(c) c.model_type = "mpt" end) end, "model_type 'mpt' is not supported yet: MPT" },
-  { "family", function(d) config_edit(d, function(c) c.model_type = "mamba" end) end, "model_type 'mamba' is not supported (supported: bert, gemma, gemma2, gpt2, llama, mistral, opt, phi3, qwen2, qwen3, vit)" },
+  -- a LLaMA directory declared a Phi: read as Phi's config.json (SiLU is not a Phi MLP activation)
+  { "phi", function(d) config_edit(d, function(c) c.model_type = "phi" end) end, "'hidden_act' = \"silu\" is not supported for phi" },
+  { "phi-names", function(d) config_edit(d, function(c) c.model_type = "phi" c.hidden_act = "gelu_new" end) end, "missing tensor 'model.final_layernorm.weight'" },
+  -- a LLaMA directory declared a Falcon: Falcon's names are looked for (modeling_falcon.py)
+  { "falcon", function(d) config_edit(d, function(c) c.model_type = "falcon" end) end, "missing tensor 'transformer.word_embeddings.weight'" },
+  -- a LLaMA directory declared an MPT: read as MptConfig (d_model, n_heads, n_layers)
+  { "mpt", function(d) config_edit(d, function(c) c.model_type = "mpt" end) end, "config.json has no 'd_model'" },
+  { "family", function(d) config_edit(d, function(c) c.model_type = "mamba" end) end, "model_type 'mamba' is not supported (supported: bert, falcon, gemma, gemma2, gpt2, llama, mistral, mpt, opt, phi, phi3, qwen2, qwen3, vit)" },
   { "noconfig", function(d) os.remove(d .. "/config.json") end, "no config.json" },
   { "shard", function(d) os.remove(d .. "/" .. shards[2]) end, "shard " .. shards[2] .. " named by model.safetensors.index.json is missing" },
   { "outside", function(d) index_edit(d, function(c) c.weight_map["model.norm.weight"] = "../good/model-00001-of-00003.safetensors" end) end, "outside the model directory" },

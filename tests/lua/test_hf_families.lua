@@ -7,6 +7,13 @@
 --            sliding window; config.json sliding_window bounds the sequence length (the
 --            window is the identity for T <= sliding_window, so nothing else is needed).
 --   llama3   LLaMA-3-8B's config shape: rope_theta 5e5, GQA, untied head, rope_scaling null.
+--   llama31  LLaMA-3.1's rope_scaling {"rope_type": "llama3", factor, low_freq_factor,
+--            high_freq_factor, original_max_position_embeddings} (modeling_rope_utils.py
+--            _compute_llama3_parameters), with values that put the 8 frequencies of a 16-dim head
+--            in all three bands (one kept, two smoothly interpolated, five divided by factor);
+--            controls: the reference without the scaling, and with another high_freq_factor
+--            (a different band split), must differ; the bands of the real Llama-3.1-8B config
+--            against hand-computed wavelengths; bad values refused naming the key; so-fig1.
 --   phi3     Phi3ForCausalLM (modeling_phi3.py, Phi-3-mini-4k): LLaMA's block with q, k, v fused
 --            in qkv_proj (rows q | k | v) and gate, up in gate_up_proj (rows gate | up, chunked
 --            in two: up · silu(gate)); sliding_window as Mistral's. The test writes these files
@@ -84,6 +91,11 @@ local variants = {
     function(c) c.model_type = "mistral" c.architectures = { "MistralForCausalLM" } c.sliding_window = 16 end },
   { "llama3", "llama-quick", { n_head = 4, n_kv_head = 1, tie_embeddings = false, rope_base = 500000 },
     function(c) c.rope_scaling = json.null c.architectures = { "LlamaForCausalLM" } end },
+  -- head dim 16, θ 1e4: wavelengths 2π·10^(i/2) = 6.3, 19.9, 62.8, 199, …; high_freq_wavelen
+  -- 256/16 = 16 and low_freq_wavelen 256/2 = 128: i = 0 kept, i = 1, 2 smoothed, i ≥ 3 divided by 8
+  { "llama31", "llama-quick", { n_head = 4, n_kv_head = 2, tie_embeddings = false, rope_base = 10000 },
+    function(c) c.architectures = { "LlamaForCausalLM" }
+      c.rope_scaling = { rope_type = "llama3", factor = 8.0, low_freq_factor = 2.0, high_freq_factor = 16.0, original_max_position_embeddings = 256 } end },
   { "phi3", "llama-quick", { n_head = 4, n_kv_head = 2, tie_embeddings = false, rope_base = 10000 },
     function(c) c.model_type = "phi3" c.architectures = { "Phi3ForCausalLM" } c.sliding_window = 2047 c.rope_scaling = json.null end,
     write_phi3 },
@@ -99,11 +111,67 @@ for _, vt in ipairs(variants) do
     local e = max_rel(got, flat(ref))
     local eh = 0
     for l = 0, c.num_hidden_layers - 1 do eh = math.max(eh, max_rel(hs[l] or {}, flat(rhs[l]))) end
-    t.ok(e < 2e-5 and eh < 2e-5, string.format("%s: logits and every layer's h equal the plain-Lua reference (max rel. error %.1e, %.1e)", name, e, eh))
+    local _, abs = max_rel(got, flat(ref))
+    t.ok(e < 2e-5 and eh < 2e-5, string.format("%s: logits and every layer's h equal the plain-Lua reference (max rel. error %.1e, %.1e; max abs %.1e)", name, e, eh, abs))
   end
 end
 
--- the sliding window bounds the sequence length; rope_scaling "llama3" is refused by name
+-- LLaMA-3.1: the check can fail (the reference without the scaling, or with another band
+-- split, differs), the bands of the real Llama-3.1-8B config (θ 5e5, head 128, factor 8,
+-- low 1, high 4, original 8192) against wavelengths computed by hand: 2π·500000^(2i/128) is
+-- 1956 (< 8192/4 = 2048: kept) at i = 28, 2402 at i = 29 (smoothed: s = (8192/2402 − 1)/3 =
+-- 0.8036, factor (1 − s)/8 + s = 0.8282), 6695 at i = 34 (smoothed: 0.1902) and 8219 (> 8192:
+-- divided by 8) at i = 35
+do
+  local d31 = root .. "/llama31-f32"
+  local c = json.decode(read(d31 .. "/config.json"))
+  local got = engine(d31, ids)
+  local W = load_dir(d31)
+  for _, ctl in ipairs { { function(cc) cc.rope_scaling = json.null end, "without rope_scaling" },
+                         { function(cc) cc.rope_scaling.high_freq_factor = 8.0 end, "with high_freq_factor 8 (frequency 1 kept, not smoothed)" },
+                         { function(cc) cc.rope_scaling.factor = 4.0 end, "with factor 4" } } do
+    local cc = json.decode(read(d31 .. "/config.json"))
+    ctl[1](cc)
+    local e = max_rel(got, flat((reference(W, cc, ids))))
+    t.ok(e > 1e-3, string.format("llama31: the reference %s differs (rel. error %.1e): the check can fail", ctl[2], e))
+  end
+  local _, m = hf.load(d31)
+  t.ok(m.cfg.rope_factor == 8 and m.cfg.rope_low_freq_factor == 2 and m.cfg.rope_high_freq_factor == 16 and m.cfg.rope_original_max_pos == 256,
+    "llama31: rope_scaling imported as the model's rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos")
+  local inv = models.families.llama.llama3_inv_freq(500000, 128, 8, 1, 4, 8192)
+  local function base(i) return 1 / 500000 ^ (2 * i / 128) end
+  local kept, divided = true, true
+  for i = 0, 28 do kept = kept and inv[i + 1] == base(i) end
+  for i = 35, 63 do divided = divided and math.abs(inv[i + 1] / (base(i) / 8) - 1) < 1e-15 end
+  t.ok(kept and divided and math.abs(inv[30] / base(29) - 0.8282) < 1e-4 and math.abs(inv[35] / base(34) - 0.1902) < 1e-4,
+    "llama31: Llama-3.1-8B's frequencies: i ≤ 28 kept, i = 29 × 0.8282, i = 34 × 0.1902 (smoothed), i ≥ 35 divided by 8",
+    string.format("%.6f %.6f", inv[30] / base(29), inv[35] / base(34)))
+  -- bad values: refused naming config.json and the key
+  local function bad(edit, want, what)
+    local dd = root .. "/llama31-bad"
+    os.execute("rm -rf " .. dd .. " && cp -r " .. d31 .. " " .. dd)
+    local cc = json.decode(read(dd .. "/config.json"))
+    edit(cc)
+    write(dd .. "/config.json", json.encode(cc))
+    local ok, err = pcall(hf.open, dd)
+    t.ok(not ok and tostring(err):find(want, 1, true) and tostring(err):find("config.json", 1, true), "llama31: " .. what .. " refused naming " .. want, tostring(err))
+  end
+  bad(function(cc) cc.rope_scaling.factor = nil end, "'rope_scaling.factor'", "a missing factor")
+  bad(function(cc) cc.rope_scaling.factor = -8 end, "'rope_scaling.factor'", "a negative factor")
+  bad(function(cc) cc.rope_scaling.high_freq_factor = 2.0 end, "'rope_scaling.high_freq_factor'", "high_freq_factor = low_freq_factor")
+  bad(function(cc) cc.rope_scaling.original_max_position_embeddings = 0 end, "'rope_scaling.original_max_position_embeddings'", "original_max_position_embeddings 0")
+  bad(function(cc) cc.rope_scaling = { rope_type = "yarn", factor = 4.0 } end, "'rope_scaling'", "rope_type yarn")
+  bad(function(cc) cc.rope_scaling = "llama3" end, "'rope_scaling' must be an object", "a rope_scaling that is not an object")
+  bad(function(cc) cc.model_type = "mistral" end, "'rope_scaling'", "llama3 scaling on another family (mistral)")
+  local cc = json.decode(read(d31 .. "/config.json"))
+  cc.rope_scaling = { type = "llama3", factor = 8.0, low_freq_factor = 2.0, high_freq_factor = 16.0, original_max_position_embeddings = 256 }
+  os.execute("rm -rf " .. root .. "/llama31-bc && cp -r " .. d31 .. " " .. root .. "/llama31-bc")
+  write(root .. "/llama31-bc/config.json", json.encode(cc))
+  local ok, dh = pcall(hf.open, root .. "/llama31-bc")
+  t.ok(ok and dh.cfg.rope_factor == 8, "llama31: the old key 'type' for 'rope_type' is read as modeling_rope_utils.py does", not ok and tostring(dh) or nil)
+end
+
+-- the sliding window bounds the sequence length
 local d = root .. "/mistral-f32"
 local ctx, m = hf.load(d)
 t.is(m.cfg.block_size, 16, "mistral: sliding_window 16 bounds the model's positions")
@@ -113,11 +181,6 @@ t.throws(function()
     m:forward({ ids = b })
   end)
 end, "20", "mistral: a sequence longer than sliding_window is refused, not computed without the window")
-local d3 = root .. "/llama3-f32"
-local c3 = json.decode(read(d3 .. "/config.json"))
-c3.rope_scaling = { rope_type = "llama3", factor = 8, low_freq_factor = 1, high_freq_factor = 4, original_max_position_embeddings = 8192 }
-write(d3 .. "/config.json", json.encode(c3))
-t.throws(function() hf.open(d3) end, "config.json 'rope_scaling'", "llama3 rope_scaling (LLaMA-3.1) is refused naming the key")
 
 -- so-fig1 and so-fig3 end to end on the Mistral directory
 local vocab = { ["<unk>"] = 0, ["<s>"] = 1, ["</s>"] = 2 }
@@ -125,24 +188,19 @@ for b = 0, 252 do vocab[string.format("<0x%02X>", b)] = 3 + b end
 write(d .. "/tokenizer.json", json.encode({ model = { type = "BPE", byte_fallback = true, vocab = vocab, merges = {} },
   pre_tokenizer = { type = "Metaspace", replacement = "▁", prepend_scheme = "first", split = false } }))
 write(d .. "/tokenizer_config.json", json.encode({ bos_token = "<s>", eos_token = "</s>" }))
-local lines = {}
-for i = 1, 300 do lines[i] = "And it came to pass, in the " .. i .. "th year, that they went." end
-write(root .. "/text.txt", table.concat(lines, "\n"))
+R.text(root)
 for _, id in ipairs { "so-fig1", "so-fig3" } do
   local out, ok = t.sh(string.format("bin/outlierlab run experiments/%s.lua --profile=quick --model=%s --text=%s --seq_len=16 --out=%s/results --cache=%s/cache",
     id, d, root .. "/text.txt", root, root))
   t.ok(ok and out:find("mistral-f32", 1, true), id .. " runs end to end on the Mistral directory", out)
 end
+-- so-fig1 on the LLaMA-3.1 directory (scaled RoPE), BF16 shards
+os.execute("cp " .. d .. "/tokenizer*.json " .. root .. "/llama31-bf16-shards/")
+R.check_so_fig1(t, root .. "/llama31-bf16-shards", root .. "/text.txt", root, "LLaMA-3.1")
 -- Phi-3 streamed layer by layer (fused tensors converted per layer) = in memory
 local dp = root .. "/phi3-bf16-shards"
 os.execute("cp " .. d .. "/tokenizer*.json " .. dp .. "/")
-local rep = {}
-for _, st in ipairs { "no", "yes" } do
-  local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --model=%s --text=%s --seq_len=16 --stream=%s --out=%s/results-%s --cache=%s/cache-%s",
-    dp, root .. "/text.txt", st, root, st, root, st))
-  rep[st] = ok and out:match("reproduced: ([^\n]*)") or out
-end
-t.ok(rep.no == rep.yes and rep.no:find("phi3", 1, true), "phi3: so-fig3 streamed from the sharded BF16 files = in memory", rep.no .. "\n" .. rep.yes)
+R.check_stream(t, dp, root .. "/text.txt", root, "phi3")
 local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --model=%s --text=%s --seq_len=32 --out=%s/results --cache=%s/cache",
   d, root .. "/text.txt", root, root))
 t.ok(not ok and out:find("sliding_window", 1, true), "so-fig3 with seq_len beyond Mistral's sliding_window: refused naming it", out)

@@ -17,9 +17,7 @@ local hf = require "outlierlab.pretrained.hf"
 local tokenizers = require "outlierlab.pretrained.tokenizers"
 local R = dofile(ol.root .. "/tests/lua/lib/hf_reference.lua")
 
-local root = os.tmpname()
-os.remove(root)
-os.execute("mkdir -p " .. root)
+local root = R.tmpdir()
 local write, read = R.write, R.read
 
 local V, C, F, L, NH, NKV = 300, 64, 96, 2, 4, 2
@@ -93,7 +91,7 @@ local families = {
       c.sliding_window = 5 c.cache_implementation = "hybrid" return c end,
     control = function(W, c) c.attn_logit_softcapping = nil end, control_what = "without attention soft-capping" },
 }
--- two more controls of Gemma 2: the window and the final soft-capping each matter
+-- three more controls of Gemma 2: the window, the final soft-capping and the scale each matter
 local gemma2_controls = {
   { function(c) c.sliding_window = nil end, "without the sliding window on the even layers" },
   { function(c) c.final_logit_softcapping = nil end, "without final soft-capping" },
@@ -102,39 +100,10 @@ local gemma2_controls = {
 
 local ids = {}
 for i = 1, 14 do ids[i] = (i * 37 + 11) % V end
-local dirs = {}
-for _, fam in ipairs(families) do
-  for _, o in ipairs { { tag = "f32", dtype = "F32", shards = 1 }, { tag = "bf16-shards", dtype = "BF16", shards = 2 } } do
-    local name = fam.name .. "-" .. o.tag
-    local dir = root .. "/" .. name
-    local c = fam.config()
-    if o.dtype == "BF16" then c.torch_dtype = "bfloat16" end
-    R.write_dir(dir, tensors(fam.hd, fam.o, c.num_key_value_heads), c, { dtype = o.dtype, shards = o.shards })
-    dirs[name] = dir
-    local ok, e, eh, abs = pcall(R.compare, dir, ids)
-    t.ok(ok and e < 2e-5 and eh < 2e-5, string.format("%s: logits and every layer's h equal the plain-Lua reference (max rel. error %.1e, %.1e; max abs %.1e)",
-      name, ok and e or -1, ok and eh or -1, ok and abs or -1), not ok and tostring(e) or nil)
-    if fam.control and o.tag == "f32" then
-      local W = R.load_dir(dir)
-      local cc = json.decode(read(dir .. "/config.json"))
-      fam.control(W, cc)
-      local okc, ref = pcall(R.forward, W, cc, ids)
-      local got = R.engine(dir, ids)
-      local ec = okc and R.max_rel(got, R.flat(ref)) or math.huge
-      t.ok(ec > 1e-3, string.format("%s: the reference %s differs (rel. error %.1e): the check can fail", name, fam.control_what, ec))
-    end
-  end
-end
-do
-  local dir = dirs["gemma2-f32"]
-  local got = R.engine(dir, ids)
-  for _, ctl in ipairs(gemma2_controls) do
-    local W = R.load_dir(dir)
-    local cc = json.decode(read(dir .. "/config.json"))
-    ctl[1](cc)
-    local e = R.max_rel(got, R.flat((R.forward(W, cc, ids))))
-    t.ok(e > 1e-3, string.format("gemma2: the reference %s differs (rel. error %.1e)", ctl[2], e))
-  end
+for _, fam in ipairs(families) do fam.tensors = function(c) return tensors(fam.hd, fam.o, c.num_key_value_heads) end end
+local dirs = R.check_families(t, root, families, ids)
+for _, ctl in ipairs(gemma2_controls) do
+  R.check_control(t, dirs["gemma2-f32"], ids, function(_, c) ctl[1](c) end, "gemma2: the reference " .. ctl[2])
 end
 
 -- the imported configs
@@ -152,8 +121,7 @@ do
 end
 
 -- bad config values: refused naming config.json and the key
-local function edit(dir, f) local c = json.decode(read(dir .. "/config.json")) f(c) write(dir .. "/config.json", json.encode(c)) end
-local bad = {
+R.check_refused(t, root, dirs, {
   { "qwen2-f32", function(c) c.use_sliding_window = true end, "'use_sliding_window'" },
   { "qwen2-f32", function(c) c.rope_scaling = { type = "yarn", factor = 4 } end, "'rope_scaling'" },
   { "qwen3-f32", function(c) c.head_dim = 23 end, "'head_dim' = 23" },
@@ -163,33 +131,13 @@ local bad = {
   { "gemma2-f32", function(c) c.attn_logit_softcapping = -1 end, "'attn_logit_softcapping'" },
   { "gemma2-f32", function(c) c.query_pre_attn_scalar = 0 end, "'query_pre_attn_scalar'" },
   { "gemma2-f32", function(c) c.sliding_window = 0 end, "'sliding_window'" },
-}
-for i, b in ipairs(bad) do
-  local d = root .. "/bad" .. i
-  os.execute("cp -r " .. dirs[b[1]] .. " " .. d)
-  edit(d, b[2])
-  local ok, err = pcall(hf.open, d)
-  t.ok(not ok and tostring(err):find(b[3], 1, true) and tostring(err):find("config.json", 1, true),
-    b[1] .. ": " .. b[3] .. " refused naming it", tostring(err))
-end
+})
 
 -- tokenizers: Qwen2's byte-level BPE (NFC, no BOS: <|endoftext|> starts a sequence) and Gemma's
 -- Replace(' ', '▁') + byte fallback with <bos>
-local function byte_symbols()
-  local out, n = {}, 0
-  for b = 0, 255 do
-    local keep = (b >= 33 and b <= 126) or (b >= 161 and b <= 172) or (b >= 174 and b <= 255)
-    local cp = keep and b or 256 + n
-    if not keep then n = n + 1 end
-    out[b] = cp < 128 and string.char(cp) or (cp < 2048 and string.char(192 + math.floor(cp / 64), 128 + cp % 64))
-  end
-  return out
-end
 do
   local qd = dirs["qwen3-bf16-shards"]
-  local vocab = {}
-  for b, s in pairs(byte_symbols()) do vocab[s] = b end
-  vocab["Ġt"], vocab["Ġth"], vocab["Ġthe"] = 257, 258, 259
+  local vocab = R.byte_vocab({ ["Ġt"] = 257, ["Ġth"] = 258, ["Ġthe"] = 259 })
   write(qd .. "/tokenizer.json", json.encode({ added_tokens = { { id = 256, content = "<|endoftext|>", special = true } },
     normalizer = { type = "NFC" },
     pre_tokenizer = { type = "Sequence", pretokenizers = { { type = "Split", pattern = { Regex = [[(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+]] }, behavior = "Isolated", invert = false },
@@ -213,20 +161,10 @@ do
 end
 
 -- so-fig1 end to end on Gemma 2; so-fig3 streamed from Qwen3's BF16 shards = in memory
-local lines = {}
-for i = 1, 300 do lines[i] = "And it came to pass, in the " .. i .. "th year, that they went." end
-write(root .. "/text.txt", table.concat(lines, "\n"))
+R.text(root)
 do
-  local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig1.lua --profile=quick --model=%s --text=%s --seq_len=16 --out=%s/results --cache=%s/cache",
-    dirs["gemma2-f32"], root .. "/text.txt", root, root))
-  t.ok(ok and out:find("gemma2-f32", 1, true), "so-fig1 runs end to end on the Gemma 2 directory (windowed layers, soft-capping)", out)
-  local rep = {}
-  for _, st in ipairs { "no", "yes" } do
-    local o2, ok2 = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --model=%s --text=%s --seq_len=16 --stream=%s --out=%s/results-%s --cache=%s/cache-%s",
-      dirs["qwen3-bf16-shards"], root .. "/text.txt", st, root, st, root, st))
-    rep[st] = ok2 and o2:match("reproduced: ([^\n]*)") or o2
-  end
-  t.ok(rep.no == rep.yes and rep.no:find("qwen3", 1, true), "qwen3: so-fig3 streamed from the sharded BF16 files = in memory", rep.no .. "\n" .. rep.yes)
+  R.check_so_fig1(t, dirs["gemma2-f32"], root .. "/text.txt", root, "Gemma 2 (windowed layers, soft-capping)")
+  R.check_stream(t, dirs["qwen3-bf16-shards"], root .. "/text.txt", root, "qwen3")
 end
 
 os.execute("rm -rf " .. root)

@@ -89,21 +89,77 @@ function M.Attention_new(ctx, name, cfg, opts)
   if opts.o_bias ~= nil then o_bias = opts.o_bias end
   self.o = self:add_child(M.linear(ctx, name .. ".o_proj", NH * HD, C, o_bias, opts.proj_std or std))
   -- the imported families' options (models/llama.lua; all off by default)
-  if opts.qk_norm then   -- Qwen3: RMSNorm over head_dim on every q and k head, before RoPE
+  if opts.qk_layernorm then   -- Phi-2's qk_layernorm: LayerNorm over head_dim on every q and k head, before RoPE
+    local o = { eps = opts.qk_norm, bias = opts.qk_layernorm.bias }
+    self.q_norm = self:add_child(nn.LayerNorm(ctx, HD, { name = name .. ".q_norm", eps = o.eps, bias = o.bias }))
+    self.k_norm = self:add_child(nn.LayerNorm(ctx, HD, { name = name .. ".k_norm", eps = o.eps, bias = o.bias }))
+  elseif opts.qk_norm then   -- Qwen3: RMSNorm over head_dim on every q and k head, before RoPE
     self.q_norm = self:add_child(nn.RMSNorm(ctx, HD, { name = name .. ".q_norm", eps = opts.qk_norm }))
     self.k_norm = self:add_child(nn.RMSNorm(ctx, HD, { name = name .. ".k_norm", eps = opts.qk_norm }))
   end
   self.rotary_dim = opts.rotary_dim               -- partial rotary (Phi-2): RoPE on the first dims only
+  self.rope_freqs = opts.rope_freqs               -- RoPE with these inverse frequencies (LLaMA-3.1's "llama3" scaling)
+  self.clip_qkv = opts.clip_qkv                   -- MPT: q, k, v clamped to [−clip_qkv, clip_qkv]
   self.scores = opts.scores                       -- { scale =, softcap =, window =, alibi = }: materialised scores
   return self
 end
 
--- RoPE over the first rd dims of each head (x (B,H,T,HD)), the rest passed through, as
--- modeling_phi.py's apply of rotary to query_rot = q[..., :rotary_ndims] (θ_i = base^(−2i/rd))
-local function partial_rope(x, base, rd)
+-- a step tensor of x's shape (constants of the ops below)
+local function like(x, name)
+  return ol.check_ptr(ol.C.ol_tensor_new(x.ctx, ol.C.OL_F32, x.ndim, x.shape, name))
+end
+
+-- RoPE with given inverse frequencies inv (D/2 of them) over x (B,H,T,D), as modeling_llama.py's
+-- apply_rotary_pos_emb: x·cos + rotate_half(x)·sin, rotate_half(x) = cat(−x[D/2:], x[:D/2]),
+-- cos/sin (T, D) of the angle t·inv_i (in double, rounded to fp32) for both halves
+local function rope_freqs(x, inv)
+  local T, D = x:size(2), x:size(3)
+  local H = D / 2
+  local shape = ol.ffi.new("int64_t[2]", T, D)
+  local cs = ol.check_ptr(ol.C.ol_tensor_new(x.ctx, ol.C.OL_F32, 2, shape, "rope_cos"))
+  local sn = ol.check_ptr(ol.C.ol_tensor_new(x.ctx, ol.C.OL_F32, 2, shape, "rope_sin"))
+  for t = 0, T - 1 do
+    for i = 0, H - 1 do
+      local a = t * inv[i + 1]
+      local c, s = math.cos(a), math.sin(a)
+      cs.data[t * D + i], cs.data[t * D + i + H] = c, c
+      sn.data[t * D + i], sn.data[t * D + i + H] = s, s
+    end
+  end
+  local rot = ol.cat({ x:narrow(3, H, H):scale(-1), x:narrow(3, 0, H) }, 3)
+  return x * cs + rot * sn
+end
+
+-- RoPE of the sublayer on q or k (B,H,T,HD): over the first rotary_dim dims of each head, the
+-- rest passed through, as modeling_phi.py's query_rot = q[..., :rotary_ndims] (θ_i =
+-- base^(−2i/rotary_dim)); with rope_freqs, those frequencies (rope_freqs above)
+local function rope(self, x)
   local HD = x:size(3)
-  local rot = ol.check_ptr(ol.C.ol_rope(x:narrow(3, 0, rd), base, 0))
+  local rd = self.rotary_dim and self.rotary_dim < HD and self.rotary_dim or HD
+  local part = rd < HD and x:narrow(3, 0, rd) or x
+  local rot
+  if self.rope_freqs then rot = rope_freqs(part, self.rope_freqs)
+  else rot = ol.check_ptr(ol.C.ol_rope(part, self.rope, 0)) end
+  if rd == HD then return rot end
   return ol.cat({ rot, x:narrow(3, rd, HD - rd) }, 3)
+end
+
+-- clamp(x, c): x limited to [−c, c] exactly, as torch.clamp(min=−c, max=c) (MPT's clip_qkv):
+-- x·inside + bound, where inside = 1 and bound = 0 for |x| ≤ c, inside = 0 and bound = ±c
+-- beyond (both read from x; x·1 + 0 and x·0 + c are exact); the gradient is 1 inside (the
+-- bounds included) and 0 outside, as torch's; c is compared as fp32, as torch casts it to the
+-- tensor's dtype. (An infinite x would give NaN, not ±c.)
+function M.clamp(x, c)
+  c = tonumber(ol.ffi.new("float", c))
+  local inside, bound = like(x, "clamp_inside"), like(x, "clamp_bound")
+  local xd, id, bd = x.data, inside.data, bound.data
+  for i = 0, tonumber(x.numel) - 1 do
+    local v = xd[i]
+    if v > c then id[i], bd[i] = 0, c
+    elseif v < -c then id[i], bd[i] = 0, -c
+    else id[i], bd[i] = 1, 0 end
+  end
+  return x * inside + bound
 end
 
 -- ALiBi slopes of modeling_mpt.py build_mpt_alibi_tensor: n = the next power of two ≥ NH,
@@ -163,18 +219,14 @@ function Attention:forward(x, P, l, pad_mask)
   local B, T = x:size(0), x:size(1)
   local NH, NKV, HD = self.NH, self.NKV, self.HD
   if P then P("attn_in", l, x) end
-  local q = M.split_heads(self.q:forward(x), B, T, NH, HD)
-  local k = M.split_heads(self.k:forward(x), B, T, NKV, HD)
-  local v = M.split_heads(self.v:forward(x), B, T, NKV, HD)
+  local qo, ko, vo = self.q:forward(x), self.k:forward(x), self.v:forward(x)
+  local c = self.clip_qkv
+  if c then qo, ko, vo = M.clamp(qo, c), M.clamp(ko, c), M.clamp(vo, c) end   -- modeling_mpt.py: Wqkv(x).clamp(−c, c)
+  local q = M.split_heads(qo, B, T, NH, HD)
+  local k = M.split_heads(ko, B, T, NKV, HD)
+  local v = M.split_heads(vo, B, T, NKV, HD)
   if self.q_norm then q, k = self.q_norm:forward(q), self.k_norm:forward(k) end
-  if self.rope then
-    if self.rotary_dim and self.rotary_dim < HD then
-      q, k = partial_rope(q, self.rope, self.rotary_dim), partial_rope(k, self.rope, self.rotary_dim)
-    else
-      q = ol.check_ptr(ol.C.ol_rope(q, self.rope, 0))
-      k = ol.check_ptr(ol.C.ol_rope(k, self.rope, 0))
-    end
-  end
+  if self.rope then q, k = rope(self, q), rope(self, k) end
   if P then P("q", l, q); P("k", l, k); P("v", l, v) end
   k, v = M.repeat_kv(k, NH), M.repeat_kv(v, NH)
   local y

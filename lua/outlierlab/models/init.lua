@@ -44,7 +44,10 @@ local defaults = {
             head_dim = 0, qkv_bias = false, o_bias = false, qk_norm = false, norm = "rmsnorm", norm_bias = true,
             mlp = "glu", act = "silu", mlp_bias = false, parallel = "none", post_norms = false, rotary_dim = 0,
             attn_scale = 0.0, attn_softcap = 0.0, window = 0, window_every = 1, alibi = 0.0, embed_scale = 0.0,
-            logit_softcap = 0.0, head_bias = false },
+            logit_softcap = 0.0, head_bias = false,
+            -- LLaMA-3.1's rope_scaling "llama3" (factor 0: plain RoPE) and MPT's clip_qkv (0: none)
+            rope_factor = 0.0, rope_low_freq_factor = 0.0, rope_high_freq_factor = 0.0, rope_original_max_pos = 0,
+            clip_qkv = 0.0 },
   vit = { family = "vit", name = "vit", image_size = 224, patch_size = 16, channels = 3, n_classes = 1000,
           n_layer = 12, n_head = 6, d_model = 384, d_ff = 1536, norm_eps = 1e-6, act = "gelu_erf",
           patch_ln = false, dropout = 0.0, attention = "softmax", seed = 1234 },

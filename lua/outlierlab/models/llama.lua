@@ -13,6 +13,17 @@
 -- cfg.embed_proj = true (Outlier-Safe Pre-Training, Park et al. 2025): a learned C×C projection
 -- after the embedding (x = E[ids]·W_eᵀ, before "emb") and one after the final norm (before the
 -- head), both initialised to random orthogonal matrices (ol_random_orthogonal).
+--
+-- The decoders imported from Hugging Face (pretrained/hf.lua: Mistral, Phi-3, Qwen2/3, Gemma 1/2,
+-- Phi, Falcon, MPT, LLaMA-3.1) are this model with keys that are off by default (M.PLAIN; with
+-- all of them off the model is the block above, bit for bit): head_dim; qkv_bias, o_bias;
+-- qk_norm (per-head RMSNorm, or LayerNorm when norm = "layernorm"); norm ("rmsnorm" |
+-- "layernorm", norm_bias); mlp ("glu" | "plain"), act, mlp_bias; parallel ("none" | "shared" |
+-- "separate"); post_norms; rotary_dim (partial rotary); rope_factor, rope_low_freq_factor,
+-- rope_high_freq_factor, rope_original_max_pos (LLaMA-3.1's "llama3" frequencies); rope_base 0
+-- (no RoPE); attn_scale, attn_softcap, window, window_every, alibi (ALiBi with that
+-- alibi_bias_max: materialised scores, common.Attention:scored); clip_qkv (q, k, v clamped);
+-- embed_scale; logit_softcap; head_bias.
 local common = require "outlierlab.models.common"
 local nn = require "outlierlab.nn"
 
@@ -34,7 +45,7 @@ local function init_stds(cfg)
 end
 
 -- ---------------------------------------------------------------- the imported families' block
--- Block(ctx, name, cfg, opts): the LLaMA block with the keys above (used when one of them is
+-- Block(ctx, name, cfg, opts): the LLaMA block with the keys of the header (used when one of them is
 -- set; otherwise common.PreLNBlock). Norms: ln1 (input_layernorm), ln2 (the MLP's input norm,
 -- absent for parallel = "shared"), ln1_post / ln2_post (post_norms). Probe names as PreLNBlock's.
 --   sequential: a = ln1(x); o = attn(a) [ln1_post]; x = x + o; m = ln2(x); f = mlp(m) [ln2_post]; x = x + f
@@ -50,11 +61,41 @@ local function norm(ctx, name, n, cfg)
   return common.norm_new(ctx, name, n, cfg, "rmsnorm")
 end
 
+-- RoPE inverse frequencies with LLaMA-3.1's rope_scaling "llama3" (transformers'
+-- modeling_rope_utils.py _compute_llama3_parameters, step by step; HF computes them in fp32,
+-- here in double): over the rotary dims dim,
+--   inv_i = 1 / base^(2i/dim), wavelen_i = 2π / inv_i, low_wl = orig / low, high_wl = orig / high
+--   wavelen_i > low_wl: inv_i / factor (low frequencies interpolated)
+--   wavelen_i < high_wl: inv_i (high frequencies kept)
+--   otherwise: (1 − s)·inv_i / factor + s·inv_i, s = (orig / wavelen_i − low) / (high − low)
+function M.llama3_inv_freq(base, dim, factor, low, high, orig)
+  local out = {}
+  local low_wl, high_wl = orig / low, orig / high
+  for i = 0, dim / 2 - 1 do
+    local inv = 1 / base ^ (2 * i / dim)
+    local wl = 2 * math.pi / inv
+    local v = wl > low_wl and inv / factor or inv                    -- torch.where(wavelen > low_freq_wavelen, ...)
+    if not (wl < high_wl) and not (wl > low_wl) then                 -- is_medium_freq
+      local s = (orig / wl - low) / (high - low)
+      v = (1 - s) * v / factor + s * v
+    end
+    out[i + 1] = v
+  end
+  return out
+end
+
 -- the attention options of a config (common.Attention_new)
 local function attn_opts(cfg, std, proj_std)
   local o = { causal = true, bias = false, rope = cfg.rope_base > 0 and cfg.rope_base or nil, std = std, proj_std = proj_std,
               head_dim = cfg.head_dim > 0 and cfg.head_dim or nil, qkv_bias = cfg.qkv_bias, o_bias = cfg.o_bias,
-              qk_norm = cfg.qk_norm and cfg.norm_eps or nil, rotary_dim = cfg.rotary_dim > 0 and cfg.rotary_dim or nil }
+              qk_norm = cfg.qk_norm and cfg.norm_eps or nil, rotary_dim = cfg.rotary_dim > 0 and cfg.rotary_dim or nil,
+              qk_layernorm = cfg.qk_norm and cfg.norm == "layernorm" and { bias = cfg.norm_bias } or nil,
+              clip_qkv = cfg.clip_qkv > 0 and cfg.clip_qkv or nil }
+  if cfg.rope_factor > 0 then
+    local rd = cfg.rotary_dim > 0 and cfg.rotary_dim or (cfg.head_dim > 0 and cfg.head_dim or cfg.d_model / cfg.n_head)
+    o.rope_freqs = M.llama3_inv_freq(cfg.rope_base, rd, cfg.rope_factor, cfg.rope_low_freq_factor, cfg.rope_high_freq_factor,
+                                     cfg.rope_original_max_pos)
+  end
   if cfg.attn_scale > 0 or cfg.attn_softcap > 0 or cfg.window > 0 or cfg.alibi > 0 then
     o.scores = { scale = cfg.attn_scale > 0 and cfg.attn_scale or nil, softcap = cfg.attn_softcap > 0 and cfg.attn_softcap or nil,
                  window = cfg.window > 0 and cfg.window or nil, window_every = cfg.window_every,
@@ -110,7 +151,8 @@ end
 local PLAIN = { head_dim = 0, qkv_bias = false, o_bias = false, qk_norm = false, norm = "rmsnorm", norm_bias = true,
                 mlp = "glu", act = "silu", mlp_bias = false, parallel = "none", post_norms = false, rotary_dim = 0,
                 attn_scale = 0, attn_softcap = 0, window = 0, window_every = 1, alibi = 0, embed_scale = 0,
-                logit_softcap = 0, head_bias = false }
+                logit_softcap = 0, head_bias = false, rope_factor = 0, rope_low_freq_factor = 0, rope_high_freq_factor = 0,
+                rope_original_max_pos = 0, clip_qkv = 0 }
 M.PLAIN = PLAIN
 function M.extended(cfg)
   for k, v in pairs(PLAIN) do if cfg[k] ~= v then return true end end
@@ -120,14 +162,25 @@ end
 -- the checks of the keys above (models.config calls it)
 function M.check(cfg, what)
   local function bad(k, v, valid) error(string.format("%s: %s must be %s, got %s", what, k, valid, tostring(v)), 4) end
-  for _, k in ipairs { "head_dim", "rotary_dim", "window", "window_every" } do
+  for _, k in ipairs { "head_dim", "rotary_dim", "window", "window_every", "rope_original_max_pos" } do
     local v = cfg[k]
     if v < 0 or v ~= math.floor(v) then bad(k, v, "a non-negative integer") end
   end
   if cfg.window_every < 1 then bad("window_every", cfg.window_every, "at least 1") end
-  for _, k in ipairs { "attn_scale", "attn_softcap", "alibi", "embed_scale", "logit_softcap", "rope_base" } do
+  for _, k in ipairs { "attn_scale", "attn_softcap", "alibi", "embed_scale", "logit_softcap", "rope_base", "rope_factor",
+                       "rope_low_freq_factor", "rope_high_freq_factor", "clip_qkv" } do
     local v = cfg[k]
     if not (v >= 0 and v < math.huge) then bad(k, v, "a non-negative finite number") end
+  end
+  if cfg.rope_factor > 0 then   -- LLaMA-3.1's "llama3" scaling: every parameter, with high > low
+    if cfg.rope_base == 0 then bad("rope_factor", cfg.rope_factor, "0 without RoPE (rope_base 0)") end
+    if cfg.rope_low_freq_factor == 0 then bad("rope_low_freq_factor", 0, "positive with rope_factor") end
+    if not (cfg.rope_high_freq_factor > cfg.rope_low_freq_factor) then
+      bad("rope_high_freq_factor", cfg.rope_high_freq_factor, "greater than rope_low_freq_factor " .. cfg.rope_low_freq_factor)
+    end
+    if cfg.rope_original_max_pos < 1 then bad("rope_original_max_pos", cfg.rope_original_max_pos, "at least 1 with rope_factor") end
+  elseif cfg.rope_low_freq_factor ~= 0 or cfg.rope_high_freq_factor ~= 0 or cfg.rope_original_max_pos ~= 0 then
+    bad("rope_factor", 0, "positive when rope_low_freq_factor, rope_high_freq_factor or rope_original_max_pos is set")
   end
   local HD = cfg.head_dim > 0 and cfg.head_dim or cfg.d_model / cfg.n_head
   if cfg.rotary_dim > HD or cfg.rotary_dim % 2 ~= 0 then bad("rotary_dim", cfg.rotary_dim, "even and at most the head size " .. HD) end
@@ -229,7 +282,7 @@ function M.count(cfg)
     local attn = 2 * C * NH * HD + 2 * C * NKV * HD
     if cfg.qkv_bias then attn = attn + (NH + 2 * NKV) * HD end
     if cfg.o_bias then attn = attn + C end
-    if cfg.qk_norm then attn = attn + 2 * HD end
+    if cfg.qk_norm then attn = attn + 2 * HD * (nrm / C) end   -- per-head norms of the model's kind (LayerNorm: gain and bias)
     local mlp = (cfg.mlp == "plain" and 2 or 3) * C * F
     if cfg.mlp_bias then mlp = mlp + F + C end
     local n = V * C + L * (nnorm * nrm + attn + mlp) + nrm

@@ -20,6 +20,8 @@
 --         (transform + bias, decoder tied to the word embedding); the NSP head is skipped.
 --   llama LLaMA: grouped-query attention, rope_theta, rms_norm_eps, tied or untied head. HF
 --         stores q/k in the rotate-half layout that engine/ops_model.c's RoPE uses: no permutation.
+--         LLaMA-3.1's rope_scaling "llama3" (modeling_rope_utils.py _compute_llama3_parameters)
+--         becomes the model's rope_factor keys (rope_scaling below).
 --   mistral  Mistral (modeling_mistral.py MistralForCausalLM): LLaMA's names and block;
 --         sliding_window bounds the sequence length (the window masks nothing for
 --         T <= sliding_window; the engine's attention has none), see from_hf.mistral.
@@ -31,6 +33,14 @@
 --         models/llama.lua (q/k/v biases; q_norm/k_norm and head_dim; Gemma's (1 + w) norm gains
 --         stored as 1 + w, GeGLU, √d embedding scale; Gemma 2's four norms, soft-capping,
 --         query_pre_attn_scalar and a window on the even layers), see from_hf.qwen2 … gemma2.
+--   phi   Phi-1/1.5/2 (modeling_phi.py PhiForCausalLM): one LayerNorm feeding attention and MLP in
+--         parallel, partial rotary, biases everywhere, lm_head bias, optional qk_layernorm
+--         (from_hf.phi, layout.phi).
+--   falcon  Falcon (modeling_falcon.py FalconForCausalLM): parallel blocks from one or two
+--         LayerNorms (or sequential), the fused query_key_value in _split_heads' three layouts
+--         (new_decoder_architecture, multi_query, per head), rotary (from_hf.falcon, layout.falcon).
+--   mpt   MPT (modeling_mpt.py MptForCausalLM): ALiBi, LayerNorms without bias, fused Wqkv,
+--         clip_qkv, softmax_scale, tied head (from_hf.mpt, layout.mpt).
 --   vit   ViT (vit.* and classifier): [CLS], the patch embedding convolution (C, 3, P, P) as
 --         the linear layer over patches flattened in (channel, row, column) order.
 -- Before anything is built, open() checks the config values (sizes 1 .. 2^31-1, heads dividing
@@ -53,7 +63,7 @@ pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
 local DTYPES = { F32 = C.OL_ST_F32, F16 = C.OL_ST_F16, BF16 = C.OL_ST_BF16, F64 = C.OL_ST_F64 }
 local ESIZE = { F32 = 4, F16 = 2, BF16 = 2, F64 = 8 }
 local TORCH_DTYPE = { F32 = "float32", F16 = "float16", BF16 = "bfloat16" }
-M.FAMILIES = { "bert", "gemma", "gemma2", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2", "qwen3", "vit" }
+M.FAMILIES = { "bert", "falcon", "gemma", "gemma2", "gpt2", "llama", "mistral", "mpt", "opt", "phi", "phi3", "qwen2", "qwen3", "vit" }
 
 local function fail(where, fmt, ...) error("hf: " .. where .. ": " .. string.format(fmt, ...), 0) end
 local function shape_str(s) return "(" .. table.concat(s, ",") .. ")" end
@@ -204,27 +214,58 @@ function from_hf.bert(hf, dir)
            d_ff = size(hf, dir, "intermediate_size"), dropout = 0.0, norm_eps = positive(hf, dir, "layer_norm_eps", 1e-12),
            act = act(hf, dir, "hidden_act", "gelu", "bert"), pooler = false }
 end
+-- a sub-object of config.json (rope_scaling, attn_config), or nil when absent or null: a table
+-- whose keys are read as "k.key", so that the helpers above name them so in messages
+-- (config.json 'rope_scaling.factor')
+local function sub(hf, dir, k)
+  local v = hf[k]
+  if v == nil or v == json.null then return nil end
+  if type(v) ~= "table" or v[1] ~= nil then fail(dir, "config.json '%s' must be an object or null, got %s", k, show(v)) end
+  return setmetatable({}, { __index = function(_, name) return v[name:sub(#k + 2)] end })
+end
+-- rope_scaling: null (plain RoPE), {"rope_type": "default"}, or for fam "llama" LLaMA-3.1's
+-- {"rope_type": "llama3", factor, low_freq_factor, high_freq_factor,
+-- original_max_position_embeddings} (modeling_rope_utils.py _compute_llama3_parameters: the
+-- model's rope_factor … keys, models/llama.lua llama3_inv_freq); "type" is the old name of
+-- "rope_type" (modeling_rope_utils.py's BC). Every other scaling is refused naming the key.
+local function rope_scaling(hf, dir, fam, c)
+  local rs = sub(hf, dir, "rope_scaling")
+  if not rs then return c end
+  local rt = hf.rope_scaling.rope_type
+  if rt == nil then rt = hf.rope_scaling.type end
+  if rt == "default" then return c end
+  if rt ~= "llama3" or fam ~= "llama" then
+    fail(dir, "config.json 'rope_scaling' = %s is not supported for %s (only null: plain RoPE%s)", json.encode(hf.rope_scaling), fam,
+         fam == "llama" and "; or rope_type \"llama3\", LLaMA-3.1's" or "")
+  end
+  c.rope_factor = positive(rs, dir, "rope_scaling.factor")
+  c.rope_low_freq_factor = positive(rs, dir, "rope_scaling.low_freq_factor")
+  c.rope_high_freq_factor = positive(rs, dir, "rope_scaling.high_freq_factor")
+  if not (c.rope_high_freq_factor > c.rope_low_freq_factor) then
+    fail(dir, "config.json 'rope_scaling.high_freq_factor' = %s must be greater than 'rope_scaling.low_freq_factor' = %s (the smooth interpolation divides by their difference)",
+         show(c.rope_high_freq_factor), show(c.rope_low_freq_factor))
+  end
+  c.rope_original_max_pos = size(rs, dir, "rope_scaling.original_max_position_embeddings")
+  return c
+end
 -- LLaMA (modeling_llama.py LlamaForCausalLM) and the families that are LLaMA's block with
 -- other config keys: fam names the family in messages
 local function llama_like(hf, dir, fam)
   must(hf, dir, "hidden_act", { "silu" }, fam)
   must(hf, dir, "attention_bias", { false }, fam)
   must(hf, dir, "mlp_bias", { false }, fam)
-  if hf.rope_scaling ~= nil then
-    fail(dir, "config.json 'rope_scaling' = %s is not supported for %s (only null: plain RoPE; LLaMA-3.1's \"llama3\" frequency scaling needs the engine's RoPE to take per-frequency factors)",
-         json.encode(hf.rope_scaling), fam)
-  end
   local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
   local KV = size(hf, dir, "num_key_value_heads", NH)
   heads(dir, "num_attention_heads", NH, "hidden_size", Cd, "num_key_value_heads", KV)
   if hf.head_dim ~= nil and hf.head_dim ~= json.null and int(hf, dir, "head_dim") * NH ~= Cd then
     fail(dir, "config.json 'head_dim' = %d with %d heads differs from hidden_size %d: not supported for %s", hf.head_dim, NH, Cd, fam)
   end
-  return { family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings", 2048),
+  return rope_scaling(hf, dir, fam, {
+           family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings", 2048),
            n_layer = size(hf, dir, "num_hidden_layers"), n_head = NH, n_kv_head = KV,
            d_model = Cd, d_ff = size(hf, dir, "intermediate_size"), norm_eps = positive(hf, dir, "rms_norm_eps", 1e-6),
            rope_base = positive(hf, dir, "rope_theta", 10000.0), tie_embeddings = key(hf, dir, "tie_word_embeddings", false),
-           init = "hf", dropout = 0.0 }
+           init = "hf", dropout = 0.0 })
 end
 function from_hf.llama(hf, dir) return llama_like(hf, dir, "llama") end
 -- Mistral (modeling_mistral.py MistralForCausalLM): LLaMA's block and tensor names, with a
@@ -341,6 +382,145 @@ function from_hf.gemma2(hf, dir)
   end
   return c
 end
+-- Phi-1, 1.5, 2 (modeling_phi.py PhiForCausalLM, PhiDecoderLayer, PhiAttention, PhiMLP): one
+-- LayerNorm with bias (input_layernorm) feeds the attention and the MLP, whose outputs are
+-- added to the residual together (PhiDecoderLayer: attn_outputs + feed_forward_hidden_states +
+-- residual: the model's parallel = "shared"); q_proj, k_proj, v_proj and dense (the output
+-- projection) with biases; the rotary embedding on the first rotary_ndims = int(head_dim ·
+-- partial_rotary_factor) dims of each head (rotate_half on that slice, θ_i =
+-- rope_theta^(−2i/rotary_ndims)), the other dims passed through (rotary_dim); optional
+-- qk_layernorm: LayerNorm(head_dim) with bias on every q and k head after the projection and
+-- before the rotary embedding (qk_norm with norm = "layernorm"); PhiMLP fc1 → hidden_act
+-- (gelu_new: the tanh approximation) → fc2, with biases (mlp = "plain"); final_layernorm;
+-- lm_head with a bias (head_bias), untied (tie_word_embeddings true is refused).
+function from_hf.phi(hf, dir)
+  must(hf, dir, "tie_word_embeddings", { false }, "phi")
+  local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
+  local KV = NH
+  if hf.num_key_value_heads ~= json.null then KV = size(hf, dir, "num_key_value_heads", NH) end
+  heads(dir, "num_attention_heads", NH, "hidden_size", Cd, "num_key_value_heads", KV)
+  local HD = Cd / NH
+  if hf.head_dim ~= nil and hf.head_dim ~= json.null and int(hf, dir, "head_dim") ~= HD then
+    fail(dir, "config.json 'head_dim' = %s differs from hidden_size / num_attention_heads = %d: not supported for phi (PhiAttention's q_layernorm has hidden_size / num_attention_heads)", show(hf.head_dim), HD)
+  end
+  local f = key(hf, dir, "partial_rotary_factor", 0.5, "number")
+  if not (f > 0 and f <= 1) then fail(dir, "config.json 'partial_rotary_factor' = %s must be in (0, 1]", show(f)) end
+  local rd = math.floor(HD * f)   -- int(head_dim * partial_rotary_factor)
+  if rd < 2 or rd % 2 ~= 0 then
+    fail(dir, "config.json 'partial_rotary_factor' = %s gives %d rotary dims of the head's %d: they must be even and at least 2 (rotate_half pairs dim i with i + rotary_ndims/2)", show(f), rd, HD)
+  end
+  return rope_scaling(hf, dir, "phi", {
+    family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings", 2048),
+    n_layer = size(hf, dir, "num_hidden_layers"), n_head = NH, n_kv_head = KV, d_model = Cd, d_ff = size(hf, dir, "intermediate_size"),
+    norm = "layernorm", norm_bias = true, norm_eps = positive(hf, dir, "layer_norm_eps", 1e-5), mlp = "plain",
+    act = act(hf, dir, "hidden_act", "gelu_new", "phi"), mlp_bias = true, qkv_bias = true, o_bias = true,
+    qk_norm = key(hf, dir, "qk_layernorm", false), parallel = "shared", rotary_dim = rd < HD and rd or 0,
+    rope_base = positive(hf, dir, "rope_theta", 10000.0), tie_embeddings = false, head_bias = true, init = "hf", dropout = 0.0 })
+end
+-- Falcon (modeling_falcon.py FalconForCausalLM, FalconDecoderLayer, FalconAttention, FalconMLP):
+-- LayerNorms with bias; the attention and the MLP in parallel, x + (MLP + attention)
+-- (FalconDecoderLayer: mlp_output += attention_output, then + residual): with
+-- new_decoder_architecture (Falcon-40B, 180B) from two LayerNorms ln_attn and ln_mlp
+-- (num_ln_in_parallel_attn 2, the default; parallel = "separate") or one input_layernorm
+-- (num_ln_in_parallel_attn 1, Falcon2-11B; "shared"); without it (Falcon-7B) from one
+-- input_layernorm when parallel_attn ("shared"), else sequentially with post_attention_layernorm
+-- before the MLP ("none"). Key/value heads: num_kv_heads with new_decoder_architecture, one with
+-- multi_query (Falcon-7B), every head otherwise; their rows interleave in query_key_value
+-- (layout.falcon). Rotary embedding over the whole head (rope_theta); scores × head_dim^−½;
+-- FalconMLP dense_h_to_4h → activation (gelu: exact) → dense_4h_to_h; biases on every linear
+-- layer when bias; ln_f; lm_head tied to word_embeddings unless tie_word_embeddings is false.
+-- Refused naming the key: alibi (Falcon-RW: its ALiBi, build_alibi_tensor, is not
+-- implemented), rope_scaling, apply_residual_connection_post_layernorm, and the combinations
+-- FalconDecoderLayer cannot run (new_decoder_architecture without parallel_attn,
+-- num_ln_in_parallel_attn 2 without new_decoder_architecture).
+function from_hf.falcon(hf, dir)
+  must(hf, dir, "alibi", { false }, "falcon (ALiBi, build_alibi_tensor: the Falcon-RW models, is not implemented; the rotary models are)")
+  must(hf, dir, "apply_residual_connection_post_layernorm", { false }, "falcon")
+  local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
+  heads(dir, "num_attention_heads", NH, "hidden_size", Cd)
+  if (Cd / NH) % 2 ~= 0 then fail(dir, "config.json 'hidden_size' / 'num_attention_heads' = %d must be even (the rotary embedding rotates pairs of dims)", Cd / NH) end
+  local new = key(hf, dir, "new_decoder_architecture", false)
+  local mq = key(hf, dir, "multi_query", true)
+  local par = key(hf, dir, "parallel_attn", true)
+  local nln = hf.num_ln_in_parallel_attn
+  if nln == json.null then nln = nil end
+  if nln ~= nil then
+    nln = size(hf, dir, "num_ln_in_parallel_attn")
+    if nln > 2 then fail(dir, "config.json 'num_ln_in_parallel_attn' = %d must be 1 or 2", nln) end
+  end
+  local KV, parallel
+  local kv = hf.num_kv_heads
+  if kv == json.null then kv = nil end
+  if new then
+    if not par then fail(dir, "config.json 'parallel_attn' = false with 'new_decoder_architecture' = true is not supported for falcon (FalconDecoderLayer has no sequential form of it)") end
+    KV = kv and size(hf, dir, "num_kv_heads") or NH
+    heads(dir, "num_attention_heads", NH, "hidden_size", Cd, "num_kv_heads", KV)
+    parallel = (nln or 2) == 2 and "separate" or "shared"
+  else
+    if nln == 2 then fail(dir, "config.json 'num_ln_in_parallel_attn' = 2 needs 'new_decoder_architecture' = true (FalconDecoderLayer)") end
+    KV = mq and 1 or NH
+    if not mq and kv and size(hf, dir, "num_kv_heads") ~= NH then
+      fail(dir, "config.json 'num_kv_heads' = %d with 'multi_query' = false and 'new_decoder_architecture' = false: every head has its key and value (num_kv_heads must be num_attention_heads = %d)", kv, NH)
+    end
+    parallel = par and "shared" or "none"
+  end
+  local bias = key(hf, dir, "bias", false)
+  local F = hf.ffn_hidden_size
+  F = (F ~= nil and F ~= json.null) and size(hf, dir, "ffn_hidden_size") or 4 * Cd
+  return rope_scaling(hf, dir, "falcon", {
+    family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_position_embeddings", 2048),
+    n_layer = size(hf, dir, "num_hidden_layers"), n_head = NH, n_kv_head = KV, d_model = Cd, d_ff = F,
+    norm = "layernorm", norm_bias = true, norm_eps = positive(hf, dir, "layer_norm_epsilon", 1e-5), mlp = "plain",
+    act = act(hf, dir, "activation", "gelu", "falcon"), mlp_bias = bias, qkv_bias = bias, o_bias = bias, parallel = parallel,
+    rope_base = positive(hf, dir, "rope_theta", 10000.0), tie_embeddings = key(hf, dir, "tie_word_embeddings", true),
+    init = "hf", dropout = 0.0 })
+end
+-- MPT (modeling_mpt.py MptForCausalLM, MptBlock, MptAttention, MptMLP, build_mpt_alibi_tensor;
+-- MptConfig with its attn_config): pre-LN blocks with LayerNorms without bias (norm_1, norm_2,
+-- norm_f: "self.norm_1.bias = None"); Wqkv (3·d_model, d_model) chunked into q, k, v, clamped
+-- to [−clip_qkv, clip_qkv] first when attn_config.clip_qkv is set (the model's clip_qkv:
+-- common.clamp); scores × softmax_scale (null: (d_model / n_heads)^−½) plus ALiBi:
+-- slope_h·(j − (T − 1)) for key j, slopes 2^(−i·alibi_bias_max/n), i = 1 … n, n the power of two
+-- ≥ n_heads, and for n_heads < n the odd-indexed slopes first, then the even ones (the model's
+-- alibi: common.alibi_slopes); no positions otherwise; out_proj; MptMLP up_proj (4·d_model: HF
+-- ignores expansion_ratio) → exact GELU → down_proj, no biases; head tied to wte.
+-- Refused naming the key: what HF's MptAttention does not compute (attn_config.alibi false,
+-- attn_type other than multihead_attention, qk_ln, prefix_lm), no_bias false, logit_scale,
+-- an expansion_ratio other than 4, an untied head.
+function from_hf.mpt(hf, dir)
+  local Cd, NH = size(hf, dir, "d_model"), size(hf, dir, "n_heads")
+  heads(dir, "n_heads", NH, "d_model", Cd)
+  if key(hf, dir, "expansion_ratio", 4, "number") ~= 4 then
+    fail(dir, "config.json 'expansion_ratio' = %s is not supported for mpt (modeling_mpt.py's MptMLP has 4 × d_model)", show(hf.expansion_ratio))
+  end
+  must(hf, dir, "no_bias", { true }, "mpt (modeling_mpt.py's layers have no biases)")
+  must(hf, dir, "norm_type", { "low_precision_layernorm", "layernorm" }, "mpt")
+  must(hf, dir, "logit_scale", { json.null }, "mpt")
+  must(hf, dir, "tie_word_embeddings", { true }, "mpt")
+  local ac = sub(hf, dir, "attn_config") or {}
+  must(ac, dir, "attn_config.alibi", { true }, "mpt (HF's MptModel always adds ALiBi)")
+  must(ac, dir, "attn_config.attn_type", { "multihead_attention" }, "mpt")
+  must(ac, dir, "attn_config.qk_ln", { false }, "mpt")
+  must(ac, dir, "attn_config.prefix_lm", { false }, "mpt")
+  local function opt_number(k, what)   -- null or absent: 0
+    local v = ac[k]
+    if v == nil or v == json.null then return 0 end
+    v = key(ac, dir, k, 0, "number")
+    if not (v >= 0 and v < math.huge) then fail(dir, "config.json '%s' = %s must be %s", k, show(v), what) end
+    return v
+  end
+  local scale = opt_number("attn_config.softmax_scale", "a positive number or null")
+  if ac["attn_config.softmax_scale"] ~= nil and ac["attn_config.softmax_scale"] ~= json.null and scale == 0 then
+    fail(dir, "config.json 'attn_config.softmax_scale' = 0 must be a positive number or null")
+  end
+  return {
+    family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_seq_len", 2048),
+    n_layer = size(hf, dir, "n_layers"), n_head = NH, n_kv_head = NH, d_model = Cd, d_ff = 4 * Cd,
+    norm = "layernorm", norm_bias = false, norm_eps = positive(hf, dir, "layer_norm_epsilon", 1e-5), mlp = "plain",
+    act = "gelu_erf", rope_base = 0.0, alibi = positive(ac, dir, "attn_config.alibi_bias_max", 8),
+    attn_scale = scale, clip_qkv = opt_number("attn_config.clip_qkv", "a non-negative number or null (0: no clamp, as MptAttention's `if self.clip_qkv`)"),
+    tie_embeddings = true, init = "hf", dropout = 0.0 }
+end
 function from_hf.vit(hf, dir)
   must(hf, dir, "qkv_bias", { true }, "vit")
   local Cd, NH = size(hf, dir, "hidden_size"), size(hf, dir, "num_attention_heads")
@@ -404,6 +584,8 @@ M.from_hf, M.to_hf = from_hf, to_hf
 -- copies: the parts tile the tensor in order) or t = true with parts { {ours =, col0 =, n =} }
 -- (the file holds a (rows, cols) Conv1D weight; each part is the transpose of columns
 -- [col0, col0+n)), optional = true (absent: the parameters stay 0 and info.absent names it) }.
+-- A plain part may also give n (elements) and dst (the first element in the parameter): it
+-- fills that slice only (Falcon's fused query_key_value, whose heads interleave q, k and v).
 -- zero = true on a part: the project's model has no such parameter (a bias-free GPT-2); it is
 -- written as zeros and must be zero on import.
 
@@ -439,9 +621,21 @@ local function block_entries(c, h, o, hn, ff, bias)
 end
 
 local layout = {}   -- family -> { prefix(s), global(c), layer(c, l, lo), ignore = {patterns}, head_prefix }
+-- the decoders' lm_head.weight (V, C): tied to the embedding emb (optional in the files, equal to
+-- it when present) or, with tie_word_embeddings false, the model's own lm_head; appended to g
+local function head_e(g, c, emb)
+  local V, Cd = c.vocab_size, c.d_model
+  if c.tie_embeddings then
+    g[#g + 1] = E("lm_head.weight", { V, Cd }, "vocab_size, hidden_size", {}, { top = true, optional = true, tied = emb })
+  else
+    g[#g + 1] = E("lm_head.weight", { V, Cd }, "vocab_size, hidden_size (tie_word_embeddings = false)", one("lm_head.weight"), { top = true })
+  end
+  return g
+end
 -- the config.json key of the number of layers
 local LAYER_KEY = { gpt2 = "n_layer", opt = "num_hidden_layers", bert = "num_hidden_layers", llama = "num_hidden_layers",
-                    mistral = "num_hidden_layers", phi3 = "num_hidden_layers", vit = "num_hidden_layers",
+                    mistral = "num_hidden_layers", phi3 = "num_hidden_layers", vit = "num_hidden_layers", phi = "num_hidden_layers",
+                    falcon = "num_hidden_layers", mpt = "n_layers",
                     qwen2 = "num_hidden_layers", qwen3 = "num_hidden_layers", gemma = "num_hidden_layers", gemma2 = "num_hidden_layers" }
 
 layout.gpt2 = {
@@ -553,12 +747,7 @@ layout.llama = {
       E("embed_tokens.weight", { V, Cd }, "vocab_size, hidden_size", one("embed_tokens.weight")),
       E("norm.weight", { Cd }, "hidden_size", one("norm.weight")),
     }
-    if c.tie_embeddings then
-      g[#g + 1] = E("lm_head.weight", { V, Cd }, "vocab_size, hidden_size", {}, { top = true, optional = true, tied = "embed_tokens.weight" })
-    else
-      g[#g + 1] = E("lm_head.weight", { V, Cd }, "vocab_size, hidden_size (tie_word_embeddings = false)", one("lm_head.weight"), { top = true })
-    end
-    return g
+    return head_e(g, c, "embed_tokens.weight")
   end,
   layer = function(c, l, lo)
     local Cd, F = c.d_model, c.d_ff
@@ -681,6 +870,132 @@ layout.phi3 = {
     }
   end,
 }
+
+-- a Linear of the file (weight (nout, nin), bias (nout) when bias) -> the project's module o
+local function linear_e(out, h, o, nout, nin, why, bias)
+  out[#out + 1] = E(h .. ".weight", { nout, nin }, why, one(o .. ".weight"))
+  if bias then out[#out + 1] = E(h .. ".bias", { nout }, (why:gsub(",.*", "")), one(o .. ".bias")) end
+end
+-- a LayerNorm of the file (weight (n), bias (n) when bias) -> the project's norm o
+local function norm_e(out, h, o, n, why, bias)
+  out[#out + 1] = E(h .. ".weight", { n }, why, one(o .. ".weight"))
+  if bias then out[#out + 1] = E(h .. ".bias", { n }, why, one(o .. ".bias")) end
+end
+
+-- Phi (modeling_phi.py): model.embed_tokens, model.layers.{l}.input_layernorm, self_attn.{q,k,v}_proj,
+-- self_attn.dense, self_attn.{q,k}_layernorm (qk_layernorm), mlp.fc1, mlp.fc2 (all with biases),
+-- model.final_layernorm, lm_head (weight and bias)
+layout.phi = {
+  prefixes = { "model.", "" }, export_prefix = "model.",
+  ignore = { "^layers%.%d+%.self_attn%.rotary_emb%.inv_freq$", "^rotary_emb%.inv_freq$" },
+  global = function(c)
+    local Cd, V = c.d_model, c.vocab_size
+    local g = { E("embed_tokens.weight", { V, Cd }, "vocab_size, hidden_size", one("embed_tokens.weight")) }
+    norm_e(g, "final_layernorm", "norm", Cd, "hidden_size", true)
+    g[#g + 1] = E("lm_head.weight", { V, Cd }, "vocab_size, hidden_size", one("lm_head.weight"), { top = true })
+    g[#g + 1] = E("lm_head.bias", { V }, "vocab_size", one("lm_head.bias"), { top = true })
+    return g
+  end,
+  layer = function(c, l, lo)
+    local Cd, F, NH = c.d_model, c.d_ff, c.n_head
+    local HD = Cd / NH
+    local KV = (c.n_kv_head or NH) * HD
+    local h, o = "layers." .. l .. ".", "layers" .. lo .. "."
+    local out = {}
+    linear_e(out, h .. "self_attn.q_proj", o .. "attn.q_proj", Cd, Cd, "hidden_size, hidden_size", true)
+    linear_e(out, h .. "self_attn.k_proj", o .. "attn.k_proj", KV, Cd, "num_key_value_heads × head_dim, hidden_size", true)
+    linear_e(out, h .. "self_attn.v_proj", o .. "attn.v_proj", KV, Cd, "num_key_value_heads × head_dim, hidden_size", true)
+    linear_e(out, h .. "self_attn.dense", o .. "attn.o_proj", Cd, Cd, "hidden_size, hidden_size", true)
+    if c.qk_norm then
+      norm_e(out, h .. "self_attn.q_layernorm", o .. "attn.q_norm", HD, "hidden_size / num_attention_heads (qk_layernorm)", true)
+      norm_e(out, h .. "self_attn.k_layernorm", o .. "attn.k_norm", HD, "hidden_size / num_attention_heads (qk_layernorm)", true)
+    end
+    linear_e(out, h .. "mlp.fc1", o .. "mlp.up_proj", F, Cd, "intermediate_size, hidden_size", true)
+    linear_e(out, h .. "mlp.fc2", o .. "mlp.down_proj", Cd, F, "hidden_size, intermediate_size", true)
+    norm_e(out, h .. "input_layernorm", o .. "ln1", Cd, "hidden_size", true)
+    return out
+  end,
+}
+
+-- Falcon (modeling_falcon.py): transformer.word_embeddings, transformer.h.{l}.{input_layernorm |
+-- ln_attn, ln_mlp | input_layernorm, post_attention_layernorm}, self_attention.query_key_value,
+-- self_attention.dense, mlp.dense_h_to_4h, mlp.dense_4h_to_h (biases when bias),
+-- transformer.ln_f, lm_head (tied unless tie_word_embeddings is false).
+-- query_key_value's rows, as FalconAttention._split_heads reads them: groups g = 0 … NKV−1 of
+-- NH/NKV query heads, then one key head, then one value head (head_dim rows each). With
+-- new_decoder_architecture that is its view (…, NKV, NH/NKV + 2, head_dim) (key and value
+-- broadcast to the group's query heads: the model's grouped-query attention); with multi_query
+-- (NKV = 1) the view (…, NH + 2, head_dim): every query head, then k, then v; otherwise
+-- (NKV = NH) the view (…, NH, 3, head_dim): q, k, v of each head in turn. Each head's rows are
+-- copied into the project's q, k or v (parts with dst; runs that stay contiguous merged).
+local function falcon_qkv_parts(o, what, NH, NKV, HD, width)
+  local parts, rep, n = {}, NH / NKV, HD * width
+  local function put(ours, row, dst_row)
+    local last = parts[#parts]
+    if last and last.ours == ours and last.off + last.n == row * n and last.dst + last.n == dst_row * n then
+      last.n = last.n + n
+    else
+      parts[#parts + 1] = { ours = ours, off = row * n, n = n, dst = dst_row * n }
+    end
+  end
+  for g = 0, NKV - 1 do
+    local first = g * (rep + 2)
+    for j = 0, rep - 1 do put(o .. "attn.q_proj." .. what, first + j, g * rep + j) end
+    put(o .. "attn.k_proj." .. what, first + rep, g)
+    put(o .. "attn.v_proj." .. what, first + rep + 1, g)
+  end
+  return parts
+end
+local FALCON_NORMS = { separate = { { "ln_attn", "ln1" }, { "ln_mlp", "ln2" } }, shared = { { "input_layernorm", "ln1" } },
+                       none = { { "input_layernorm", "ln1" }, { "post_attention_layernorm", "ln2" } } }
+layout.falcon = {
+  prefixes = { "transformer.", "" }, export_prefix = "transformer.",
+  ignore = {},
+  global = function(c)
+    local Cd, V = c.d_model, c.vocab_size
+    local g = { E("word_embeddings.weight", { V, Cd }, "vocab_size, hidden_size", one("embed_tokens.weight")) }
+    norm_e(g, "ln_f", "norm", Cd, "hidden_size", true)
+    return head_e(g, c, "word_embeddings.weight")
+  end,
+  layer = function(c, l, lo)
+    local Cd, F, NH, NKV = c.d_model, c.d_ff, c.n_head, c.n_kv_head or c.n_head
+    local HD = Cd / NH
+    local h, o = "h." .. l .. ".", "layers" .. lo .. "."
+    local rows, why = (NH + 2 * NKV) * HD, "(num_attention_heads + 2 × key-value heads (num_kv_heads, 1 with multi_query)) × head_dim"
+    local out = { E(h .. "self_attention.query_key_value.weight", { rows, Cd }, why .. ", hidden_size", falcon_qkv_parts(o, "weight", NH, NKV, HD, Cd)) }
+    if c.qkv_bias then out[2] = E(h .. "self_attention.query_key_value.bias", { rows }, why, falcon_qkv_parts(o, "bias", NH, NKV, HD, 1)) end
+    linear_e(out, h .. "self_attention.dense", o .. "attn.o_proj", Cd, Cd, "hidden_size, hidden_size", c.o_bias)
+    linear_e(out, h .. "mlp.dense_h_to_4h", o .. "mlp.up_proj", F, Cd, "ffn_hidden_size, hidden_size", c.mlp_bias)
+    linear_e(out, h .. "mlp.dense_4h_to_h", o .. "mlp.down_proj", Cd, F, "hidden_size, ffn_hidden_size", c.mlp_bias)
+    for _, n in ipairs(FALCON_NORMS[c.parallel]) do norm_e(out, h .. n[1], o .. n[2], Cd, "hidden_size", true) end
+    return out
+  end,
+}
+
+-- MPT (modeling_mpt.py): transformer.wte, transformer.blocks.{l}.{norm_1, attn.Wqkv, attn.out_proj,
+-- norm_2, ffn.up_proj, ffn.down_proj}, transformer.norm_f (no biases); lm_head tied to wte.
+-- Wqkv's rows are q | k | v (mixed_qkv.chunk(3, dim=2)).
+layout.mpt = {
+  prefixes = { "transformer.", "" }, export_prefix = "transformer.",
+  ignore = {},
+  global = function(c)
+    local g = { E("wte.weight", { c.vocab_size, c.d_model }, "vocab_size, d_model", one("embed_tokens.weight")),
+                E("norm_f.weight", { c.d_model }, "d_model", one("norm.weight")) }
+    return head_e(g, c, "wte.weight")
+  end,
+  layer = function(c, l, lo)
+    local Cd, F = c.d_model, c.d_ff
+    local h, o = "blocks." .. l .. ".", "layers" .. lo .. "."
+    local out = { E(h .. "attn.Wqkv.weight", { 3 * Cd, Cd }, "3 × d_model, d_model", { { ours = o .. "attn.q_proj.weight", off = 0 },
+      { ours = o .. "attn.k_proj.weight", off = Cd * Cd }, { ours = o .. "attn.v_proj.weight", off = 2 * Cd * Cd } }) }
+    linear_e(out, h .. "attn.out_proj", o .. "attn.o_proj", Cd, Cd, "d_model, d_model")
+    linear_e(out, h .. "ffn.up_proj", o .. "mlp.up_proj", F, Cd, "4 × d_model, d_model")
+    linear_e(out, h .. "ffn.down_proj", o .. "mlp.down_proj", Cd, F, "d_model, 4 × d_model")
+    norm_e(out, h .. "norm_1", o .. "ln1", Cd, "d_model")
+    norm_e(out, h .. "norm_2", o .. "ln2", Cd, "d_model")
+    return out
+  end,
+}
 M.layout = layout
 
 -- every entry of a model config, layers in order: global first, then layer 0 .. L-1
@@ -700,17 +1015,8 @@ end
 local Dir = {}
 Dir.__index = Dir
 
--- families refused by name, with what their import needs (the llama model has the options:
--- models/llama.lua; the mapping and its reference test are what is missing)
-local NOT_YET = {
-  phi = "Phi-2 (modeling_phi.py): parallel attention and MLP from one LayerNorm, partial rotary, biases, lm_head bias",
-  falcon = "Falcon (modeling_falcon.py): parallel attention and MLP, fused query_key_value with multi-query or grouped KV heads",
-  mpt = "MPT (modeling_mpt.py): ALiBi, LayerNorm without bias, fused Wqkv, clip_qkv",
-}
-M.NOT_YET = NOT_YET
-
 local PICKLES = { "%.bin$", "%.pt$", "%.pth$", "%.ckpt$", "%.pkl$" }
-local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM", mistral = "AutoModelForCausalLM", phi3 = "AutoModelForCausalLM",
+local AUTO_CLASS = { gpt2 = "AutoModelForCausalLM", opt = "AutoModelForCausalLM", llama = "AutoModelForCausalLM", mistral = "AutoModelForCausalLM", phi3 = "AutoModelForCausalLM", phi = "AutoModelForCausalLM", falcon = "AutoModelForCausalLM", mpt = "AutoModelForCausalLM",
                      qwen2 = "AutoModelForCausalLM", qwen3 = "AutoModelForCausalLM", gemma = "AutoModelForCausalLM", gemma2 = "AutoModelForCausalLM",
                      bert = "AutoModelForMaskedLM", vit = "AutoModelForImageClassification" }
 
@@ -749,9 +1055,6 @@ function M.open(dir, opts)
   end
   if not hf then fail(dir, "no config.json (a Hugging Face model directory holds config.json next to the weights)") end
   if type(family) ~= "string" then fail(dir, "config.json has no 'model_type'") end
-  if NOT_YET[family] then
-    fail(dir, "config.json model_type '%s' is not supported yet: %s (docs/PRETRAINED.md; supported: %s)", family, NOT_YET[family], table.concat(M.FAMILIES, ", "))
-  end
   if not layout[family] then fail(dir, "config.json model_type '%s' is not supported (supported: %s)", family, table.concat(M.FAMILIES, ", ")) end
   local self = setmetatable({ dir = dir, hf = hf, family = family, files = {}, where = {}, names = {}, name = dir:match("([^/]+)$") }, Dir)
   local ok, err = pcall(function()
@@ -991,7 +1294,7 @@ function M.fill(self, entries, params, filled, opts)
         if e.t then
           rc = C.ol_hf_to_f32_t(src.ptr, src.dt, e.shape[1], e.shape[2], part.col0, part.n, p.data)
         else
-          rc = C.ol_hf_to_f32(ffi.cast("const uint8_t *", src.ptr) + part.off * es, src.dt, p.numel, p.data)
+          rc = C.ol_hf_to_f32(ffi.cast("const uint8_t *", src.ptr) + part.off * es, src.dt, part.n or p.numel, p.data + (part.dst or 0))
         end
         if rc ~= 0 then ol.engine_error(2) end
         if e.plus_one then   -- Gemma's (1 + w) RMSNorm gain, in fp32 as HF's 1.0 + weight.float()
@@ -1077,7 +1380,7 @@ local function gather(e, params)
   else
     for _, part in ipairs(e.parts) do
       local p = params[part.ours]
-      if p then ffi.copy(buf + part.off, p.data, 4 * tonumber(p.numel)) end   -- absent (bias-free): stays 0
+      if p then ffi.copy(buf + part.off, p.data + (part.dst or 0), 4 * tonumber(part.n or p.numel)) end   -- absent (bias-free): stays 0
     end
   end
   return buf, n

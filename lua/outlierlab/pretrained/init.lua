@@ -26,7 +26,8 @@ M.EXPERIMENTS = {
   ["qt-fig3"] = { families = { vit = true }, text = false },
   ["so-fig1"] = { families = { gpt2 = true, opt = true, llama = true }, text = true },
   ["so-fig3"] = { families = { gpt2 = true, opt = true, llama = true, bert = true }, text = true },
-  ["so-fig5"] = { families = { llama = true }, text = false, why = "the gate, up and down projections of a SwiGLU MLP" },
+  ["so-fig5"] = { families = { llama = true }, text = false, why = "the gate, up and down projections of a SwiGLU MLP",
+                  needs = function(c) return c.mlp == "glu" end },   -- not Phi, Falcon, MPT: their MLP has no gate
   ["so-fig6"] = { families = { gpt2 = true, opt = true, llama = true, bert = true }, text = true },
   ["so-table1"] = { families = { gpt2 = true, opt = true, llama = true }, text = true },
 }
@@ -36,7 +37,9 @@ M.EXPERIMENTS = {
 local PAPER_MODELS = {
   { name = "GPT-2 (124M)", family = "gpt2", n_layer = 12, d_model = 768 },
   -- (not a Qwen1.5-7B, model_type qwen2 with LLaMA-2-7B's shape: q/k/v biases)
-  { name = "LLaMA-2-7B", family = "llama", n_layer = 32, d_model = 4096, n_kv_head = 32, qkv_bias = false, qk_norm = false, embed_scale = 0 },
+  -- (nor an MPT-7B: 32 layers of d 4096 too, with LayerNorm, a GELU MLP and ALiBi)
+  { name = "LLaMA-2-7B", family = "llama", n_layer = 32, d_model = 4096, n_kv_head = 32, qkv_bias = false, qk_norm = false, embed_scale = 0,
+    norm = "rmsnorm", mlp = "glu", parallel = "none", alibi = 0, rope_factor = 0 },
   { name = "BERT-base", family = "bert", n_layer = 12, d_model = 768 },
 }
 M.PAPER = {
@@ -96,6 +99,11 @@ function M.attach(exp, opts, cfg, train_keys)
     table.sort(fams)
     error(string.format("experiment %s: a %s model cannot be analysed here (%s: %s)", id, cfg_m.family,
       e.why or "families", table.concat(fams, ", ")), 0)
+  end
+  if e.needs and not e.needs(cfg_m) then
+    d:close()
+    error(string.format("experiment %s: a model of config.json model_type '%s' cannot be analysed here: the experiment needs %s", id,
+      d.family, e.why), 0)
   end
   local self = setmetatable({ id = id, dir = d.dir, name = d.name, cfg = cfg_m, d = d, family = d.family, text = opts.text ~= "" and opts.text or nil,
                               stream = opts.stream or "auto", train_keys = train_keys }, Pre)

@@ -16,7 +16,8 @@
 -- model: LLaMA-2-7B (13.5 GB of BF16, 27 GB as fp32) needs about 2.5 GB. Each layer's probes
 -- see exactly the tensors an in-memory forward produces (the same kernels on the same inputs),
 -- so the statistics equal the in-memory path's; only the order differs (layer-major instead of
--- batch-major), which per-layer accumulators do not see. Families: gpt2, opt, llama.
+-- batch-major), which per-layer accumulators do not see. Families: gpt2, opt, llama (and every
+-- family hf imports into the llama model).
 local ol = require "outlierlab"
 local hf = require "outlierlab.pretrained.hf"
 local models = require "outlierlab.models"

@@ -1,7 +1,8 @@
 -- tokenizers — the tokenizers that ship with pretrained models, read from their files
 -- (docs/PRETRAINED.md "Tokenizers"):
 --   byte-level BPE (GPT-2, OPT, RoBERTa: vocab.json + merges.txt, or tokenizer.json with a
---     ByteLevel pre-tokenizer): the text is split by GPT-2's regex, each piece's bytes are
+--     ByteLevel pre-tokenizer): the text is split by GPT-2's regex (or the tokenizer.json's
+--     pre-tokenizers in order: Split, ByteLevel, Punctuation, Digits), each piece's bytes are
 --     mapped to printable characters (bytes_to_unicode) and merged by rank;
 --   BPE with byte fallback (LLaMA's tokenizer.json, SentencePiece-style): spaces become "▁",
 --     "▁" is prepended, merges by rank, a symbol missing from the vocabulary becomes its UTF-8
@@ -365,6 +366,7 @@ function Tokenizer:encode(text, opts)
   local out = {}
   local cont = opts and opts.continuation
   local first = true
+  local words = self.stages and self:stage_ids(out)
   split_added(self, text, function(piece, id)
     if id then out[#out + 1] = id first = false return end
     local at_start = first and cont   -- the segment continues the previous call's text
@@ -373,14 +375,7 @@ function Tokenizer:encode(text, opts)
     elseif self.kind == "bpe-bytes" then
       if self.nfc then piece = nfc(piece) end
       if self.add_prefix_space and first and not cont and piece:sub(1, 1) ~= " " then piece = " " .. piece end
-      local re2 = self.re2
-      if not self.re then self:word_ids(piece, out)
-      elseif re2 then
-        self.re:each(piece, function(a, b)
-          local w = piece:sub(a + 1, b)
-          re2:each(w, function(c, d) self:word_ids(w:sub(c + 1, d), out) end)
-        end)
-      else self.re:each(piece, function(a, b) self:word_ids(piece:sub(a + 1, b), out) end) end
+      words(piece)
     else   -- SentencePiece-style: spaces are "▁", one "▁" in front, words split before each "▁"
       local s = piece:gsub(" ", "▁")
       -- the legacy Prepend normalizer prepends always; the Metaspace pre-tokenizer only when the
@@ -478,22 +473,136 @@ function Tokenizer:category(id)
   return c
 end
 
+-- ---------------------------------------------------------------- pre-tokenizer stages
+-- A byte-level BPE splits its text by the stages of its pre-tokenizer, in the order of
+-- tokenizer.json's Sequence (tokenizers' pre_tokenizers/*.rs); each stage splits every piece the
+-- one before gave into sub-pieces:
+--   { re = Regex }             Split (behavior Isolated: the matches and the text between them)
+--                              and ByteLevel's GPT-2 regex (use_regex true)
+--   { punct = true }           Punctuation: punctuation characters (ASCII punctuation and
+--                              Unicode P*, punctuation.rs is_punc) apart from the rest
+--   { digits = true }          Digits: numeric characters (char::is_numeric: Nd, Nl, No)
+--   isolated = true: each delimiter on its own (Isolated, individual_digits); otherwise runs of
+--   them together (Contiguous).
+-- mapped = true: the stage comes after ByteLevel, which has rewritten the text as byte symbols
+-- (bytes_to_unicode), so it sees those: a regex runs on the symbols, Punctuation and Digits judge
+-- each byte's symbol (bytes B2, B3, B9, BC–BE stand for ², ³, ¹, ¼–¾, which are numeric, so Digits
+-- after ByteLevel cuts them out even inside a UTF-8 character, as Hugging Face's does).
+local function byte_class(pred)   -- byte -> pred(the code point of its symbol)
+  local out, cp = {}, ffi.new("int32_t[1]")
+  local _, U = libs()
+  for b = 0, 255 do
+    local sym = byte_enc[b]
+    U.utf8proc_iterate(ffi.cast("const uint8_t *", sym), #sym, cp)
+    out[b] = pred(cp[0])
+  end
+  return out
+end
+local function is_numeric_cp(cp) local c = category(cp) return c >= 9 and c <= 11 end   -- Nd, Nl, No
+local BYTE_CLASS = {}
+
+-- split piece where is_delim changes (or at every delimiter when isolated), calling emit(sub)
+local cp_buf = ffi.new("int32_t[1]")
+local function split_by(piece, mapped, is_delim, isolated, emit)
+  local n = #piece
+  local p = ffi.cast("const uint8_t *", piece)
+  local _, U = libs()
+  local start, prev, i = 0, nil, 0   -- 0-based
+  while i < n do
+    local len, d = 1, nil
+    if mapped then d = is_delim[p[i]]
+    else
+      len = tonumber(U.utf8proc_iterate(p + i, n - i, cp_buf))
+      if len <= 0 then len, d = 1, false else d = is_delim(cp_buf[0]) end
+    end
+    if i > start and (d ~= prev or (d and isolated)) then emit(piece:sub(start + 1, i)) start = i end
+    prev = d
+    i = i + len
+  end
+  if n > start then emit(piece:sub(start + 1, n)) end
+end
+
+-- the regex matches of piece and the text between them; mapped: the regex runs on the byte
+-- symbols, and the cuts are taken back to the bytes
+local function split_re(re, piece, mapped, emit)
+  local s, at = piece, nil
+  if mapped then
+    local m, off = {}, 0
+    at = {}
+    for i = 1, #piece do
+      local sym = byte_enc[piece:byte(i)]
+      m[i] = sym
+      at[off] = i - 1
+      off = off + #sym
+    end
+    at[off] = #piece
+    s = table.concat(m)
+  end
+  local last = 0
+  re:each(s, function(a, b)
+    if at then a, b = at[a], at[b] end
+    if a > last then emit(piece:sub(last + 1, a)) end
+    if b > a then emit(piece:sub(a + 1, b)) end
+    last = b
+  end)
+  if last < #piece then emit(piece:sub(last + 1)) end
+end
+
+local function run_stage(st, piece, emit)
+  if st.re then return split_re(st.re, piece, st.mapped, emit) end
+  local what = st.punct and "punct" or "digits"
+  local pred = st.punct and is_punct_cp or is_numeric_cp
+  if st.mapped then
+    BYTE_CLASS[what] = BYTE_CLASS[what] or byte_class(pred)
+    pred = BYTE_CLASS[what]
+  end
+  return split_by(piece, st.mapped, pred, st.isolated, emit)
+end
+
+-- fn(piece): the piece through the stages, then each word's ids appended to out (the chain of
+-- emitters is built once per call, not per piece)
+function Tokenizer:stage_ids(out)
+  local emit = function(w) self:word_ids(w, out) end
+  for i = #self.stages, 1, -1 do
+    local st, nxt = self.stages[i], emit
+    emit = function(piece) run_stage(st, piece, nxt) end
+  end
+  return emit
+end
+
 -- ---------------------------------------------------------------- constructors
--- byte-level BPE: vocab {token = id}, merges (list of "a b" or {a, b}), o.pattern (regex)
+-- byte-level BPE: vocab {token = id}, merges (list of "a b" or {a, b}); the pre-tokenizer:
+-- o.stages (tokenizer.json's pre-tokenizers in order: {type = "Split", pattern = regex},
+-- {type = "ByteLevel", use_regex =}, {type = "Punctuation", behavior =}, {type = "Digits",
+-- individual_digits =}), or o.pattern (a Split's regex) followed by ByteLevel with
+-- use_regex = o.byte_regex ~= false (GPT-2: no pattern, GPT-2's regex; LLaMA-3, Qwen2: the
+-- Split, then ByteLevel without regex)
 function M.bpe_bytes(vocab, merges, o)
   o = o or {}
   local t = new("bpe-bytes", vocab, { where = o.where or "bpe", ranks = merge_ranks(merges, o.where or "bpe"),
                                        add_prefix_space = o.add_prefix_space, ignore_merges = o.ignore_merges, nfc = o.nfc })
-  -- o.pattern: a Split pre-tokenizer's regex; o.byte_regex = false: ByteLevel(use_regex =
-  -- false), so GPT-2's regex does not split again inside the Split's pieces (LLaMA-3, Qwen2)
-  if o.pattern then
-    t.re = M.regex(o.pattern)
-    if o.byte_regex ~= false then t.re2 = M.regex(GPT2_PATTERN) end
-  elseif o.byte_regex ~= false then
-    t.re = M.regex(GPT2_PATTERN)
-  else
-    t.chunk_safe = false   -- the whole text is one word: data.text must not cut it
+  local specs = o.stages
+  if not specs then
+    specs = {}
+    if o.pattern then specs[1] = { type = "Split", pattern = o.pattern } end
+    specs[#specs + 1] = { type = "ByteLevel", use_regex = o.byte_regex }
   end
+  local stages, mapped = {}, false
+  t.chunk_safe = false   -- unless a regex cuts the text into words before ByteLevel (data.text may cut there)
+  for _, sp in ipairs(specs) do
+    if sp.type == "ByteLevel" then
+      if sp.use_regex ~= false then stages[#stages + 1] = { re = M.regex(GPT2_PATTERN), mapped = mapped } end
+      if not mapped and sp.use_regex ~= false then t.chunk_safe = nil end
+      mapped = true
+    elseif sp.type == "Split" then
+      stages[#stages + 1] = { re = M.regex(sp.pattern), mapped = mapped }
+      if not mapped then t.chunk_safe = nil end
+    else
+      stages[#stages + 1] = { punct = sp.type == "Punctuation", digits = sp.type == "Digits", mapped = mapped,
+                              isolated = sp.behavior == "Isolated" or sp.individual_digits == true }
+    end
+  end
+  t.stages = stages
   return t
 end
 
@@ -612,14 +721,27 @@ function M.from_json(path, dir)
     t = M.wordpiece(model.vocab, { where = path, lowercase = bn and bn.lowercase ~= false, strip_accents = bn and bn.strip_accents,
                                    unk = model.unk_token, prefix = model.continuing_subword_prefix, max_chars = model.max_input_chars_per_word })
   elseif model.type == "BPE" then
-    local bytelevel, pattern, meta
+    local bytelevel, meta
+    local stages = {}   -- the byte-level pre-tokenizers in order (M.bpe_bytes)
     for _, p in ipairs(pres) do
-      if p.type == "ByteLevel" then bytelevel = p
+      if p.type == "ByteLevel" then
+        if bytelevel then error(string.format("tokenizers: %s: two ByteLevel pre-tokenizers are not supported", path), 0) end
+        bytelevel = p
+        stages[#stages + 1] = { type = "ByteLevel", use_regex = p.use_regex }
       elseif p.type == "Split" and type(p.pattern) == "table" and p.pattern.Regex and (p.behavior == "Isolated" or p.behavior == nil) and not p.invert then
-        if pattern then error(string.format("tokenizers: %s: two Split pre-tokenizers are not supported", path), 0) end
-        pattern = p.pattern.Regex
+        stages[#stages + 1] = { type = "Split", pattern = p.pattern.Regex }
+      elseif p.type == "Punctuation" and (p.behavior == nil or p.behavior == "Isolated" or p.behavior == "Contiguous") then
+        stages[#stages + 1] = { type = "Punctuation", behavior = p.behavior or "Isolated" }
+      elseif p.type == "Digits" then
+        stages[#stages + 1] = { type = "Digits", individual_digits = p.individual_digits == true }
       elseif p.type == "Metaspace" then meta = p
       else error(string.format("tokenizers: %s: pre-tokenizer %s is not supported", path, json.encode(p)), 0) end
+    end
+    if #stages > 0 and not bytelevel then
+      error(string.format("tokenizers: %s: pre-tokenizers %s are supported with a ByteLevel one only", path, json.encode(pres)), 0)
+    end
+    if bytelevel and bytelevel.add_prefix_space and stages[1].type ~= "ByteLevel" then
+      error(string.format("tokenizers: %s: ByteLevel's add_prefix_space after other pre-tokenizers is not supported", path), 0)
     end
     if bytelevel then
       -- a byte-level model reads the text as it is, or in NFC (Qwen2); other normalizers are refused
@@ -631,8 +753,7 @@ function M.from_json(path, dir)
         else error(string.format("tokenizers: %s: normalizer %s is not supported with a ByteLevel pre-tokenizer", path, json.encode(n)), 0) end
       end
       norm(j.normalizer)
-      t = M.bpe_bytes(model.vocab, model.merges or {}, { where = path, pattern = pattern, byte_regex = bytelevel.use_regex,
-                                                          add_prefix_space = bytelevel.add_prefix_space,
+      t = M.bpe_bytes(model.vocab, model.merges or {}, { where = path, stages = stages, add_prefix_space = bytelevel.add_prefix_space,
                                                           ignore_merges = model.ignore_merges == true, nfc = nfc_on })
     else
       local steps = normalizer_steps(j.normalizer, path)

@@ -48,7 +48,7 @@ M.OTHER_FIGURES = {
   { paper = "SO (An et al. 2025)", figure = "Table 2", kind = "formulas",
     what = "the attention variants (a)-(e): formulas, implemented in lua/outlierlab/nn/attention.lua (docs/ATTENTION.md)" },
   { paper = "SO (An et al. 2025)", figure = "Fig. 13–22", kind = "pretrained only",
-    what = "other model families and fine-tuned models: so-fig1 on a downloaded model, make reproduce-so-fig13 MODEL=DIR TEXT=FILE (imports Mistral-7B, LLaMA2-13B, LLaMA3-8B, OPT-6.7B, Phi-3 and their chat models; Phi-2, MPT-7B and Falcon-7B are refused by name: docs/PRETRAINED.md)" },
+    what = "other model families and fine-tuned models: so-fig1 on a downloaded model, make reproduce-so-fig13 MODEL=DIR TEXT=FILE (imports Mistral-7B, LLaMA2-13B, LLaMA3-8B, LLaMA-3.1, OPT-6.7B, Phi-2, Phi-3, MPT-7B, Falcon-7B and their chat models: docs/PRETRAINED.md)" },
 }
 
 function M.print_list()

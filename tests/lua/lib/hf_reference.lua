@@ -143,12 +143,13 @@ local function rmsnorm(x, w, eps, plus_one)
 end
 R.rmsnorm = rmsnorm
 -- rotary embedding, rotate-half layout (apply_rotary_pos_emb) over the first rd dims of each
--- head (rd = hd: the whole head): pair (i, i + rd/2), angle = pos · theta^(−2i/rd)
-local function rope(row, nh, hd, pos, theta, rd)
+-- head (rd = hd: the whole head): pair (i, i + rd/2), angle = pos · theta^(−2i/rd), or
+-- pos · inv[i + 1] with the inverse frequencies inv of a rope_scaling
+local function rope(row, nh, hd, pos, theta, rd, inv)
   rd = rd or hd
   for h = 0, nh - 1 do
     for i = 0, rd / 2 - 1 do
-      local ang = pos * theta ^ (-2 * i / rd)
+      local ang = inv and pos * inv[i + 1] or pos * theta ^ (-2 * i / rd)
       local c, s = math.cos(ang), math.sin(ang)
       local a, b = row[h * hd + i + 1], row[h * hd + i + rd / 2 + 1]
       row[h * hd + i + 1] = a * c - b * s
@@ -157,13 +158,56 @@ local function rope(row, nh, hd, pos, theta, rd)
   end
 end
 R.rope = rope
+-- modeling_rope_utils.py _compute_llama3_parameters(config) for rope_scaling rs, in double:
+-- inv_freq = 1 / base^(arange(0, dim, 2) / dim); wavelen = 2π / inv_freq;
+-- inv_freq_llama = where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
+-- smooth = (old_context_len / wavelen − low_freq_factor) / (high_freq_factor − low_freq_factor);
+-- smoothed = (1 − smooth)·inv_freq_llama / factor + smooth·inv_freq_llama;
+-- is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen);
+-- inv_freq_llama = where(is_medium, smoothed, inv_freq_llama)
+function R.llama3_inv_freq(base, dim, rs)
+  local factor, lo, hi, old = rs.factor, rs.low_freq_factor, rs.high_freq_factor, rs.original_max_position_embeddings
+  local low_freq_wavelen, high_freq_wavelen = old / lo, old / hi
+  local out = {}
+  for j = 0, dim - 2, 2 do
+    local inv_freq = 1.0 / (base ^ (j / dim))
+    local wavelen = 2 * math.pi / inv_freq
+    local llama = wavelen > low_freq_wavelen and inv_freq / factor or inv_freq
+    local smooth = (old / wavelen - lo) / (hi - lo)
+    local smoothed = (1 - smooth) * llama / factor + smooth * llama
+    local medium = not (wavelen < high_freq_wavelen) and not (wavelen > low_freq_wavelen)
+    out[#out + 1] = medium and smoothed or llama
+  end
+  return out
+end
 local function silu(x) return x / (1 + math.exp(-x)) end
+-- NewGELUActivation (gelu_new, gelu_pytorch_tanh) and GELUActivation (gelu: erf, from libm)
 local function gelu_tanh(x) return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ^ 3))) end
-R.silu, R.gelu_tanh = silu, gelu_tanh
+pcall(ffi.cdef, "double erf(double x);")
+local function gelu_erf(x) return 0.5 * x * (1 + ffi.C.erf(x / math.sqrt(2))) end
+R.silu, R.gelu_tanh, R.gelu_erf = silu, gelu_tanh, gelu_erf
+local ACT = { gelu_new = gelu_tanh, gelu_pytorch_tanh = gelu_tanh, gelu = gelu_erf, silu = silu }
+-- nn.LayerNorm over n values of r from off + 1: (x − mean) / √(var + eps) · w (+ b), the
+-- biased variance; b nil: no bias (MPT's norm_1.bias = None)
+local function layernorm_row(r, w, b, eps, off, n)
+  off, n = off or 0, n or #r
+  local m = 0
+  for i = 1, n do m = m + r[off + i] end
+  m = m / n
+  local var = 0
+  for i = 1, n do var = var + (r[off + i] - m) ^ 2 end
+  local inv = 1 / math.sqrt(var / n + eps)
+  for i = 1, n do r[off + i] = (r[off + i] - m) * inv * w.v[i] + (b and b.v[i] or 0) end
+end
+local function layernorm(x, w, b, eps)
+  return rows(x, function(r) local y = { unpack(r) } layernorm_row(y, w, b, eps) return y end)
+end
+R.layernorm = layernorm
 local function fl32(x) return tonumber(ffi.new("float", x)) end
 
 -- causal softmax attention over heads: q (T rows, NH·HD), k, v (T rows, NKV·HD);
--- o = { scale =, softcap =, window = (key j hidden when i − j ≥ window) }
+-- o = { scale =, softcap =, window = (key j hidden when i − j ≥ window), alibi = slopes
+-- (head h's score + slopes[h + 1]·(j − T), j and T 1-based: modeling_mpt.py's position bias) }
 local function attend(q, k, v, NH, NKV, HD, o)
   local T = #q
   local att = {}
@@ -178,6 +222,7 @@ local function attend(q, k, v, NH, NKV, HD, o)
           for d = 1, HD do s = s + q[i][h * HD + d] * k[j][kh * HD + d] end
           s = s * o.scale
           if o.softcap then s = math.tanh(s / o.softcap) * o.softcap end
+          if o.alibi then s = s + o.alibi[h + 1] * (j - T) end
           sc[j] = s
           if s > mx then mx = s end
         end
@@ -195,6 +240,16 @@ local function attend(q, k, v, NH, NKV, HD, o)
 end
 R.attend = attend
 
+-- the embedding rows of ids (0-based) in E (V, C), times scale (default 1)
+local function embed(E, ids, C, scale)
+  local x = {}
+  for t0 = 1, #ids do
+    local r = {}
+    for i = 1, C do r[i] = E.v[ids[t0] * C + i] * (scale or 1) end
+    x[t0] = r
+  end
+  return x
+end
 local function add(x, y) for t0 = 1, #x do for i = 1, #x[t0] do x[t0][i] = x[t0][i] + y[t0][i] end end end
 local function snapshot(x) local o = {} for t0 = 1, #x do o[t0] = { unpack(x[t0]) } end return o end
 local function slice(rows, a, b) local o = {} for t0 = 1, #rows do o[t0] = { unpack(rows[t0], a, b) } end return o end
@@ -216,13 +271,7 @@ local function llama_forward(W, c, ids)
   local prefix = W["model.embed_tokens.weight"] and "model." or ""
   local T = #ids
   local E = W[prefix .. "embed_tokens.weight"]
-  local x = {}
-  local norm_scale = gemma and fl32(math.sqrt(C)) or 1   -- torch.tensor(hidden_size**0.5, dtype=hidden dtype)
-  for t0 = 1, T do
-    local r = {}
-    for i = 1, C do r[i] = E.v[ids[t0] * C + i] * norm_scale end
-    x[t0] = r
-  end
+  local x = embed(E, ids, C, gemma and fl32(math.sqrt(C)) or 1)   -- × torch.tensor(hidden_size**0.5, dtype=hidden dtype)
   local function norm(rows, name) return rmsnorm(rows, W[name], eps, gemma) end
   local hs = {}
   for l = 0, c.num_hidden_layers - 1 do
@@ -242,7 +291,8 @@ local function llama_forward(W, c, ids)
         for h = 0, NKV - 1 do rmsnorm_row(k[t0], W[p .. "self_attn.k_norm.weight"], eps, false, h * HD, HD) end
       end
     end
-    for t0 = 1, T do rope(q[t0], NH, HD, t0 - 1, theta) rope(k[t0], NKV, HD, t0 - 1, theta) end
+    local inv = type(c.rope_scaling) == "table" and c.rope_scaling.rope_type == "llama3" and R.llama3_inv_freq(theta, HD, c.rope_scaling) or nil
+    for t0 = 1, T do rope(q[t0], NH, HD, t0 - 1, theta, nil, inv) rope(k[t0], NKV, HD, t0 - 1, theta, nil, inv) end
     local o = { scale = 1 / math.sqrt(HD) }
     if mt == "mistral" or mt == "phi3" then o.window = c.sliding_window end
     if mt == "gemma2" then
@@ -279,8 +329,197 @@ local function llama_forward(W, c, ids)
   return logits, hs
 end
 
+-- ---------------------------------------------------------------- Phi
+-- modeling_phi.py PhiForCausalLM: h = input_layernorm(x) (LayerNorm with bias); q, k, v =
+-- q/k/v_proj(h) with biases, viewed (T, heads, head_dim); qk_layernorm: q_layernorm and
+-- k_layernorm (LayerNorm(head_dim) with bias) on each head; the rotary embedding on
+-- q[..., :rotary_ndims] and k[..., :rotary_ndims], rotary_ndims = int(head_dim ·
+-- partial_rotary_factor), the rest passed; attention scaled by head_dim^−½; dense (with bias);
+-- x = attn_outputs + fc2(act(fc1(h))) + x; final_layernorm; lm_head with bias.
+-- c._sequential (a control, not Phi): the MLP reads input_layernorm(x + attention) instead.
+local function phi_forward(W, c, ids)
+  local C, NH = c.hidden_size, c.num_attention_heads
+  local NKV = c.num_key_value_heads or NH
+  if NKV == json.null then NKV = NH end
+  local HD = C / NH
+  local rd = math.floor(HD * (c.partial_rotary_factor or 0.5))
+  local eps, theta = c.layer_norm_eps or 1e-5, c.rope_theta or 10000
+  local act = ACT[c.hidden_act or "gelu_new"]
+  local T = #ids
+  local x = embed(W["model.embed_tokens.weight"], ids, C)
+  local hs = {}
+  for l = 0, c.num_hidden_layers - 1 do
+    local p = "model.layers." .. l .. "."
+    local function w(n) return W[p .. n .. ".weight"], W[p .. n .. ".bias"] end
+    local h = layernorm(x, W[p .. "input_layernorm.weight"], W[p .. "input_layernorm.bias"], eps)
+    local q, k, v = linear(h, w("self_attn.q_proj")), linear(h, w("self_attn.k_proj")), linear(h, w("self_attn.v_proj"))
+    if c.qk_layernorm then
+      local qw, qb = w("self_attn.q_layernorm")
+      local kw, kb = w("self_attn.k_layernorm")
+      for t0 = 1, T do
+        if qw then for hh = 0, NH - 1 do layernorm_row(q[t0], qw, qb, eps, hh * HD, HD) end end
+        if kw then for hh = 0, NKV - 1 do layernorm_row(k[t0], kw, kb, eps, hh * HD, HD) end end
+      end
+    end
+    for t0 = 1, T do rope(q[t0], NH, HD, t0 - 1, theta, rd) rope(k[t0], NKV, HD, t0 - 1, theta, rd) end
+    local ao = linear(attend(q, k, v, NH, NKV, HD, { scale = 1 / math.sqrt(HD) }), w("self_attn.dense"))
+    local m = h
+    if c._sequential then
+      m = snapshot(x)
+      add(m, ao)
+      m = layernorm(m, W[p .. "input_layernorm.weight"], W[p .. "input_layernorm.bias"], eps)
+    end
+    local u = linear(m, w("mlp.fc1"))
+    for t0 = 1, T do for i = 1, #u[t0] do u[t0][i] = act(u[t0][i]) end end
+    local ff = linear(u, w("mlp.fc2"))
+    for t0 = 1, T do for i = 1, C do x[t0][i] = ao[t0][i] + ff[t0][i] + x[t0][i] end end
+    hs[l] = snapshot(x)
+  end
+  local f = layernorm(x, W["model.final_layernorm.weight"], W["model.final_layernorm.bias"], eps)
+  return linear(f, W["lm_head.weight"], W["lm_head.bias"]), hs
+end
+
+-- ---------------------------------------------------------------- Falcon
+-- modeling_falcon.py FalconForCausalLM / FalconDecoderLayer.forward, transcribed: LayerNorms with
+-- bias; fused = query_key_value(attention_layernorm_out); FalconAttention._split_heads:
+--   new_decoder_architecture: view (T, -1, NH/NKV + 2, HD): query = [..., :-2], key = [..., [-2]],
+--     value = [..., [-1]], key and value broadcast to the query's shape (every head);
+--   not multi_query: view (T, NH, 3, HD): q, k, v = [..., 0, :], [..., 1, :], [..., 2, :];
+--   multi_query: view (T, NH + 2, HD): q = [..., :-2, :], k = [..., [-2], :], v = [..., [-1], :];
+-- rotary over the whole head; scores / √HD; dense; the MLP input and the residual as in
+-- FalconDecoderLayer.forward; mlp_output += attention_output (new architecture or parallel_attn);
+-- output = mlp_output + residual; ln_f; lm_head (tied: word_embeddings).
+-- c._qkv_blocks (a control, not Falcon): the fused rows read as [all q | all k | all v];
+-- c._sequential (a control): the MLP after the attention, input_layernorm(x + attention).
+local function falcon_forward(W, c, ids)
+  local C, NH = c.hidden_size, c.num_attention_heads
+  local HD = C / NH
+  local function opt(v, d) if v == nil or v == json.null then return d end return v end
+  local new, mq, par = opt(c.new_decoder_architecture, false), opt(c.multi_query, true), opt(c.parallel_attn, true)
+  local NKV = opt(c.num_kv_heads, NH)
+  local nln = opt(c.num_ln_in_parallel_attn, new and 2 or nil)
+  local eps, theta = opt(c.layer_norm_epsilon, 1e-5), opt(c.rope_theta, 10000)
+  local act = ACT[opt(c.activation, "gelu")]
+  local Wt = W["transformer.word_embeddings.weight"]
+  local T = #ids
+  local x = embed(Wt, ids, C)
+  local hs = {}
+  for l = 0, c.num_hidden_layers - 1 do
+    local p = "transformer.h." .. l .. "."
+    local function w(n) return W[p .. n .. ".weight"], W[p .. n .. ".bias"] end
+    local function ln(rows_, n) return layernorm(rows_, W[p .. n .. ".weight"], W[p .. n .. ".bias"], eps) end
+    local residual = x
+    local attn_in, mlp_in
+    if new and nln == 2 then attn_in, mlp_in = ln(x, "ln_attn"), ln(x, "ln_mlp") else attn_in = ln(x, "input_layernorm") end
+    local fused = linear(attn_in, w("self_attention.query_key_value"))
+    -- heads: q (T rows of NH·HD), k and v (T rows of nk·HD)
+    local q, k, v, nk = {}, {}, {}, NH
+    local function head(row, i) return { unpack(row, i * HD + 1, (i + 1) * HD) } end
+    for t0 = 1, T do
+      local f = fused[t0]
+      local qh, kh, vh = {}, {}, {}
+      if c._qkv_blocks then
+        nk = new and NKV or (mq and 1 or NH)
+        for h = 0, NH - 1 do qh[#qh + 1] = head(f, h) end
+        for h = 0, nk - 1 do kh[#kh + 1] = head(f, NH + h) vh[#vh + 1] = head(f, NH + nk + h) end
+      elseif new then
+        local rep = NH / NKV
+        for g = 0, NKV - 1 do
+          for j = 0, rep - 1 do
+            qh[#qh + 1] = head(f, g * (rep + 2) + j)
+            kh[#kh + 1] = head(f, g * (rep + 2) + rep)       -- broadcast_to(key, query.shape)
+            vh[#vh + 1] = head(f, g * (rep + 2) + rep + 1)
+          end
+        end
+      elseif not mq then
+        for h = 0, NH - 1 do qh[#qh + 1] = head(f, 3 * h) kh[#kh + 1] = head(f, 3 * h + 1) vh[#vh + 1] = head(f, 3 * h + 2) end
+      else
+        for h = 0, NH - 1 do qh[#qh + 1] = head(f, h) end
+        kh[1], vh[1], nk = head(f, NH), head(f, NH + 1), 1
+      end
+      local function cat(list) local o = {} for _, hh in ipairs(list) do for _, y in ipairs(hh) do o[#o + 1] = y end end return o end
+      q[t0], k[t0], v[t0] = cat(qh), cat(kh), cat(vh)
+      nk = #kh
+    end
+    for t0 = 1, T do rope(q[t0], NH, HD, t0 - 1, theta) rope(k[t0], nk, HD, t0 - 1, theta) end
+    local ao = linear(attend(q, k, v, NH, nk, HD, { scale = 1 / math.sqrt(HD) }), w("self_attention.dense"))
+    if c._sequential then   -- the control: the MLP after the attention, from input_layernorm
+      residual = snapshot(x)
+      add(residual, ao)
+      mlp_in, new, par = ln(residual, "input_layernorm"), false, false
+    elseif not new then
+      if par then mlp_in = attn_in
+      else
+        residual = snapshot(x)
+        add(residual, ao)
+        mlp_in = ln(residual, "post_attention_layernorm")
+      end
+    end
+    if new and par and nln == 1 then mlp_in = attn_in end
+    local u = linear(mlp_in, w("mlp.dense_h_to_4h"))
+    for t0 = 1, T do for i = 1, #u[t0] do u[t0][i] = act(u[t0][i]) end end
+    local mlp_out = linear(u, w("mlp.dense_4h_to_h"))
+    if new or par then add(mlp_out, ao) end
+    add(mlp_out, residual)
+    x = mlp_out
+    hs[l] = snapshot(x)
+  end
+  local f = layernorm(x, W["transformer.ln_f.weight"], W["transformer.ln_f.bias"], eps)
+  return linear(f, W["lm_head.weight"] or Wt), hs
+end
+
+-- ---------------------------------------------------------------- MPT
+-- modeling_mpt.py's gen_slopes / build_mpt_alibi_tensor: n = 2^ceil(log2(n_heads));
+-- m = arange(1, n + 1) · (alibi_bias_max / n); slopes = 1 / 2^m; for n ≠ n_heads
+-- concat(slopes[1::2], slopes[::2])[:n_heads] (0-based: the odd-indexed first).
+-- plain_order (a control, not MPT): slopes 2^(−i·alibi_bias_max/n_heads), i = 1 … n_heads.
+function R.mpt_slopes(n_heads, alibi_bias_max, plain_order)
+  local n = plain_order and n_heads or 2 ^ math.ceil(math.log(n_heads) / math.log(2) - 1e-12)
+  local slopes = {}
+  for i = 1, n do slopes[i] = 1 / 2 ^ (i * (alibi_bias_max / n)) end
+  if n == n_heads then return slopes end
+  local out = {}
+  for i = 2, n, 2 do out[#out + 1] = slopes[i] end   -- slopes[1::2]
+  for i = 1, n, 2 do out[#out + 1] = slopes[i] end   -- slopes[::2]
+  return { unpack(out, 1, n_heads) }
+end
+-- MptForCausalLM: x = wte(ids); per block: h = norm_1(x) (LayerNorm, no bias); mixed_qkv =
+-- Wqkv(h), clamped to [−clip_qkv, clip_qkv] when clip_qkv; q, k, v = chunk(3); scores × softmax_scale
+-- (default (d_model/n_heads)^−½) + ALiBi; causal softmax; out_proj; x = x + attention; x = x +
+-- down_proj(gelu(up_proj(norm_2(x)))) (exact GELU); norm_f; lm_head tied to wte.
+-- c._plain_slopes (a control): ALiBi slopes in the plain order (R.mpt_slopes).
+local function mpt_forward(W, c, ids)
+  local C, NH = c.d_model, c.n_heads
+  local HD = C / NH
+  local ac = type(c.attn_config) == "table" and c.attn_config or {}
+  local function opt(v, d) if v == nil or v == json.null then return d end return v end
+  local eps = opt(c.layer_norm_epsilon, 1e-5)
+  local clip = opt(ac.clip_qkv, 0)
+  local o = { scale = opt(ac.softmax_scale, 1 / math.sqrt(C / NH)), alibi = R.mpt_slopes(NH, opt(ac.alibi_bias_max, 8), c._plain_slopes) }
+  local wte = W["transformer.wte.weight"]
+  local x = embed(wte, ids, C)
+  local hs = {}
+  for l = 0, c.n_layers - 1 do
+    local p = "transformer.blocks." .. l .. "."
+    local h = layernorm(x, W[p .. "norm_1.weight"], nil, eps)
+    local qkv = linear(h, W[p .. "attn.Wqkv.weight"])
+    if clip ~= 0 then
+      for _, r in ipairs(qkv) do for i = 1, #r do r[i] = math.min(math.max(r[i], -clip), clip) end end
+    end
+    local q, k, v = slice(qkv, 1, C), slice(qkv, C + 1, 2 * C), slice(qkv, 2 * C + 1, 3 * C)
+    add(x, linear(attend(q, k, v, NH, NH, HD, o), W[p .. "attn.out_proj.weight"]))
+    local u = linear(layernorm(x, W[p .. "norm_2.weight"], nil, eps), W[p .. "ffn.up_proj.weight"])
+    for t0 = 1, #u do for i = 1, #u[t0] do u[t0][i] = gelu_erf(u[t0][i]) end end
+    add(x, linear(u, W[p .. "ffn.down_proj.weight"]))
+    hs[l] = snapshot(x)
+  end
+  local f = layernorm(x, W["transformer.norm_f.weight"], nil, eps)
+  return linear(f, W["lm_head.weight"] or wte), hs
+end
+
 local FORWARD = { llama = llama_forward, mistral = llama_forward, phi3 = llama_forward, qwen2 = llama_forward,
-                  qwen3 = llama_forward, gemma = llama_forward, gemma2 = llama_forward }
+                  qwen3 = llama_forward, gemma = llama_forward, gemma2 = llama_forward, phi = phi_forward,
+                  falcon = falcon_forward, mpt = mpt_forward }
 -- the reference forward of a directory's config.json: logits (T rows of V), hs[l] (T rows of C)
 function R.forward(W, c, ids)
   local f = FORWARD[c.model_type] or error("reference: no forward for model_type " .. tostring(c.model_type))
@@ -325,8 +564,128 @@ function R.compare(dir, ids)
   local got, hs = R.engine(dir, ids)
   local e, abs = R.max_rel(got, R.flat(ref))
   local eh = 0
-  for l = 0, c.num_hidden_layers - 1 do eh = math.max(eh, (R.max_rel(hs[l] or {}, R.flat(rhs[l])))) end
+  for l = 0, (c.num_hidden_layers or c.n_layers) - 1 do eh = math.max(eh, (R.max_rel(hs[l] or {}, R.flat(rhs[l])))) end
   return e, eh, abs
+end
+
+-- ---------------------------------------------------------------- what the family tests share
+-- a new empty directory under /tmp (the test removes it at the end)
+function R.tmpdir()
+  local root = os.tmpname()
+  os.remove(root)
+  os.execute("mkdir -p " .. root)
+  return root
+end
+
+-- a tensor list and the function that adds to it: add(name, shape, scale, gain) draws the next
+-- seed's values (R.tensor)
+function R.builder()
+  local out, seed = {}, 0
+  return out, function(name, shape, scale, gain)
+    seed = seed + 1
+    out[#out + 1] = R.tensor(name, shape, seed, scale, gain)
+  end
+end
+
+-- For each family { name =, tensors = fn(config) -> list, config = fn() -> config.json table,
+-- control = fn(W, c) (optional: the reference without the family's feature), control_what = }:
+-- a directory in F32 (one file) and one in BF16 (two shards) under root, whose logits and
+-- every layer's output h must equal the reference forward's to 2e-5 relative; the control,
+-- on the F32 directory, must differ by more than 1e-3 (the check can fail). Returns
+-- { [name .. "-f32" | name .. "-bf16-shards"] = dir }.
+function R.check_families(t, root, families, ids)
+  local dirs = {}
+  for _, fam in ipairs(families) do
+    for _, o in ipairs { { tag = "f32", dtype = "F32", shards = 1 }, { tag = "bf16-shards", dtype = "BF16", shards = 2 } } do
+      local name = fam.name .. "-" .. o.tag
+      local dir = root .. "/" .. name
+      local c = fam.config()
+      if o.dtype == "BF16" then c.torch_dtype = "bfloat16" end
+      R.write_dir(dir, fam.tensors(c), c, { dtype = o.dtype, shards = o.shards })
+      dirs[name] = dir
+      local ok, e, eh, abs = pcall(R.compare, dir, ids)
+      t.ok(ok and e < 2e-5 and eh < 2e-5, string.format("%s: logits and every layer's h equal the plain-Lua reference (max rel. error %.1e, %.1e; max abs %.1e)",
+        name, ok and e or -1, ok and eh or -1, ok and abs or -1), not ok and tostring(e) or nil)
+      if fam.control and o.tag == "f32" then R.check_control(t, dir, ids, fam.control, name .. ": the reference " .. fam.control_what) end
+    end
+  end
+  return dirs
+end
+
+-- the reference with edit(W, c) applied (its weights and config.json) must differ from the
+-- engine's logits on dir by more than min (default 1e-3): the check can fail
+function R.check_control(t, dir, ids, edit, what, min)
+  min = min or 1e-3
+  local W = R.load_dir(dir)
+  local cc = json.decode(read(dir .. "/config.json"))
+  edit(W, cc)
+  local okc, ref = pcall(R.forward, W, cc, ids)
+  local got = R.engine(dir, ids)
+  local ec = okc and R.max_rel(got, R.flat(ref)) or -1
+  t.ok(okc and ec > min, string.format("%s differs (rel. error %.1e > %.0e): the check can fail", what, ec, min), not okc and tostring(ref) or nil)
+end
+
+-- bad config values: each { dir name, fn(config.json table), the text the error must hold }
+-- applied to a copy of dirs[name] must be refused by hf.open naming config.json and the text
+function R.check_refused(t, root, dirs, bad)
+  for i, b in ipairs(bad) do
+    local d = root .. "/bad" .. i
+    os.execute("rm -rf " .. d .. " && cp -r " .. dirs[b[1]] .. " " .. d)
+    local c = json.decode(read(d .. "/config.json"))
+    b[2](c)
+    write(d .. "/config.json", json.encode(c))
+    local ok, err = pcall(hf.open, d)
+    t.ok(not ok and tostring(err):find(b[3], 1, true) and tostring(err):find("config.json", 1, true),
+      b[1] .. ": " .. b[3] .. " refused naming it", tostring(err))
+    os.execute("rm -rf " .. d)
+  end
+end
+
+-- GPT-2's bytes_to_unicode: byte b -> its printable symbol (UTF-8)
+function R.byte_symbols()
+  local out, n = {}, 0
+  for b = 0, 255 do
+    local keep = (b >= 33 and b <= 126) or (b >= 161 and b <= 172) or (b >= 174 and b <= 255)
+    local cp = keep and b or 256 + n
+    if not keep then n = n + 1 end
+    out[b] = cp < 128 and string.char(cp) or (cp < 2048 and string.char(192 + math.floor(cp / 64), 128 + cp % 64))
+  end
+  return out
+end
+-- a byte-level vocabulary: every byte's symbol (ids 0–255), extra = { [token] = id } on top
+function R.byte_vocab(extra)
+  local vocab = {}
+  for b, sym in pairs(R.byte_symbols()) do vocab[sym] = b end
+  for k, v in pairs(extra or {}) do vocab[k] = v end
+  return vocab
+end
+
+-- a text of 300 lines (a few KB) for the end-to-end runs, written under root
+function R.text(root)
+  local lines = {}
+  for i = 1, 300 do lines[i] = "And it came to pass, in the " .. i .. "th year, that they went." end
+  write(root .. "/text.txt", table.concat(lines, "\n"))
+  return root .. "/text.txt"
+end
+
+-- so-fig1 (quick profile, 16 tokens) end to end on dir: the run succeeds and names the model
+function R.check_so_fig1(t, dir, text, root, what)
+  local name = dir:match("([^/]+)$")
+  local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig1.lua --profile=quick --model=%s --text=%s --seq_len=16 --out=%s/results-%s --cache=%s/cache-%s",
+    dir, text, root, name, root, name))
+  t.ok(ok and out:find(name, 1, true), "so-fig1 runs end to end on the " .. what .. " directory", out)
+end
+
+-- so-fig3 (quick profile) on dir streamed layer by layer (--stream=yes) and in memory (no):
+-- the same reproduced numbers, and they name the family
+function R.check_stream(t, dir, text, root, family)
+  local rep = {}
+  for _, st in ipairs { "no", "yes" } do
+    local out, ok = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --model=%s --text=%s --seq_len=16 --stream=%s --out=%s/results-%s --cache=%s/cache-%s",
+      dir, text, st, root, st, root, st))
+    rep[st] = ok and out:match("reproduced: ([^\n]*)") or out
+  end
+  t.ok(rep.no == rep.yes and rep.no:find(family, 1, true), family .. ": so-fig3 streamed from the sharded BF16 files = in memory", rep.no .. "\n" .. rep.yes)
 end
 
 return R
