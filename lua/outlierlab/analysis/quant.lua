@@ -13,6 +13,17 @@
 --   quant.compare(ctx, model, batches, { calib =, settings = { {name=, ...opts}, ... } })
 --       -> { fp = loss, [name] = loss, ... } (restores after each)
 --   quant.rotate(ctx, model) -> h   -- the rotation alone (exact in full precision); h:restore()
+--   quant.batches(ctx, loader, n) -> n batches of a loader copied into persistent tensors
+--   quant.blocker(model, setting) -> nil, or why the setting does not apply to this model
+--   quant.run(ctx, model, batches, { calib =, settings = quant.SETTINGS, log = fn(fmt, ...) })
+--       -> { fp = { loss, ntokens, accuracy }, settings = { {name =, label =, applicable = bool,
+--            reason =, loss =, accuracy =}, ... }, by_name = {name -> the same} }
+--       the one loop over the settings that remedies, qt-table2, so-table3 and quant use
+--
+-- quant.evaluate's second result: { loss, ntokens, accuracy } — accuracy (top-1, in percent) when
+-- the batches are a classifier's (batch.labels and logits (B, K): the ViT), else nil; the loss is
+-- the model's own (next-token cross entropy for the decoders, masked-token cross entropy for BERT,
+-- the label cross entropy for the ViT), token-weighted over the batches.
 --
 -- What is quantised: the input and the weight of every linear layer (nn.Linear) except the head
 -- and the embedding (KEEP_FP); attention scores and probabilities stay in full precision
@@ -36,7 +47,11 @@ local ffi = ol.ffi
 local C = ol.C
 
 local M = {}
-M.KEEP_FP = { "^lm_head%.", "^head%.", "^wte%.", "^embed_tokens%.", "^embeddings%.word%.", "^embed_proj%.", "^head_proj%." }
+-- kept in full precision: the heads (LM head, the ViT's classifier, BERT's MLM dense layer and
+-- the unused pooler), the embeddings (token, the ViT's patch embedding) and the projections
+-- around the blocks (Park et al.'s, OPT-350m's project_in/out)
+M.KEEP_FP = { "^lm_head%.", "^head%.", "^wte%.", "^embed_tokens%.", "^embeddings%.word%.", "^embed_proj%.", "^head_proj%.",
+              "^patch_embed%.", "^mlm%.", "^pooler%.", "^project_in%.", "^project_out%." }
 
 local function walk(model, pred)
   local out, seen = {}, {}
@@ -107,19 +122,55 @@ local function variant_readers(A)
   if not A or not A.kind then return {} end
   if A.kind == "gated_sdpa" or (A.kind == "gated" and A.spec.gate == "all_heads_linear") then return { A.p.gw } end
   if A.kind == "ca_scale" then return { A.p.sw } end
-  if A.kind == "gated" then
-    error("quant.rotate: attention 'gated' with gate = " .. tostring(A.spec.gate) ..
-      " reads per-head slices of x and is not rotation-invariant (use all_heads_linear or gated_sdpa)", 3)
+  return {}   -- (QT's per-head gate: M.rotation_blocker refuses it)
+end
+
+-- Why the rotation cannot be applied to this model (nil when it can). It needs the llama family's
+-- pre-norm RMSNorm blocks in sequence, every reader of the normalised x rotation-invariant and no
+-- bias on a linear that writes the residual stream.
+local FAMILY_WHY = {
+  bert = "BERT is post-LN (a LayerNorm after each residual sum)",
+  vit = "the ViT's blocks use LayerNorm",
+  gpt2 = "GPT-2's blocks use LayerNorm",
+  opt = "OPT's blocks use LayerNorm",
+}
+function M.rotation_blocker(model)
+  local cfg = model.cfg or {}
+  if cfg.family ~= "llama" then
+    return string.format("the Hadamard rotation needs RMSNorm pre-norm blocks (the llama family); got %s%s: a LayerNorm's mean " ..
+      "subtraction and bias do not commute with it (folding them away, as SliceGPT does, is not implemented)", tostring(cfg.family),
+      FAMILY_WHY[cfg.family] and " (" .. FAMILY_WHY[cfg.family] .. ")" or "")
   end
-  return {}
+  if cfg.norm == "layernorm" then return "the Hadamard rotation needs RMSNorm; this llama-family model uses LayerNorm (norm = \"layernorm\")" end
+  if cfg.post_norms then return "the Hadamard rotation does not commute with the norms after the attention and the MLP (post_norms, Gemma 2's sandwich norms)" end
+  if cfg.parallel and cfg.parallel ~= "none" then return "the Hadamard rotation is implemented for sequential blocks only (parallel = \"" .. tostring(cfg.parallel) .. "\")" end
+  if cfg.o_bias or cfg.mlp_bias then return "the Hadamard rotation of a bias on o_proj or down_proj (a writer of the residual stream) is not implemented" end
+  for _, blk in ipairs(model.blocks or {}) do
+    local A = blk.attn and blk.attn.attn
+    if A and A.kind == "gated" and not (A.spec and A.spec.gate == "all_heads_linear") then
+      return "attention 'gated' with gate = " .. tostring(A.spec and A.spec.gate) ..
+        " (QT's gate) reads per-head slices of x and is not rotation-invariant (use all_heads_linear or gated_sdpa)"
+    end
+  end
+  if not model.lm_head and not model.head_proj and model.norm then
+    local w = model.norm.weight
+    for j = 0, tonumber(w.numel) - 1 do
+      if w.data[j] ~= 1 then return "a tied head cannot take the final norm's gain; untie the embeddings" end
+    end
+  end
+  return nil
+end
+
+-- why a setting ({hadamard =, ...}) does not apply to this model, or nil
+function M.blocker(model, setting)
+  if setting.hadamard then return M.rotation_blocker(model) end
+  return nil
 end
 
 function M.rotate_inplace(ctx, model)
-  local cfg = model.cfg or {}
-  if cfg.family ~= "llama" then
-    error("quant.rotate: the Hadamard rotation needs RMSNorm pre-norm blocks (the llama family); got " ..
-      tostring(cfg.family), 2)
-  end
+  local why = M.rotation_blocker(model)
+  if why then error("quant.rotate: " .. why, 2) end
+  local cfg = model.cfg
   local Cd = cfg.d_model
   local R = function(w, dim) check(C.ol_hadamard_(w, dim, 0)) end
   -- W ← W·diag(g) for any finite gain (trained gains can be negative or zero; ol_scale_cols_ is
@@ -134,12 +185,6 @@ function M.rotate_inplace(ctx, model)
       end
     end
     norm.weight:fill_(1)
-  end
-  if not model.lm_head and not model.head_proj then
-    local g = gain_vector(model.norm, Cd)
-    for j = 0, Cd - 1 do
-      if g[j] ~= 1 then error("quant.rotate: a tied head cannot take the final norm's gain; untie the embeddings", 2) end
-    end
   end
   for _, blk in ipairs(model.blocks) do
     local at, mlp = blk.attn, blk.mlp
@@ -171,17 +216,57 @@ function M.rotate(ctx, model)
 end
 
 -- ---------------------------------------------------------------- evaluation
--- token-weighted mean loss over batches (list of batch tables), evaluation mode, no tape
+-- token-weighted mean loss over batches (list of batch tables), evaluation mode, no tape; the
+-- second result { loss =, ntokens =, accuracy = } has the top-1 accuracy in percent when the
+-- model is a classifier (logits (B, K) and batch.labels; the first maximum wins a tie, as in
+-- outlierlab.analysis.quantisation's "acc"), else accuracy = nil
 function M.evaluate(ctx, model, batches)
-  local sum, n = 0, 0
+  local sum, n, correct, total = 0, 0, 0, 0
   for _, b in ipairs(batches) do
     ctx:reset()
     local loss, info = ctx:no_grad(function() return model:loss(b, { train = false }) end)
     local k = info and info.ntokens or 1
     sum, n = sum + loss:item() * k, n + k
+    local lg, lab = info and info.logits, b.labels
+    if lg and lab and lg.ndim == 2 and lab.ndim == 1 and lab:size(0) == lg:size(0) then
+      local B, K = lg:size(0), lg:size(1)
+      for r = 0, B - 1 do
+        if lab.idata[r] >= 0 then
+          local best, bi = -math.huge, 0
+          for c = 0, K - 1 do
+            local v = lg.data[r * K + c]
+            if v > best then best, bi = v, c end
+          end
+          total = total + 1
+          if bi == lab.idata[r] then correct = correct + 1 end
+        end
+      end
+    end
   end
   ctx:reset()
-  return n > 0 and sum / n or 0
+  local mean = n > 0 and sum / n or 0
+  return mean, { loss = mean, ntokens = n, accuracy = total > 0 and 100 * correct / total or nil }
+end
+
+-- n batches of a loader (loader:next(ctx)) copied into persistent tensors, so that the
+-- evaluations, which reset the step arena between batches, can read them again and again
+function M.batches(ctx, loader, n)
+  local out = {}
+  for i = 1, n do
+    ctx:reset()
+    local b = loader:next(ctx)
+    local p = {}
+    for k, t in pairs(b) do
+      if type(t) == "cdata" then
+        local dims = {}
+        for d = 0, t.ndim - 1 do dims[#dims + 1] = tonumber(t.shape[d]) end
+        p[k] = ctx:tensor(dims, { dtype = t.dtype == C.OL_I32 and "i32" or "f32", persistent = true }):copy_(t)
+      else p[k] = t end
+    end
+    out[i] = p
+  end
+  ctx:reset()
+  return out
 end
 
 local function on(bits) return bits and bits < 16 end
@@ -227,27 +312,56 @@ function M.apply(ctx, model, o)
   return h
 end
 
--- the FP loss and the loss of each setting ({name =, wbits =, abits =, ...}), restoring after each
-function M.compare(ctx, model, batches, o)
-  local res = { fp = M.evaluate(ctx, model, batches) }
+-- The settings over one model (the one loop of remedies, qt-table2, so-table3 and quant): the FP
+-- evaluation, then each setting applied, evaluated on the same batches and restored. A setting that
+-- does not apply to the model (M.blocker: the rotation outside the llama family or with QT's
+-- per-head gate) is reported as { applicable = false, reason = } and not run; any other error is
+-- raised. o.calib: the calibration batches (SmoothQuant); o.settings (default M.SETTINGS);
+-- o.log(fmt, ...) is told about each setting that does not apply.
+-- -> { fp = { loss, ntokens, accuracy }, settings = { {name, label, applicable, reason, loss,
+--      ntokens, accuracy}, ... }, by_name = { [name] = the same } }
+function M.run(ctx, model, batches, o)
+  o = o or {}
+  local _, fp = M.evaluate(ctx, model, batches)
+  local res = { fp = fp, settings = {}, by_name = {} }
   for _, s in ipairs(o.settings or M.SETTINGS) do
-    local opts = {}
-    for k, v in pairs(s) do opts[k] = v end
-    opts.calib = o.calib
-    local h = M.apply(ctx, model, opts)
-    res[s.name] = M.evaluate(ctx, model, batches)
-    h.restore()
+    local r = { name = s.name, label = s.label or s.name }
+    local why = M.blocker(model, s)
+    if why then
+      r.applicable, r.reason = false, why
+      if o.log then o.log("%s: not applicable (%s)", r.label, why) end
+    else
+      local opts = {}
+      for k, v in pairs(s) do opts[k] = v end
+      opts.calib = o.calib
+      local h = M.apply(ctx, model, opts)
+      local ok, loss, info = pcall(M.evaluate, ctx, model, batches)
+      h.restore()
+      if not ok then error(loss, 0) end
+      r.applicable, r.loss, r.ntokens, r.accuracy = true, loss, info.ntokens, info.accuracy
+    end
+    res.settings[#res.settings + 1] = r
+    res.by_name[s.name] = r
   end
   return res
 end
 
--- the leaderboard's settings (issue 21)
+-- the FP loss and the loss of each setting ({name =, wbits =, abits =, ...}), restoring after each;
+-- a setting that does not apply (M.blocker) gives NaN
+function M.compare(ctx, model, batches, o)
+  local r = M.run(ctx, model, batches, o or {})
+  local res = { fp = r.fp.loss }
+  for _, s in ipairs(r.settings) do res[s.name] = s.applicable and s.loss or 0 / 0 end
+  return res
+end
+
+-- the leaderboard's settings (issue 21); label: how the tables name them
 M.SETTINGS = {
-  { name = "w8a8", wbits = 8, abits = 8 },
-  { name = "w4a8", wbits = 4, abits = 8 },
-  { name = "w4a4", wbits = 4, abits = 4 },
-  { name = "w4a4_hadamard", wbits = 4, abits = 4, hadamard = true },
-  { name = "w4a4_smooth", wbits = 4, abits = 4, smooth = 0.5 },
+  { name = "w8a8", label = "W8A8", wbits = 8, abits = 8 },
+  { name = "w4a8", label = "W4A8", wbits = 4, abits = 8 },
+  { name = "w4a4", label = "W4A4", wbits = 4, abits = 4 },
+  { name = "w4a4_hadamard", label = "W4A4 + Hadamard", wbits = 4, abits = 4, hadamard = true },
+  { name = "w4a4_smooth", label = "W4A4 + SmoothQuant", wbits = 4, abits = 4, smooth = 0.5 },
 }
 
 return M
