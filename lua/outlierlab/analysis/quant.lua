@@ -130,16 +130,16 @@ end
 -- bias on a linear that writes the residual stream.
 local FAMILY_WHY = {
   bert = "BERT is post-LN (a LayerNorm after each residual sum)",
-  vit = "the ViT's blocks use LayerNorm",
-  gpt2 = "GPT-2's blocks use LayerNorm",
-  opt = "OPT's blocks use LayerNorm",
+  vit = "the ViT's blocks are pre-LN with LayerNorm",
+  gpt2 = "GPT-2's blocks are pre-LN with LayerNorm",
+  opt = "OPT's blocks are pre-LN with LayerNorm",
 }
 function M.rotation_blocker(model)
   local cfg = model.cfg or {}
   if cfg.family ~= "llama" then
-    return string.format("the Hadamard rotation needs RMSNorm pre-norm blocks (the llama family); got %s%s: a LayerNorm's mean " ..
-      "subtraction and bias do not commute with it (folding them away, as SliceGPT does, is not implemented)", tostring(cfg.family),
-      FAMILY_WHY[cfg.family] and " (" .. FAMILY_WHY[cfg.family] .. ")" or "")
+    return string.format("the Hadamard rotation needs the llama family's RMSNorm pre-norm blocks; %s, and a LayerNorm's " ..
+      "mean subtraction and bias do not commute with the rotation (folding them away, as SliceGPT does, is not implemented)",
+      FAMILY_WHY[cfg.family] or ("this is a " .. tostring(cfg.family) .. " model"))
   end
   if cfg.norm == "layernorm" then return "the Hadamard rotation needs RMSNorm; this llama-family model uses LayerNorm (norm = \"layernorm\")" end
   if cfg.post_norms then return "the Hadamard rotation does not commute with the norms after the attention and the MLP (post_norms, Gemma 2's sandwich norms)" end
@@ -353,6 +353,132 @@ function M.compare(ctx, model, batches, o)
   local res = { fp = r.fp.loss }
   for _, s in ipairs(r.settings) do res[s.name] = s.applicable and s.loss or 0 / 0 end
   return res
+end
+
+-- ---------------------------------------------------------------- the harness in the tables
+-- The settings on a trained model's held-out data, in the metric of its table:
+--   loaders = { val = fn() -> loader, calib = fn() -> loader } (outlierlab.recipes' load);
+--   o = { n_eval =, n_calib =, metric = "ppl" (exp of the loss) | "acc" (top-1 %) | "loss", log = }
+-- -> { fp = value, values = { [name] = value (NaN where not applicable) }, applicable = { [name] = bool },
+--      reason = { [name] = why not }, run = M.run's result }
+function M.measure(ctx, model, loaders, o)
+  local val = M.batches(ctx, loaders.val(), o.n_eval or 8)
+  local calib = M.batches(ctx, loaders.calib(), o.n_calib or 4)
+  local r = M.run(ctx, model, val, { calib = calib, log = o.log })
+  local metric = o.metric or "ppl"
+  local function value(x)
+    if metric == "acc" then return x.accuracy or error("quant.measure: metric 'acc' needs a classifier (logits (B, K), batch.labels)", 0) end
+    if metric == "ppl" then return math.exp(x.loss) end
+    if metric == "loss" then return x.loss end
+    error("quant.measure: metric must be ppl, acc or loss, got " .. tostring(metric), 0)
+  end
+  local out = { fp = value(r.fp), values = {}, applicable = {}, reason = {}, run = r }
+  for _, x in ipairs(r.settings) do
+    out.values[x.name] = x.applicable and value(x) or 0 / 0
+    out.applicable[x.name], out.reason[x.name] = x.applicable, x.reason
+  end
+  return out
+end
+
+-- One table cell over seeds: ms = the M.measure results of one model, seed by seed; change(fp, q)
+-- the per-seed change against FP (a difference or a ratio). -> per setting i (M.SETTINGS order):
+-- value[i][seed], mean[i], sd[i], change[i][seed], change_mean[i], change_sd[i], applicable[i]
+-- (1 / 0: a setting applies to every seed's model or to none).
+function M.over_seeds(ms, change)
+  local seeds = require "outlierlab.analysis.seeds"
+  local c = { value = {}, mean = {}, sd = {}, change = {}, change_mean = {}, change_sd = {}, applicable = {} }
+  for i, s in ipairs(M.SETTINGS) do
+    local xs, ds, ok = {}, {}, true
+    for k, m in ipairs(ms) do
+      xs[k] = m.values[s.name]
+      ds[k] = change(m.fp, xs[k])
+      ok = ok and m.applicable[s.name]
+    end
+    c.value[i], c.change[i], c.applicable[i] = xs, ds, ok and 1 or 0
+    c.mean[i], c.sd[i] = seeds.stats(xs)
+    c.change_mean[i], c.change_sd[i] = seeds.stats(ds)
+  end
+  return c
+end
+
+-- one line for a log: "FP 31.9, W8A8 31.9, ..., W4A4 + Hadamard n/a" from M.measure's result
+function M.describe(m, fmt)
+  fmt = fmt or "%.4g"
+  local parts = { "FP " .. string.format(fmt, m.fp) }
+  for _, s in ipairs(M.SETTINGS) do
+    local x = m.values[s.name]
+    parts[#parts + 1] = s.label .. " " .. (m.applicable[s.name] and string.format(fmt, x) or "n/a")
+  end
+  return table.concat(parts, ", ")
+end
+
+-- a summary's words for one cell: "not applicable", "undefined" (a non-finite value) or mean ± sd
+function M.cell_text(mean, sd, n, applicable, fmt)
+  if applicable == 0 or applicable == false then return "not applicable" end
+  if mean ~= mean or mean == math.huge or mean == -math.huge then return "undefined (non-finite)" end
+  return require("outlierlab.analysis.seeds").pm_of(mean, sd, n, fmt)
+end
+
+-- The Markdown table of the settings in a summary (qt-table2, so-table3):
+--   o.head = the leading columns' names; o.rows = { { cells = {leading cells}, cell = function(si) ->
+--     { mean =, sd =, applicable = 1|0, change_mean =, change_sd =, change = {per seed} } }, ... };
+--   o.n = seeds; o.fmt (the metric), o.change_fmt and o.change_prefix (its change against FP);
+--   o.ref = the row whose changes the others are compared with by the seed rule, o.words = { below,
+--   above, within } (e.g. "smaller than vanilla's")
+-- -> the table's lines joined by "\n"
+function M.summary_table(o)
+  local seeds = require "outlierlab.analysis.seeds"
+  local head = {}
+  for i, h in ipairs(o.head) do head[i] = h end
+  for _, st in ipairs(M.SETTINGS) do head[#head + 1] = st.label end
+  local lines = { "| " .. table.concat(head, " | ") .. " |", "|" .. string.rep("---|", #head) }
+  for ri, row in ipairs(o.rows) do
+    local cells = {}
+    for i, c in ipairs(row.cells) do cells[i] = c end
+    for si = 1, #M.SETTINGS do
+      local x = row.cell(si)
+      local text = M.cell_text(x.mean, x.sd, o.n, x.applicable, o.fmt)
+      if x.applicable == 1 and x.change_mean == x.change_mean then
+        local mark = ""
+        if o.ref and ri ~= o.ref then
+          local c = seeds.compare(x.change, o.rows[o.ref].cell(si).change)
+          mark = c.sign == -1 and ", " .. o.words[1] or c.sign == 1 and ", " .. o.words[2] or c.sign == 0 and ", " .. o.words[3] or ""
+        end
+        text = text .. " (" .. (o.change_prefix or "") .. seeds.pm_of(x.change_mean, x.change_sd, o.n, o.change_fmt) .. mark .. ")"
+      end
+      cells[#cells + 1] = text
+    end
+    lines[#lines + 1] = "| " .. table.concat(cells, " | ") .. " |"
+  end
+  return table.concat(lines, "\n")
+end
+
+-- what the settings are, for a summary's "4-bit era" paragraph; kept: what stays in full precision
+function M.method_text(n_calib, kept)
+  return "The project's 4-bit-era post-training quantisation (outlierlab.analysis.quant, docs/COMPRESSION.md): round to nearest, " ..
+    "symmetric, weights per output channel and activations per token with dynamic ranges, on the input and weight of every " ..
+    "linear layer of the blocks (" .. kept .. ", attention scores and probabilities in full precision); W4A4 + Hadamard " ..
+    "first applies a QuaRot-style Walsh–Hadamard rotation (exact in full precision), W4A4 + SmoothQuant first migrates " ..
+    "activation scale to the weights (α = 0.5, maxima from " .. n_calib .. " calibration batch(es))."
+end
+
+-- Why settings do not apply, one line per (setting, reason): entries = { {who =, label =, reason =} }
+-- -> "- W4A4 + Hadamard is not applicable to BERT vanilla, BERT clipped softmax: <reason>." lines joined
+-- by "\n", or a sentence saying that every setting applies
+function M.not_applicable_lines(entries)
+  local order, by = {}, {}
+  for _, e in ipairs(entries) do
+    local k = e.label .. "\0" .. e.reason
+    if not by[k] then by[k] = { label = e.label, reason = e.reason, who = {} } order[#order + 1] = k end
+    table.insert(by[k].who, e.who)
+  end
+  if #order == 0 then return "Every setting applies to every model of this run." end
+  local lines = {}
+  for _, k in ipairs(order) do
+    local g = by[k]
+    lines[#lines + 1] = string.format("- %s is not applicable to %s: %s.", g.label, table.concat(g.who, ", "), g.reason)
+  end
+  return table.concat(lines, "\n")
 end
 
 -- the leaderboard's settings (issue 21); label: how the tables name them
