@@ -70,18 +70,16 @@ for _, q in ipairs(QUANTITIES) do
 end
 -- the 4-bit era's settings (outlierlab.analysis.quant), not in the paper
 local QUANT_NA = " (fill value where the setting does not apply)"
-vars[#vars + 1] = { "quant_metric", dims = { "family", "variant", "quant_setting", "seed" }, units = "1",
-                    long_name = "metric after the 4-bit era post-training quantisation setting (outlierlab.analysis.quant), same units as fp_metric, per seed" .. QUANT_NA }
-vars[#vars + 1] = { "quant_metric_mean", dims = { "family", "variant", "quant_setting" }, units = "1",
-                    long_name = "metric after the quantisation setting, mean over seeds" .. QUANT_NA }
-vars[#vars + 1] = { "quant_metric_sd", dims = { "family", "variant", "quant_setting" }, units = "1",
-                    long_name = "metric after the quantisation setting, sample standard deviation over seeds" .. QUANT_NA }
-vars[#vars + 1] = { "quant_degradation", dims = { "family", "variant", "quant_setting", "seed" }, units = "1",
-                    long_name = "degradation under the quantisation setting: its perplexity minus the FP perplexity (BERT, OPT), the FP top-1 percent minus its top-1 percent (ViT), per seed" .. QUANT_NA }
-vars[#vars + 1] = { "quant_degradation_mean", dims = { "family", "variant", "quant_setting" }, units = "1",
-                    long_name = "degradation under the quantisation setting, mean over seeds" .. QUANT_NA }
-vars[#vars + 1] = { "quant_degradation_sd", dims = { "family", "variant", "quant_setting" }, units = "1",
-                    long_name = "degradation under the quantisation setting, sample standard deviation over seeds" .. QUANT_NA }
+for _, q in ipairs({
+  { "quant_metric", { "family", "variant", "quant_setting", "seed" }, "metric after the 4-bit era post-training quantisation setting (outlierlab.analysis.quant), same units as fp_metric, per seed" },
+  { "quant_metric_mean", { "family", "variant", "quant_setting" }, "metric after the quantisation setting, mean over seeds" },
+  { "quant_metric_sd", { "family", "variant", "quant_setting" }, "metric after the quantisation setting, sample standard deviation over seeds" },
+  { "quant_degradation", { "family", "variant", "quant_setting", "seed" }, "degradation under the quantisation setting: its perplexity minus the FP perplexity (BERT, OPT), the FP top-1 percent minus its top-1 percent (ViT), per seed" },
+  { "quant_degradation_mean", { "family", "variant", "quant_setting" }, "degradation under the quantisation setting, mean over seeds" },
+  { "quant_degradation_sd", { "family", "variant", "quant_setting" }, "degradation under the quantisation setting, sample standard deviation over seeds" },
+}) do
+  vars[#vars + 1] = { q[1], dims = q[2], long_name = q[3] .. QUANT_NA, units = "1" }
+end
 vars[#vars + 1] = { "quant_applicable", dims = { "family", "variant", "quant_setting" }, units = "1", type = "int",
                     long_name = "1 when the quantisation setting applies to the model, 0 when it does not (the rotation needs the llama family's RMSNorm pre-norm blocks)" }
 panels[#panels + 1] = { kind = "bars", x = "quant_setting", series = "variant", y = "quant_degradation_mean", err = "quant_degradation_sd",
