@@ -12,9 +12,15 @@
 -- batches with running min-max — the 99.999th percentile for OPT —, attention scores and
 -- softmax outputs included, head and gates in full precision). Mean ± sd over the seeds; a
 -- difference between variants counts only beyond the seed spread (outlierlab.analysis.seeds).
+-- Beside the paper's columns (not in the paper): the 4-bit era's settings of
+-- outlierlab.analysis.quant on the same models and held-out batches — RTN W8A8, W4A8, W4A4
+-- (per-channel weights, per-token dynamic activations), W4A4 after a Walsh–Hadamard rotation
+-- (the llama family's RMSNorm decoder only: not applicable to post-LN BERT, the LayerNorm ViT and
+-- QT's per-head gate) and W4A4 after SmoothQuant (α = 0.5, n_calib calibration batches).
 local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
+local quant = require "outlierlab.analysis.quant"
 
 local FAMILIES = { "bert", "opt", "vit" }
 local VARIANTS = { "vanilla", "clipped", "gated" }
@@ -62,6 +68,23 @@ for _, q in ipairs(QUANTITIES) do
                             ylabel = q.key == "deg" and "W8A8 − FP ppl (ViT: FP − W8A8 top-1 %)" or q.title }
   end
 end
+-- the 4-bit era's settings (outlierlab.analysis.quant), not in the paper
+local QUANT_NA = " (fill value where the setting does not apply)"
+for _, q in ipairs({
+  { "quant_metric", { "family", "variant", "quant_setting", "seed" }, "metric after the 4-bit era post-training quantisation setting (outlierlab.analysis.quant), same units as fp_metric, per seed" },
+  { "quant_metric_mean", { "family", "variant", "quant_setting" }, "metric after the quantisation setting, mean over seeds" },
+  { "quant_metric_sd", { "family", "variant", "quant_setting" }, "metric after the quantisation setting, sample standard deviation over seeds" },
+  { "quant_degradation", { "family", "variant", "quant_setting", "seed" }, "degradation under the quantisation setting: its perplexity minus the FP perplexity (BERT, OPT), the FP top-1 percent minus its top-1 percent (ViT), per seed" },
+  { "quant_degradation_mean", { "family", "variant", "quant_setting" }, "degradation under the quantisation setting, mean over seeds" },
+  { "quant_degradation_sd", { "family", "variant", "quant_setting" }, "degradation under the quantisation setting, sample standard deviation over seeds" },
+}) do
+  vars[#vars + 1] = { q[1], dims = q[2], long_name = q[3] .. QUANT_NA, units = "1" }
+end
+vars[#vars + 1] = { "quant_applicable", dims = { "family", "variant", "quant_setting" }, units = "1", type = "int",
+                    long_name = "1 when the quantisation setting applies to the model, 0 when it does not (the rotation needs the llama family's RMSNorm pre-norm blocks)" }
+panels[#panels + 1] = { kind = "bars", x = "quant_setting", series = "variant", y = "quant_degradation_mean", err = "quant_degradation_sd",
+                        each = "family", values = "%.3g", title = "{family}: 4-bit era (not in the paper)",
+                        ylabel = "degradation (ppl; ViT: top-1 %)", note = "mean ± sd over {=n_seeds} seed(s); n/a: not applicable" }
 local FIG = figure.declare{
   title = "Outliers and W8A8 degradation by attention variant (QT Table 2, reduced scale)",
   dims = {
@@ -69,6 +92,7 @@ local FIG = figure.declare{
     { "variant", long_name = "attention variant", labels = true },
     { "seed", long_name = "training seed" },
     { "quantity", long_name = "quantity of QT Table 2", labels = true },
+    { "quant_setting", long_name = "4-bit era post-training quantisation setting, not in the paper: RTN per-channel weights and per-token dynamic activations, with a Walsh-Hadamard rotation or SmoothQuant", labels = true },
   },
   vars = vars,
   panels = panels,
@@ -105,7 +129,14 @@ local function analyze(run)
     r.deg = degradation(t.family, r.fp, r.q)
     run:log("%s %-8s seed %d: FP %.4g, max inf norm %.4g, kurtosis %.4g, W8A8 %.4g (%d sites)", t.family, t.variant,
             t.seed, r.fp, r.max_inf_norm, r.avg_kurtosis, r.q, r.sites)
+    -- the 4-bit era's settings on the same model and held-out batches (a fresh copy of the model)
+    local ctx, m, L = ptq.load(t.spec, t.handle)
+    r.quant = quant.measure(ctx, m, L, { n_eval = cfg.n_eval, n_calib = cfg.n_calib, metric = L.metric, log = function(fmt, ...)
+      run:log("%s %-8s seed %d: " .. fmt, t.family, t.variant, t.seed, ...) end })
+    run:log("%s %-8s seed %d, 4-bit era (RTN per channel / per token): %s", t.family, t.variant, t.seed, quant.describe(r.quant))
     rows[#rows + 1] = r
+    ctx, m = nil, nil
+    collectgarbage()
   end
   local sl = seeds.list(cfg)
   local v = { paper_value = {}, n_seeds = #sl, clipped_gamma = {}, tokens = {} }
@@ -129,11 +160,60 @@ local function analyze(run)
     end
     v[q.name], v[q.name .. "_mean"], v[q.name .. "_sd"] = per, mu, sd
   end
-  local fn, vn = {}, {}
+  -- the 4-bit era's settings: per (family, variant) one cell over seeds
+  local QV = { "quant_metric", "quant_metric_mean", "quant_metric_sd", "quant_degradation", "quant_degradation_mean",
+               "quant_degradation_sd", "quant_applicable" }
+  for _, k in ipairs(QV) do v[k] = {} end
+  local na = {}
+  for fi, fam in ipairs(fams) do
+    for _, k in ipairs(QV) do v[k][fi] = {} end
+    for vi, var in ipairs(VARIANTS) do
+      local ms = ptq.values(rows, { family = fam, variant = var }, "quant")
+      local c = quant.over_seeds(ms, function(fp, q) return degradation(fam, fp, q) end)
+      v.quant_metric[fi][vi], v.quant_metric_mean[fi][vi], v.quant_metric_sd[fi][vi] = c.value, c.mean, c.sd
+      v.quant_degradation[fi][vi], v.quant_degradation_mean[fi][vi], v.quant_degradation_sd[fi][vi] = c.change, c.change_mean, c.change_sd
+      v.quant_applicable[fi][vi] = c.applicable
+      for si, st in ipairs(quant.SETTINGS) do
+        if c.applicable[si] == 0 then
+          na[#na + 1] = { who = FAMILY_NAME[fam] .. " " .. VARIANT_NAME[var], label = st.label, reason = ms[1].reason[st.name] }
+        end
+      end
+    end
+  end
+  local fn, vn, qn = {}, {}, {}
   for i, f in ipairs(fams) do fn[i] = FAMILY_NAME[f] end
   for i, x in ipairs(VARIANTS) do vn[i] = VARIANT_NAME[x] end
-  return { coords = { family = fn, variant = vn, seed = sl, quantity = { "FP metric", "max inf norm", "avg kurtosis", "W8A8 metric" } },
-           vars = v }
+  for i, st in ipairs(quant.SETTINGS) do qn[i] = st.label end
+  return { coords = { family = fn, variant = vn, seed = sl, quantity = { "FP metric", "max inf norm", "avg kurtosis", "W8A8 metric" },
+                      quant_setting = qn },
+           vars = v, attrs = { quant_not_applicable = quant.not_applicable_lines(na) } }
+end
+
+-- the second table of the summary: the 4-bit era's settings (not in the paper, not in the verdict)
+local function quant_table(run, v, a, fams)
+  local ns = v.n_seeds
+  local parts = { "### 4-bit era, not in the paper", "",
+    "The same models and held-out batches. " .. quant.method_text(run.cfg.n_calib, "heads, embeddings"),
+    "Each cell: the metric (perplexity; ViT top-1 %), mean ± sd over " .. ns .. " seed(s), and in parentheses its degradation against FP; a variant's degradation is compared with vanilla's by the seed rule (" .. seeds.RULE .. "). Not part of the verdict.",
+    "" }
+  for fi, fam in ipairs(fams) do
+    local rows = {}
+    for vi, var in ipairs(VARIANTS) do
+      rows[vi] = { cells = { FAMILY_NAME[fam], VARIANT_NAME[var], seeds.pm_of(v.fp_metric_mean(fi, vi), v.fp_metric_sd(fi, vi), ns, "%.4g") },
+        cell = function(si)
+          local xs = {}
+          for k = 1, ns do xs[k] = v.quant_degradation(fi, vi, si, k) end
+          return { mean = v.quant_metric_mean(fi, vi, si), sd = v.quant_metric_sd(fi, vi, si), applicable = v.quant_applicable(fi, vi, si),
+                   change_mean = v.quant_degradation_mean(fi, vi, si), change_sd = v.quant_degradation_sd(fi, vi, si), change = xs }
+        end }
+    end
+    local t = quant.summary_table{ head = { "model", "attention", "FP" }, rows = rows, n = ns, fmt = "%.4g", change_fmt = "%+.3g", ref = 1,
+                                   words = { "smaller than vanilla's", "**larger** than vanilla's", "≈ vanilla's" } }
+    parts[#parts + 1] = fi == 1 and t or t:gsub("^[^\n]*\n[^\n]*\n", "")   -- one header for the families
+  end
+  parts[#parts + 1] = ""
+  parts[#parts + 1] = a.attrs.quant_not_applicable
+  return table.concat(parts, "\n")
 end
 
 local function summary(run)
@@ -224,6 +304,8 @@ local function summary(run)
           "): the paper's models train for 10⁵–10⁶ steps; the differences between the variants here are therefore small and the verdict says little about the paper's claim (inconclusive).")),
     "",
     "Settings: clipped softmax γ: " .. table.concat(gammas, ", ") .. "; gated attention: linear gate per head, π_init = 0.5. W8A8: weights symmetric per tensor (min-max; MSE for OPT), activations asymmetric per tensor from " .. run.cfg.n_calib .. " calibration batches (running min-max, momentum 0.9; 99.999th percentile for OPT); see docs/COMPRESSION.md.",
+    "",
+    quant_table(run, v, a, fams),
   }, "\n")
   return {
     paper = "clipped softmax and gated attention cut max inf norm and kurtosis (BERT 735 → 21.5 / 39.2) and keep W8A8 close to FP (BERT W8A8 ppl 1294 → 4.52 / 4.65)",

@@ -22,7 +22,6 @@ local quant = require "outlierlab.analysis.quant"
 local analysis = require "outlierlab.analysis.metrics"
 local AR = require "outlierlab.analysis.remedies"
 local E = require "outlierlab.experiment"
-local OL_I32 = require("outlierlab").C.OL_I32
 
 -- key, label, attention spec (nil: softmax), optimizer, norm_gain, the paper's claim
 local ALL = {
@@ -63,9 +62,9 @@ local ALL = {
 local BY_KEY = {}
 for _, v in ipairs(ALL) do BY_KEY[v.key] = v end
 
-local QUANT = { "w8a8", "w4a8", "w4a4", "w4a4_hadamard", "w4a4_smooth" }
-local QUANT_NAME = { w8a8 = "W8A8", w4a8 = "W4A8", w4a4 = "W4A4", w4a4_hadamard = "W4A4 + Hadamard",
-                     w4a4_smooth = "W4A4 + SmoothQuant" }
+-- the settings of outlierlab.analysis.quant (w8a8, w4a8, w4a4, w4a4_hadamard, w4a4_smooth) and their labels
+local QUANT, QUANT_NAME = {}, {}
+for i, s in ipairs(quant.SETTINGS) do QUANT[i], QUANT_NAME[s.name] = s.name, s.label end
 local METRICS = { "val_loss", "sink_rate", "massive_first", "kurtosis", "kurtosis_no_first" }
 local METRIC_NAME = { val_loss = "validation loss", sink_rate = "sink rate (%)", massive_first = "top-1/median at the first token",
                       kurtosis = "avg kurtosis", kurtosis_no_first = "avg kurtosis without the first token" }
@@ -127,26 +126,6 @@ local function train(run)
   end)
 end
 
--- n held-out batches as persistent tensors (the evaluations reset the step arena between batches)
-local function batches_of(ctx, loader, n)
-  local out = {}
-  for i = 1, n do
-    ctx:reset()
-    local b = loader:next(ctx)
-    local p = {}
-    for k, t in pairs(b) do
-      if type(t) == "cdata" then
-        local dims = {}
-        for d = 0, t.ndim - 1 do dims[#dims + 1] = tonumber(t.shape[d]) end
-        p[k] = ctx:tensor(dims, { dtype = t.dtype == OL_I32 and "i32" or "f32", persistent = true }):copy_(t)
-      else p[k] = t end
-    end
-    out[i] = p
-  end
-  ctx:reset()
-  return out
-end
-
 -- kurtosis of the block outputs (with and without the first token) and the massive ratio at the
 -- first token, over the batches
 local function outliers(ctx, m, batches, cfg)
@@ -181,25 +160,16 @@ local function analyze(run)
   local rows = {}
   for _, t in ipairs(run.out.train) do
     local ctx, m, L = ptq.load(t.spec, t.handle)
-    local val = batches_of(ctx, L.val(), cfg.n_eval)
-    local calib = batches_of(ctx, L.calib(), cfg.n_calib)
+    local val = quant.batches(ctx, L.val(), cfg.n_eval)
+    local calib = quant.batches(ctx, L.calib(), cfg.n_calib)
     local r = { key = t.key, seed = t.seed }
     r.val_loss = quant.evaluate(ctx, m, val)
     r.sink_rate = AR.sink_rate(ctx, m, val).rate
     local o = outliers(ctx, m, val, cfg)
     r.massive_first, r.kurtosis, r.kurtosis_no_first = o.massive_first, o.kurtosis, o.kurtosis_no_first
-    for _, s in ipairs(quant.SETTINGS) do
-      local opts = ptq.copy(s)
-      opts.calib = calib
-      local ok, h = pcall(quant.apply, ctx, m, opts)
-      if ok then
-        r[s.name] = quant.evaluate(ctx, m, val)
-        h.restore()
-      else
-        run:log("%s seed %d: %s not applicable (%s)", t.key, t.seed, s.name, tostring(h))
-        r[s.name] = 0 / 0
-      end
-    end
+    local q = quant.run(ctx, m, val, { calib = calib, log = function(fmt, ...)
+      run:log("%s seed %d: " .. fmt, t.key, t.seed, ...) end })
+    for _, s in ipairs(q.settings) do r[s.name] = s.applicable and s.loss or 0 / 0 end
     run:log("%-14s seed %d: loss %.3f, sink rate %.0f%%, massive at first %.1f, kurtosis %.1f (w/o first %.1f), W8A8 %.3f, W4A4 %.3f, +H %.3f, +SQ %.3f",
       t.key, t.seed, r.val_loss, r.sink_rate, r.massive_first, r.kurtosis, r.kurtosis_no_first, r.w8a8, r.w4a4,
       r.w4a4_hadamard, r.w4a4_smooth)

@@ -12,10 +12,16 @@
 -- down); the tied embedding / head and the scaling weights stay in full precision
 -- (outlierlab.ptq). Mean ± sd over the seeds; a difference counts only beyond the seed spread
 -- (outlierlab.analysis.seeds). The models are shared with so-fig11 and so-fig12 (same specs).
+-- Beside the paper's columns (not in the paper): the 4-bit era's settings of
+-- outlierlab.analysis.quant on the same models and held-out batches — RTN W8A8, W4A8, W4A4
+-- (per-channel weights, per-token dynamic activations), W4A4 after a Walsh–Hadamard rotation
+-- (the llama family's RMSNorm decoder of the default profiles; not applicable to the paper
+-- profile's GPT-2, a LayerNorm model) and W4A4 after SmoothQuant (α = 0.5, n_calib batches).
 local ptq = require "outlierlab.ptq"
 local compress = require "outlierlab.analysis.compress"
 local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
+local quant = require "outlierlab.analysis.quant"
 
 local VARIANTS = { "softmax", "ca_scale" }
 local PAPER = { softmax = { 27.24, 93.44, 7235.68 }, ca_scale = { 26.95, 29.22, 39.47 } }
@@ -43,6 +49,20 @@ local vars = {
 for _, k in ipairs(COLS) do
   vars[#vars + 1] = { "ppl_" .. k, dims = { "variant", "seed" }, long_name = COL_LONG[k] .. ", per seed", units = "1" }
 end
+-- the 4-bit era's settings (outlierlab.analysis.quant), not in the paper
+local QUANT_NA = " (fill value where the setting does not apply)"
+for _, q in ipairs({
+  { "quant_ppl", { "variant", "quant_setting", "seed" }, "held-out perplexity after the 4-bit era post-training quantisation setting (outlierlab.analysis.quant), per seed" },
+  { "quant_ppl_mean", { "variant", "quant_setting" }, "held-out perplexity after the quantisation setting, mean over seeds" },
+  { "quant_ppl_sd", { "variant", "quant_setting" }, "held-out perplexity after the quantisation setting, sample standard deviation over seeds" },
+  { "quant_ratio_to_fp", { "variant", "quant_setting", "seed" }, "perplexity after the quantisation setting divided by the FP perplexity of the same model, per seed" },
+  { "quant_ratio_mean", { "variant", "quant_setting" }, "perplexity after the quantisation setting over FP perplexity, mean over seeds" },
+  { "quant_ratio_sd", { "variant", "quant_setting" }, "perplexity after the quantisation setting over FP perplexity, sample standard deviation over seeds" },
+}) do
+  vars[#vars + 1] = { q[1], dims = q[2], long_name = q[3] .. QUANT_NA, units = "1" }
+end
+vars[#vars + 1] = { "quant_applicable", dims = { "variant", "quant_setting" }, units = "1", type = "int",
+                    long_name = "1 when the quantisation setting applies to the model, 0 when it does not (the rotation needs the llama family's RMSNorm pre-norm blocks)" }
 local FIG = figure.declare{
   title = "GPT-2-style decoder under weight compression: default attention vs context-aware scaling (SO Table 3, reduced scale)",
   dims = {
@@ -52,6 +72,7 @@ local FIG = figure.declare{
     { "compression", long_name = "weight compression", labels = true },
     { "quantity", long_name = "column of SO Table 3", labels = true },
     { "paper_compression", long_name = "compression of SO Table 3", labels = true },
+    { "quant_setting", long_name = "4-bit era post-training quantisation setting, not in the paper: RTN per-channel weights and per-token dynamic activations, with a Walsh-Hadamard rotation or SmoothQuant", labels = true },
   },
   vars = vars,
   panels = {
@@ -59,6 +80,9 @@ local FIG = figure.declare{
       title = "held-out perplexity", ylabel = "perplexity", note = "mean ± sd over {=n_seeds} seed(s)" },
     { kind = "bars", x = "compression", series = "variant", y = "ratio_mean", err = "ratio_sd", values = "%.3f",
       title = "perplexity relative to full precision", ylabel = "perplexity / FP perplexity", note = "mean ± sd over {=n_seeds} seed(s)" },
+    { kind = "bars", x = "quant_setting", series = "variant", y = "quant_ratio_mean", err = "quant_ratio_sd", values = "%.3f",
+      title = "4-bit era quantisation (not in the paper)", ylabel = "perplexity / FP perplexity",
+      note = "mean ± sd over {=n_seeds} seed(s); n/a: not applicable" },
   },
 }
 
@@ -90,6 +114,10 @@ local function analyze(run)
     r.prune_global = with(function(ps) compress.prune(ps, { sparsity = 0.5, global = true }) end)
     run:log("%-9s seed %d: FP %.4g, AbsMax W8 %.4g (per channel %.4g), 50%% sparse %.4g (global %.4g)", t.variant, t.seed,
             r.fp, r.absmax, r.absmax_ch, r.prune, r.prune_global)
+    -- the 4-bit era's settings on the same model and held-out batches (restored after each)
+    r.quant = quant.measure(ctx, m, L, { n_eval = cfg.n_eval, n_calib = cfg.n_calib, metric = "ppl", log = function(fmt, ...)
+      run:log("%-9s seed %d: " .. fmt, t.variant, t.seed, ...) end })
+    run:log("%-9s seed %d, 4-bit era (RTN per channel / per token): %s", t.variant, t.seed, quant.describe(r.quant))
     rows[#rows + 1] = r
   end
   local sl = seeds.list(cfg)
@@ -113,12 +141,52 @@ local function analyze(run)
       v.ratio_mean[vi][ci - 1], v.ratio_sd[vi][ci - 1] = seeds.stats(ratio)
     end
   end
-  local names, comp, labels = {}, {}, {}
+  -- the 4-bit era's settings: per variant one cell over seeds
+  local na = {}
+  for _, k in ipairs({ "quant_ppl", "quant_ppl_mean", "quant_ppl_sd", "quant_ratio_to_fp", "quant_ratio_mean", "quant_ratio_sd", "quant_applicable" }) do v[k] = {} end
+  for vi, var in ipairs(VARIANTS) do
+    local ms = ptq.values(rows, { variant = var }, "quant")
+    local c = quant.over_seeds(ms, function(fp, q) return q / fp end)
+    v.quant_ppl[vi], v.quant_ppl_mean[vi], v.quant_ppl_sd[vi] = c.value, c.mean, c.sd
+    v.quant_ratio_to_fp[vi], v.quant_ratio_mean[vi], v.quant_ratio_sd[vi] = c.change, c.change_mean, c.change_sd
+    v.quant_applicable[vi] = c.applicable
+    for si, st in ipairs(quant.SETTINGS) do
+      if c.applicable[si] == 0 then na[#na + 1] = { who = "GPT-2 " .. ptq.SO_LABELS[var], label = st.label, reason = ms[1].reason[st.name] } end
+    end
+  end
+  local names, comp, labels, qn = {}, {}, {}, {}
   for i, k in ipairs(COLS) do names[i] = COL_NAME[k] if i > 1 then comp[i - 1] = COL_NAME[k] end end
   for i, var in ipairs(VARIANTS) do labels[i] = ptq.SO_LABELS[var] end
+  for i, st in ipairs(quant.SETTINGS) do qn[i] = st.label end
   return { coords = { variant = labels, seed = sl, setting = names, compression = comp,
-                      quantity = { "FP16", "AbsMax W8", "50 % sparse" }, paper_compression = { "AbsMax W8", "50 % sparse" } },
-           vars = v }
+                      quantity = { "FP16", "AbsMax W8", "50 % sparse" }, paper_compression = { "AbsMax W8", "50 % sparse" },
+                      quant_setting = qn },
+           vars = v, attrs = { quant_not_applicable = quant.not_applicable_lines(na) } }
+end
+
+-- the second table of the summary: the 4-bit era's settings (not in the paper, not in the verdict)
+local function quant_table(run, v, a)
+  local ns = v.n_seeds
+  local rows = {}
+  for vi, var in ipairs(VARIANTS) do
+    rows[vi] = { cells = { "GPT-2 " .. ptq.SO_LABELS[var], seeds.pm_of(v.ppl_mean(vi, 1), v.ppl_sd(vi, 1), ns, "%.4g") },
+      cell = function(si)
+        local xs = {}
+        for k = 1, ns do xs[k] = v.quant_ratio_to_fp(vi, si, k) end
+        return { mean = v.quant_ppl_mean(vi, si), sd = v.quant_ppl_sd(vi, si), applicable = v.quant_applicable(vi, si),
+                 change_mean = v.quant_ratio_mean(vi, si), change_sd = v.quant_ratio_sd(vi, si), change = xs }
+      end }
+  end
+  return table.concat({
+    "### 4-bit era, not in the paper", "",
+    "The same models and held-out batches. " .. quant.method_text(run.cfg.n_calib, "the tied embedding/head"),
+    "Each cell: the perplexity, mean ± sd over " .. ns .. " seed(s), and in parentheses its ratio to FP; context-aware scaling's ratio is compared with the default's by the seed rule (" .. seeds.RULE .. "). Not part of the verdict.",
+    "",
+    quant.summary_table{ head = { "model", "FP" }, rows = rows, n = ns, fmt = "%.4g", change_fmt = "%.3f", change_prefix = "×", ref = 1,
+                         words = { "more robust than the default", "**less robust** than the default", "≈ the default" } },
+    "",
+    a.attrs.quant_not_applicable,
+  }, "\n")
 end
 
 local function summary(run)
@@ -169,6 +237,8 @@ local function summary(run)
       or "The default model barely degrades under AbsMax W8 (< 10 %) and 50 % pruning (< ×2) at this scale: it has no outliers that break compression yet, so the claim cannot be tested here (verdict inconclusive).",
     "",
     "Compressed: the linear weights of every block (q, k, v, o projections, MLP up and down); the tied embedding/head and the scaling weights W_s stay in full precision; see docs/COMPRESSION.md.",
+    "",
+    quant_table(run, v, a),
   }, "\n")
   return {
     paper = "GPT-2: FP16 27.24 / AbsMax W8 93.44 / 50 % sparse 7235.68 (default) vs 26.95 / 29.22 / 39.47 (context-aware scaling)",
@@ -183,7 +253,8 @@ return {
   title = "AbsMax W8 and 50 % magnitude pruning of GPT-2 with default attention vs context-aware scaling",
   source = { paper = "SO (An et al. 2025)", figure = "Table 3",
              claim = "With the context-aware scaling factor, GPT-2 keeps its perplexity under AbsMax 8-bit weight quantisation and 50 % magnitude pruning, while the default model degrades badly." },
-  profiles = ptq.so_profiles(),
+  -- n_calib: SmoothQuant's calibration batches for the 4-bit era's settings
+  profiles = ptq.so_profiles({ quick = { n_calib = 1 }, default = { n_calib = 4 }, paper = { n_calib = 16 } }),
   stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
   summary = summary,
 }

@@ -30,6 +30,8 @@ deps-npm:
 # of one model (docs/PRETRAINED.md lists the families that import):
 #   make reproduce-so-fig13 MODEL=models/Mistral-7B-v0.1 TEXT=data/kjv.txt [PROFILE=paper]
 # (any of reproduce-so-fig13 … reproduce-so-fig22; results go to results/so-fig1/<model>-<profile>/)
+# Every other analysis experiment takes MODEL and TEXT through its own target (mk/experiments.mk),
+# e.g. the 4-bit era's quantisation of one model: make reproduce-quant MODEL=DIR TEXT=FILE
 SO_PRETRAINED_FIGS := $(foreach n,13 14 15 16 17 18 19 20 21 22,reproduce-so-fig$(n))
 .PHONY: $(SO_PRETRAINED_FIGS)
 $(SO_PRETRAINED_FIGS): all

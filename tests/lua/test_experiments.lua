@@ -32,6 +32,24 @@ local expect = {
   ["so-table1"] = { "double consistency(row)", "double chance_level(row)", "int h_outlier_tokens(tau)", "double overlap_h_attention(tau)" },
   ["emergence"] = { "double max_inf_norm(variant, step)", "double avg_kurtosis(variant, step)",
                     "double max_inf_norm_per_seed(variant, seed, step)", "int n_seeds ;" },
+  -- the 4-bit era's settings beside the papers' columns (outlierlab.analysis.quant)
+  ["qt-table2"] = { "double quant_metric(family, variant, quant_setting, seed)", "double quant_metric_mean(family, variant, quant_setting)",
+                    "double quant_degradation(family, variant, quant_setting, seed)", "double quant_degradation_sd(family, variant, quant_setting)",
+                    "int quant_applicable(family, variant, quant_setting)",
+                    'quant_setting:flag_meanings = "W8A8 W4A8 W4A4 W4A4_+_Hadamard W4A4_+_SmoothQuant" ;' },
+  ["so-table3"] = { "double quant_ppl(variant, quant_setting, seed)", "double quant_ppl_mean(variant, quant_setting)",
+                    "double quant_ratio_to_fp(variant, quant_setting, seed)", "double quant_ratio_sd(variant, quant_setting)",
+                    "int quant_applicable(variant, quant_setting)" },
+  ["quant"] = { "double loss(setting)", "double perplexity(setting)", "double loss_increase(setting)", "int applicable(setting)",
+                "int n_tokens ;", 'setting:flag_meanings = "full_precision Hadamard_rotation_alone W8A8 W4A8 W4A4 W4A4_+_Hadamard W4A4_+_SmoothQuant" ;' },
+}
+-- what each summary must say
+local expect_md = {
+  ["qt-table2"] = { "### 4-bit era, not in the paper", "| model | attention | FP | W8A8 | W4A8 | W4A4 | W4A4 + Hadamard | W4A4 + SmoothQuant |",
+                    "| BERT | vanilla |", "| not applicable |", "W4A4 + Hadamard is not applicable to BERT vanilla",
+                    "W4A4 + Hadamard is not applicable to OPT gated attention", "Practical claim (W8A8 alone)" },
+  ["so-table3"] = { "### 4-bit era, not in the paper", "| GPT-2 (e) context-aware scaling |", "Every setting applies to every model of this run." },
+  ["quant"] = { "| Hadamard rotation alone |", "| W4A4 + SmoothQuant |", "Criterion:" },
 }
 -- a share of zero outliers is undefined (fill value), and the summary says there are none
 local undefined_without = {
@@ -42,13 +60,19 @@ local undefined_without = {
 -- the figures whose summaries say undefined numbers in words
 local declared = {}
 for _, id in ipairs({ "qt-fig1", "qt-fig2", "qt-fig3", "qt-table1", "qt-table2", "so-fig3", "so-fig5", "so-fig6", "so-fig11",
-                      "so-fig12", "so-table1", "so-table3", "emergence" }) do declared[id] = true end
+                      "so-fig12", "so-table1", "so-table3", "emergence", "quant" }) do declared[id] = true end
 -- the comparisons between variants state the seed rule (outlierlab.analysis.seeds) in their summary
 local seeded = { ["qt-table1"] = true, ["qt-table2"] = true, ["so-fig11"] = true, ["so-fig12"] = true, ["so-table3"] = true,
                  ["emergence"] = true }
 local function values_of(file, var)
   local d = sh("ncdump -v " .. var .. " " .. file)
   return (d:match("\n " .. var .. " = ([^;]*);") or ""):gsub("%s", "")
+end
+
+-- the same with 17 significant digits (fill values as "_")
+local function values_of_p(file, var)
+  local d = sh("ncdump -p 9,17 -v " .. var .. " " .. file)
+  return (d:match("\n " .. var .. " =%s*([^;]*);") or ""):gsub("%s", "")
 end
 
 local ids = {}
@@ -64,6 +88,7 @@ for _, id in ipairs(ids) do
   t.ok(hdr:find(':Conventions = "CF-1.10, ACDD-1.3"', 1, true) and hdr:find(':experiment_id = "' .. id .. '"', 1, true)
        and hdr:find(':profile = "quick"', 1, true), id .. ": global attributes", hdr)
   for _, v in ipairs(expect[id] or {}) do t.ok(hdr:find(v, 1, true), id .. ": has " .. v, hdr) end
+  for _, v in ipairs(expect_md[id] or {}) do t.ok((slurp(dir .. "/summary.md") or ""):find(v, 1, true), id .. ": summary.md says " .. v) end
   local png = slurp(dir .. "/" .. id .. ".png") or ""
   t.ok(png:sub(1, 8) == "\137PNG\r\n\26\n" and #png > 20000, id .. ": PNG with magic bytes, " .. #png .. " bytes")
   t.ok((slurp(dir .. "/" .. id .. ".pdf") or ""):sub(1, 5) == "%PDF-", id .. ": PDF")
@@ -100,6 +125,45 @@ do
   local ok, any = #strict == #loose and #loose > 0, false
   for i = 1, #loose do ok = ok and loose[i] >= strict[i]; any = any or loose[i] > 0 end
   t.ok(ok and any, "so-fig3: tokens above τ/10 ⊇ tokens above τ in every layer (" .. table.concat(strict, ",") .. " / " .. table.concat(loose, ",") .. ")")
+end
+
+-- the 4-bit era's settings in qt-table2 and so-table3: where they apply, on the paper columns'
+-- held-out batches (the harness's FP = fp_metric: metric − degradation for BERT and OPT,
+-- metric + degradation for the ViT), the rotation not applicable to BERT, the ViT and QT's
+-- per-head gate (fill values), applicable to the decoder organism's other variants
+do
+  local function numbers(file, var)
+    local out = {}
+    for x in values_of_p(file, var):gmatch("[^,]+") do out[#out + 1] = tonumber(x) or false end
+    return out
+  end
+  local nc = tmp .. "/results/qt-table2/quick/qt-table2.nc"
+  -- (family, variant, quant_setting, seed) with 3 families, 3 variants, 5 settings, 1 seed (quick)
+  local app, qm, qd, fp = numbers(nc, "quant_applicable"), numbers(nc, "quant_metric"), numbers(nc, "quant_degradation"), numbers(nc, "fp_metric")
+  local H = 4
+  local want_app, same_fp, fill_ok = true, true, true
+  for fi = 1, 3 do
+    for vi = 1, 3 do
+      for si = 1, 5 do
+        local k = ((fi - 1) * 3 + vi - 1) * 5 + si
+        local applies = not (si == H and (fi ~= 2 or vi == 3))   -- OPT = the llama organism; QT's gate blocks the rotation
+        want_app = want_app and app[k] == (applies and 1 or 0)
+        fill_ok = fill_ok and ((qm[k] == false) == not applies) and ((qd[k] == false) == not applies)
+        if applies and qm[k] and qd[k] then
+          local f = fi == 3 and qm[k] + qd[k] or qm[k] - qd[k]
+          local ref = fp[(fi - 1) * 3 + vi]
+          same_fp = same_fp and ref and math.abs(f - ref) <= 1e-9 * math.max(1, math.abs(ref))
+        end
+      end
+    end
+  end
+  t.ok(#app == 45 and want_app, "qt-table2: W4A4 + Hadamard applies to the decoder organism's vanilla and clipped models only", table.concat(app, ","))
+  t.ok(fill_ok, "qt-table2: fill values exactly where a setting does not apply")
+  t.ok(same_fp, "qt-table2: the settings were measured against the paper columns' FP metric (same held-out batches)")
+  local sapp = numbers(tmp .. "/results/so-table3/quick/so-table3.nc", "quant_applicable")
+  local all = #sapp == 10
+  for _, x in ipairs(sapp) do all = all and x == 1 end
+  t.ok(all, "so-table3: every setting, the rotation too, applies to the softmax and context-aware scaling organisms", table.concat(sapp, ","))
 end
 
 -- caching: a rerun reuses the model and the analysis; a changed setting retrains

@@ -5,12 +5,19 @@
 --   * SmoothQuant's scales by hand, and smoothing alone leaves the loss unchanged (fp32);
 --   * the QuaRot rotation is exact in full precision: logits with and without it equal to fp32
 --     rounding (random norm gains folded; softmax, gated_sdpa, ca_scale; single-scale norms);
---   * W8A8 is close to full precision, restore() gives the FP model back bit for bit, errors.
+--   * W8A8 is close to full precision, restore() gives the FP model back bit for bit, errors;
+--   * what quant.evaluate measures per family: exp(loss) = the compression driver's perplexity
+--     (outlierlab.analysis.quantisation) for BERT's masked tokens, and for the ViT the top-1
+--     accuracy it computes by hand = the driver's "acc"; bits ≥ 16 change nothing (bit for bit);
+--   * quant.run over every family: the heads and embeddings kept (the blocks' linears only), the
+--     rotation reported as not applicable to BERT / ViT / GPT-2 / QT's gate with the reason, the
+--     other settings finite, the model restored.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
 local quant = require "outlierlab.analysis.quant"
 local gradcheck = require "outlierlab.nn.gradcheck"
 local models = require "outlierlab.models"
+local ptq = require "outlierlab.analysis.quantisation"
 local C = ol.C
 
 local ctx = ol.Context({ seed = 9 })
@@ -177,6 +184,86 @@ do
   local mq = models.build(ol.Context({ seed = 1 }), models.preset("llama-quick", { attention = { kind = "gated", gate = "linear" } }))
   t.throws(function() quant.rotate(mc, mq) end, "not rotation-invariant", "QT's per-head gate cannot be rotated")
   t.throws(function() quant.apply(mc, m, { wbits = 4, smooth = 0.5 }) end, "smooth needs calib", "smooth without calibration")
+end
+
+-- ---------------------------------------------------------------- what quant.evaluate measures
+-- batches of each family (persistent tensors), random weights a little larger than init
+local function family_batches(fam, mc, cfg, n)
+  local out = {}
+  for i = 1, n do
+    local b = {}
+    if fam == "vit" then
+      local B, S = 6, cfg.image_size
+      b.images = mc:tensor({ B, 3, S, S }, { persistent = true }):normal_(0, 1, 300 + i)
+      b.labels = mc:tensor({ B }, { dtype = "i32", persistent = true })
+      for r = 0, B - 1 do b.labels.idata[r] = math.floor(C.ol_rand_uniform(40 + i, r) * cfg.n_classes) end
+    else
+      b.ids = mc:tensor({ 2, 16 }, { dtype = "i32", persistent = true })
+      b.targets = mc:tensor({ 2, 16 }, { dtype = "i32", persistent = true })
+      for j = 0, 31 do
+        b.ids.idata[j] = math.floor(C.ol_rand_uniform(i, j) * cfg.vocab_size)
+        -- BERT: every third position masked (a target), the others -100
+        local tg = math.floor(C.ol_rand_uniform(i + 7, j) * cfg.vocab_size)
+        b.targets.idata[j] = (fam ~= "bert" or j % 3 == 0) and tg or -100
+      end
+      if fam == "bert" then
+        b.token_type = mc:tensor({ 2, 16 }, { dtype = "i32", persistent = true }):fill_(0)
+        b.pad_mask = mc:tensor({ 2, 16 }, { dtype = "i32", persistent = true }):fill_(1)
+      end
+    end
+    out[i] = b
+  end
+  return out
+end
+local function list_loader(bs)
+  return function() local i = 0 return { next = function() i = i + 1 return bs[i] end } end
+end
+for _, fam in ipairs({ "bert", "vit", "gpt2", "llama" }) do
+  local mc = ol.Context({ seed = 40 })
+  local cfg = models.preset(fam .. "-quick", {})
+  local m = models.build(mc, cfg)
+  if m.eval then m:eval() end
+  for _, p in ipairs(mc:params()) do if p.ndim >= 2 then p:normal_(0, 0.2, 900 + p.param_index) end end
+  local bs = family_batches(fam, mc, cfg, 2)
+  local loss, info = quant.evaluate(mc, m, bs)
+  if fam == "vit" then
+    local r = ptq.evaluate(mc, m, { metric = "acc", loader = list_loader(bs), n = #bs })
+    t.ok(info.accuracy ~= nil and info.accuracy == r.value and math.abs(loss - r.loss) <= 1e-12 * math.abs(r.loss),
+      "vit: quant.evaluate's top-1 accuracy and loss = the compression driver's on the same batches",
+      string.format("%s %% vs %s %%, loss %.9g vs %.9g", tostring(info.accuracy), tostring(r.value), loss, r.loss))
+  else
+    local r = ptq.evaluate(mc, m, { metric = "ppl", loader = list_loader(bs), n = #bs })
+    t.ok(info.accuracy == nil and math.abs(math.exp(loss) - r.value) <= 1e-12 * r.value and info.ntokens == r.ntokens,
+      fam .. ": exp(quant.evaluate's loss) = the driver's perplexity, over the same " .. r.ntokens .. " target tokens (no accuracy for a " ..
+      (fam == "bert" and "masked LM" or "decoder") .. ")", string.format("%.9g vs %.9g, %d vs %d tokens", math.exp(loss), r.value, info.ntokens, r.ntokens))
+  end
+  local h16 = quant.apply(mc, m, { wbits = 16, abits = 16 })
+  t.is(quant.evaluate(mc, m, bs), loss, fam .. ": bits ≥ 16 quantise nothing (the FP loss bit for bit)")
+  h16.restore()
+  local h = quant.apply(mc, m, { wbits = 4, abits = 4 })
+  local want = { bert = 12, vit = 12, gpt2 = 12, llama = 14 }
+  t.is(#h.linears, want[fam], fam .. ": the blocks' linears quantised (q, k, v, o, MLP), the head and embeddings kept")
+  h.restore()
+  local r = quant.run(mc, m, bs, { calib = bs })
+  local H = r.by_name.w4a4_hadamard
+  if fam == "llama" then
+    t.ok(H.applicable, "llama: W4A4 + Hadamard applies")
+  else
+    local why = { bert = "BERT is post-LN", vit = "the ViT's blocks are pre-LN with LayerNorm", gpt2 = "GPT-2's blocks are pre-LN with LayerNorm" }
+    t.ok(not H.applicable and H.reason:find(why[fam], 1, true) and H.loss == nil, fam .. ": W4A4 + Hadamard not applicable, the reason says why", H.reason)
+  end
+  local finite = true
+  for _, x in ipairs(r.settings) do if x.applicable and not (x.loss == x.loss and math.abs(x.loss) < math.huge) then finite = false end end
+  t.ok(finite and r.fp.loss == loss, fam .. ": every applicable setting gives a finite loss; quant.run's FP = quant.evaluate's")
+  if fam == "vit" then t.ok(r.by_name.w4a4.accuracy ~= nil, "vit: each setting's top-1 accuracy is measured") end
+  t.is(quant.evaluate(mc, m, bs), loss, fam .. ": after quant.run the model is FP again, bit for bit")
+  local cmp = quant.compare(mc, m, bs, { calib = bs })
+  t.ok(fam == "llama" or cmp.w4a4_hadamard ~= cmp.w4a4_hadamard, fam .. ": compare gives NaN where a setting does not apply")
+end
+do
+  local mq = models.build(ol.Context({ seed = 1 }), models.preset("llama-quick", { attention = { kind = "gated", gate = "linear" } }))
+  t.ok((quant.blocker(mq, { hadamard = true }) or ""):find("not rotation-invariant", 1, true) and quant.blocker(mq, { wbits = 4 }) == nil,
+    "blocker: QT's per-head gate blocks the rotation only")
 end
 
 return t.done()

@@ -13,6 +13,17 @@
 --   quant.compare(ctx, model, batches, { calib =, settings = { {name=, ...opts}, ... } })
 --       -> { fp = loss, [name] = loss, ... } (restores after each)
 --   quant.rotate(ctx, model) -> h   -- the rotation alone (exact in full precision); h:restore()
+--   quant.batches(ctx, loader, n) -> n batches of a loader copied into persistent tensors
+--   quant.blocker(model, setting) -> nil, or why the setting does not apply to this model
+--   quant.run(ctx, model, batches, { calib =, settings = quant.SETTINGS, log = fn(fmt, ...) })
+--       -> { fp = { loss, ntokens, accuracy }, settings = { {name =, label =, applicable = bool,
+--            reason =, loss =, accuracy =}, ... }, by_name = {name -> the same} }
+--       the one loop over the settings that remedies, qt-table2, so-table3 and quant use
+--
+-- quant.evaluate's second result: { loss, ntokens, accuracy } — accuracy (top-1, in percent) when
+-- the batches are a classifier's (batch.labels and logits (B, K): the ViT), else nil; the loss is
+-- the model's own (next-token cross entropy for the decoders, masked-token cross entropy for BERT,
+-- the label cross entropy for the ViT), token-weighted over the batches.
 --
 -- What is quantised: the input and the weight of every linear layer (nn.Linear) except the head
 -- and the embedding (KEEP_FP); attention scores and probabilities stay in full precision
@@ -36,7 +47,11 @@ local ffi = ol.ffi
 local C = ol.C
 
 local M = {}
-M.KEEP_FP = { "^lm_head%.", "^head%.", "^wte%.", "^embed_tokens%.", "^embeddings%.word%.", "^embed_proj%.", "^head_proj%." }
+-- kept in full precision: the heads (LM head, the ViT's classifier, BERT's MLM dense layer and
+-- the unused pooler), the embeddings (token, the ViT's patch embedding) and the projections
+-- around the blocks (Park et al.'s, OPT-350m's project_in/out)
+M.KEEP_FP = { "^lm_head%.", "^head%.", "^wte%.", "^embed_tokens%.", "^embeddings%.word%.", "^embed_proj%.", "^head_proj%.",
+              "^patch_embed%.", "^mlm%.", "^pooler%.", "^project_in%.", "^project_out%." }
 
 local function walk(model, pred)
   local out, seen = {}, {}
@@ -107,19 +122,55 @@ local function variant_readers(A)
   if not A or not A.kind then return {} end
   if A.kind == "gated_sdpa" or (A.kind == "gated" and A.spec.gate == "all_heads_linear") then return { A.p.gw } end
   if A.kind == "ca_scale" then return { A.p.sw } end
-  if A.kind == "gated" then
-    error("quant.rotate: attention 'gated' with gate = " .. tostring(A.spec.gate) ..
-      " reads per-head slices of x and is not rotation-invariant (use all_heads_linear or gated_sdpa)", 3)
+  return {}   -- (QT's per-head gate: M.rotation_blocker refuses it)
+end
+
+-- Why the rotation cannot be applied to this model (nil when it can). It needs the llama family's
+-- pre-norm RMSNorm blocks in sequence, every reader of the normalised x rotation-invariant and no
+-- bias on a linear that writes the residual stream.
+local FAMILY_WHY = {
+  bert = "BERT is post-LN (a LayerNorm after each residual sum)",
+  vit = "the ViT's blocks are pre-LN with LayerNorm",
+  gpt2 = "GPT-2's blocks are pre-LN with LayerNorm",
+  opt = "OPT's blocks are pre-LN with LayerNorm",
+}
+function M.rotation_blocker(model)
+  local cfg = model.cfg or {}
+  if cfg.family ~= "llama" then
+    return string.format("the Hadamard rotation needs the llama family's RMSNorm pre-norm blocks; %s, and a LayerNorm's " ..
+      "mean subtraction and bias do not commute with the rotation (folding them away, as SliceGPT does, is not implemented)",
+      FAMILY_WHY[cfg.family] or ("this is a " .. tostring(cfg.family) .. " model"))
   end
-  return {}
+  if cfg.norm == "layernorm" then return "the Hadamard rotation needs RMSNorm; this llama-family model uses LayerNorm (norm = \"layernorm\")" end
+  if cfg.post_norms then return "the Hadamard rotation does not commute with the norms after the attention and the MLP (post_norms, Gemma 2's sandwich norms)" end
+  if cfg.parallel and cfg.parallel ~= "none" then return "the Hadamard rotation is implemented for sequential blocks only (parallel = \"" .. tostring(cfg.parallel) .. "\")" end
+  if cfg.o_bias or cfg.mlp_bias then return "the Hadamard rotation of a bias on o_proj or down_proj (a writer of the residual stream) is not implemented" end
+  for _, blk in ipairs(model.blocks or {}) do
+    local A = blk.attn and blk.attn.attn
+    if A and A.kind == "gated" and not (A.spec and A.spec.gate == "all_heads_linear") then
+      return "attention 'gated' with gate = " .. tostring(A.spec and A.spec.gate) ..
+        " (QT's gate) reads per-head slices of x and is not rotation-invariant (use all_heads_linear or gated_sdpa)"
+    end
+  end
+  if not model.lm_head and not model.head_proj and model.norm then
+    local w = model.norm.weight
+    for j = 0, tonumber(w.numel) - 1 do
+      if w.data[j] ~= 1 then return "a tied head cannot take the final norm's gain; untie the embeddings" end
+    end
+  end
+  return nil
+end
+
+-- why a setting ({hadamard =, ...}) does not apply to this model, or nil
+function M.blocker(model, setting)
+  if setting.hadamard then return M.rotation_blocker(model) end
+  return nil
 end
 
 function M.rotate_inplace(ctx, model)
-  local cfg = model.cfg or {}
-  if cfg.family ~= "llama" then
-    error("quant.rotate: the Hadamard rotation needs RMSNorm pre-norm blocks (the llama family); got " ..
-      tostring(cfg.family), 2)
-  end
+  local why = M.rotation_blocker(model)
+  if why then error("quant.rotate: " .. why, 2) end
+  local cfg = model.cfg
   local Cd = cfg.d_model
   local R = function(w, dim) check(C.ol_hadamard_(w, dim, 0)) end
   -- W ← W·diag(g) for any finite gain (trained gains can be negative or zero; ol_scale_cols_ is
@@ -134,12 +185,6 @@ function M.rotate_inplace(ctx, model)
       end
     end
     norm.weight:fill_(1)
-  end
-  if not model.lm_head and not model.head_proj then
-    local g = gain_vector(model.norm, Cd)
-    for j = 0, Cd - 1 do
-      if g[j] ~= 1 then error("quant.rotate: a tied head cannot take the final norm's gain; untie the embeddings", 2) end
-    end
   end
   for _, blk in ipairs(model.blocks) do
     local at, mlp = blk.attn, blk.mlp
@@ -171,17 +216,57 @@ function M.rotate(ctx, model)
 end
 
 -- ---------------------------------------------------------------- evaluation
--- token-weighted mean loss over batches (list of batch tables), evaluation mode, no tape
+-- token-weighted mean loss over batches (list of batch tables), evaluation mode, no tape; the
+-- second result { loss =, ntokens =, accuracy = } has the top-1 accuracy in percent when the
+-- model is a classifier (logits (B, K) and batch.labels; the first maximum wins a tie, as in
+-- outlierlab.analysis.quantisation's "acc"), else accuracy = nil
 function M.evaluate(ctx, model, batches)
-  local sum, n = 0, 0
+  local sum, n, correct, total = 0, 0, 0, 0
   for _, b in ipairs(batches) do
     ctx:reset()
     local loss, info = ctx:no_grad(function() return model:loss(b, { train = false }) end)
     local k = info and info.ntokens or 1
     sum, n = sum + loss:item() * k, n + k
+    local lg, lab = info and info.logits, b.labels
+    if lg and lab and lg.ndim == 2 and lab.ndim == 1 and lab:size(0) == lg:size(0) then
+      local B, K = lg:size(0), lg:size(1)
+      for r = 0, B - 1 do
+        if lab.idata[r] >= 0 then
+          local best, bi = -math.huge, 0
+          for c = 0, K - 1 do
+            local v = lg.data[r * K + c]
+            if v > best then best, bi = v, c end
+          end
+          total = total + 1
+          if bi == lab.idata[r] then correct = correct + 1 end
+        end
+      end
+    end
   end
   ctx:reset()
-  return n > 0 and sum / n or 0
+  local mean = n > 0 and sum / n or 0
+  return mean, { loss = mean, ntokens = n, accuracy = total > 0 and 100 * correct / total or nil }
+end
+
+-- n batches of a loader (loader:next(ctx)) copied into persistent tensors, so that the
+-- evaluations, which reset the step arena between batches, can read them again and again
+function M.batches(ctx, loader, n)
+  local out = {}
+  for i = 1, n do
+    ctx:reset()
+    local b = loader:next(ctx)
+    local p = {}
+    for k, t in pairs(b) do
+      if type(t) == "cdata" then
+        local dims = {}
+        for d = 0, t.ndim - 1 do dims[#dims + 1] = tonumber(t.shape[d]) end
+        p[k] = ctx:tensor(dims, { dtype = t.dtype == C.OL_I32 and "i32" or "f32", persistent = true }):copy_(t)
+      else p[k] = t end
+    end
+    out[i] = p
+  end
+  ctx:reset()
+  return out
 end
 
 local function on(bits) return bits and bits < 16 end
@@ -227,27 +312,182 @@ function M.apply(ctx, model, o)
   return h
 end
 
--- the FP loss and the loss of each setting ({name =, wbits =, abits =, ...}), restoring after each
-function M.compare(ctx, model, batches, o)
-  local res = { fp = M.evaluate(ctx, model, batches) }
+-- The settings over one model (the one loop of remedies, qt-table2, so-table3 and quant): the FP
+-- evaluation, then each setting applied, evaluated on the same batches and restored. A setting that
+-- does not apply to the model (M.blocker: the rotation outside the llama family or with QT's
+-- per-head gate) is reported as { applicable = false, reason = } and not run; any other error is
+-- raised. o.calib: the calibration batches (SmoothQuant); o.settings (default M.SETTINGS);
+-- o.log(fmt, ...) is told about each setting that does not apply.
+-- -> { fp = { loss, ntokens, accuracy }, settings = { {name, label, applicable, reason, loss,
+--      ntokens, accuracy}, ... }, by_name = { [name] = the same } }
+function M.run(ctx, model, batches, o)
+  o = o or {}
+  local _, fp = M.evaluate(ctx, model, batches)
+  local res = { fp = fp, settings = {}, by_name = {} }
   for _, s in ipairs(o.settings or M.SETTINGS) do
-    local opts = {}
-    for k, v in pairs(s) do opts[k] = v end
-    opts.calib = o.calib
-    local h = M.apply(ctx, model, opts)
-    res[s.name] = M.evaluate(ctx, model, batches)
-    h.restore()
+    local r = { name = s.name, label = s.label or s.name }
+    local why = M.blocker(model, s)
+    if why then
+      r.applicable, r.reason = false, why
+      if o.log then o.log("%s: not applicable (%s)", r.label, why) end
+    else
+      local opts = {}
+      for k, v in pairs(s) do opts[k] = v end
+      opts.calib = o.calib
+      local h = M.apply(ctx, model, opts)
+      local ok, loss, info = pcall(M.evaluate, ctx, model, batches)
+      h.restore()
+      if not ok then error(loss, 0) end
+      r.applicable, r.loss, r.ntokens, r.accuracy = true, loss, info.ntokens, info.accuracy
+    end
+    res.settings[#res.settings + 1] = r
+    res.by_name[s.name] = r
   end
   return res
 end
 
--- the leaderboard's settings (issue 21)
+-- the FP loss and the loss of each setting ({name =, wbits =, abits =, ...}), restoring after each;
+-- a setting that does not apply (M.blocker) gives NaN
+function M.compare(ctx, model, batches, o)
+  local r = M.run(ctx, model, batches, o or {})
+  local res = { fp = r.fp.loss }
+  for _, s in ipairs(r.settings) do res[s.name] = s.applicable and s.loss or 0 / 0 end
+  return res
+end
+
+-- ---------------------------------------------------------------- the harness in the tables
+-- The settings on a trained model's held-out data, in the metric of its table:
+--   loaders = { val = fn() -> loader, calib = fn() -> loader } (outlierlab.recipes' load);
+--   o = { n_eval =, n_calib =, metric = "ppl" (exp of the loss) | "acc" (top-1 %) | "loss", log = }
+-- -> { fp = value, values = { [name] = value (NaN where not applicable) }, applicable = { [name] = bool },
+--      reason = { [name] = why not }, run = M.run's result }
+function M.measure(ctx, model, loaders, o)
+  local val = M.batches(ctx, loaders.val(), o.n_eval or 8)
+  local calib = M.batches(ctx, loaders.calib(), o.n_calib or 4)
+  local r = M.run(ctx, model, val, { calib = calib, log = o.log })
+  local metric = o.metric or "ppl"
+  local function value(x)
+    if metric == "acc" then return x.accuracy or error("quant.measure: metric 'acc' needs a classifier (logits (B, K), batch.labels)", 0) end
+    if metric == "ppl" then return math.exp(x.loss) end
+    if metric == "loss" then return x.loss end
+    error("quant.measure: metric must be ppl, acc or loss, got " .. tostring(metric), 0)
+  end
+  local out = { fp = value(r.fp), values = {}, applicable = {}, reason = {}, run = r }
+  for _, x in ipairs(r.settings) do
+    out.values[x.name] = x.applicable and value(x) or 0 / 0
+    out.applicable[x.name], out.reason[x.name] = x.applicable, x.reason
+  end
+  return out
+end
+
+-- One table cell over seeds: ms = the M.measure results of one model, seed by seed; change(fp, q)
+-- the per-seed change against FP (a difference or a ratio). -> per setting i (M.SETTINGS order):
+-- value[i][seed], mean[i], sd[i], change[i][seed], change_mean[i], change_sd[i], applicable[i]
+-- (1 / 0: a setting applies to every seed's model or to none).
+function M.over_seeds(ms, change)
+  local seeds = require "outlierlab.analysis.seeds"
+  local c = { value = {}, mean = {}, sd = {}, change = {}, change_mean = {}, change_sd = {}, applicable = {} }
+  for i, s in ipairs(M.SETTINGS) do
+    local xs, ds, ok = {}, {}, true
+    for k, m in ipairs(ms) do
+      xs[k] = m.values[s.name]
+      ds[k] = change(m.fp, xs[k])
+      ok = ok and m.applicable[s.name]
+    end
+    c.value[i], c.change[i], c.applicable[i] = xs, ds, ok and 1 or 0
+    c.mean[i], c.sd[i] = seeds.stats(xs)
+    c.change_mean[i], c.change_sd[i] = seeds.stats(ds)
+  end
+  return c
+end
+
+-- one line for a log: "FP 31.9, W8A8 31.9, ..., W4A4 + Hadamard n/a" from M.measure's result
+function M.describe(m, fmt)
+  fmt = fmt or "%.4g"
+  local parts = { "FP " .. string.format(fmt, m.fp) }
+  for _, s in ipairs(M.SETTINGS) do
+    local x = m.values[s.name]
+    parts[#parts + 1] = s.label .. " " .. (m.applicable[s.name] and string.format(fmt, x) or "n/a")
+  end
+  return table.concat(parts, ", ")
+end
+
+-- a summary's words for one cell: "not applicable", "undefined" (a non-finite value) or mean ± sd
+function M.cell_text(mean, sd, n, applicable, fmt)
+  if applicable == 0 or applicable == false then return "not applicable" end
+  if mean ~= mean or mean == math.huge or mean == -math.huge then return "undefined (non-finite)" end
+  return require("outlierlab.analysis.seeds").pm_of(mean, sd, n, fmt)
+end
+
+-- The Markdown table of the settings in a summary (qt-table2, so-table3):
+--   o.head = the leading columns' names; o.rows = { { cells = {leading cells}, cell = function(si) ->
+--     { mean =, sd =, applicable = 1|0, change_mean =, change_sd =, change = {per seed} } }, ... };
+--   o.n = seeds; o.fmt (the metric), o.change_fmt and o.change_prefix (its change against FP);
+--   o.ref = the row whose changes the others are compared with by the seed rule, o.words = { below,
+--   above, within } (e.g. "smaller than vanilla's")
+-- -> the table's lines joined by "\n"
+function M.summary_table(o)
+  local seeds = require "outlierlab.analysis.seeds"
+  local head = {}
+  for i, h in ipairs(o.head) do head[i] = h end
+  for _, st in ipairs(M.SETTINGS) do head[#head + 1] = st.label end
+  local lines = { "| " .. table.concat(head, " | ") .. " |", "|" .. string.rep("---|", #head) }
+  for ri, row in ipairs(o.rows) do
+    local cells = {}
+    for i, c in ipairs(row.cells) do cells[i] = c end
+    for si = 1, #M.SETTINGS do
+      local x = row.cell(si)
+      local text = M.cell_text(x.mean, x.sd, o.n, x.applicable, o.fmt)
+      if x.applicable == 1 and x.change_mean == x.change_mean then
+        local mark = ""
+        if o.ref and ri ~= o.ref then
+          local c = seeds.compare(x.change, o.rows[o.ref].cell(si).change)
+          mark = c.sign == -1 and ", " .. o.words[1] or c.sign == 1 and ", " .. o.words[2] or c.sign == 0 and ", " .. o.words[3] or ""
+        end
+        text = text .. " (" .. (o.change_prefix or "") .. seeds.pm_of(x.change_mean, x.change_sd, o.n, o.change_fmt) .. mark .. ")"
+      end
+      cells[#cells + 1] = text
+    end
+    lines[#lines + 1] = "| " .. table.concat(cells, " | ") .. " |"
+  end
+  return table.concat(lines, "\n")
+end
+
+-- what the settings are, for a summary's "4-bit era" paragraph; kept: what stays in full precision
+function M.method_text(n_calib, kept)
+  return "The project's 4-bit-era post-training quantisation (outlierlab.analysis.quant, docs/COMPRESSION.md): round to nearest, " ..
+    "symmetric, weights per output channel and activations per token with dynamic ranges, on the input and weight of every " ..
+    "linear layer of the blocks (" .. kept .. ", attention scores and probabilities in full precision); W4A4 + Hadamard " ..
+    "first applies a QuaRot-style Walsh–Hadamard rotation (exact in full precision), W4A4 + SmoothQuant first migrates " ..
+    "activation scale to the weights (α = 0.5, maxima from " .. n_calib .. " calibration batch(es))."
+end
+
+-- Why settings do not apply, one line per (setting, reason): entries = { {who =, label =, reason =} }
+-- -> "- W4A4 + Hadamard is not applicable to BERT vanilla, BERT clipped softmax: <reason>." lines joined
+-- by "\n", or a sentence saying that every setting applies
+function M.not_applicable_lines(entries)
+  local order, by = {}, {}
+  for _, e in ipairs(entries) do
+    local k = e.label .. "\0" .. e.reason
+    if not by[k] then by[k] = { label = e.label, reason = e.reason, who = {} } order[#order + 1] = k end
+    table.insert(by[k].who, e.who)
+  end
+  if #order == 0 then return "Every setting applies to every model of this run." end
+  local lines = {}
+  for _, k in ipairs(order) do
+    local g = by[k]
+    lines[#lines + 1] = string.format("- %s is not applicable to %s: %s.", g.label, table.concat(g.who, ", "), g.reason)
+  end
+  return table.concat(lines, "\n")
+end
+
+-- the leaderboard's settings (issue 21); label: how the tables name them
 M.SETTINGS = {
-  { name = "w8a8", wbits = 8, abits = 8 },
-  { name = "w4a8", wbits = 4, abits = 8 },
-  { name = "w4a4", wbits = 4, abits = 4 },
-  { name = "w4a4_hadamard", wbits = 4, abits = 4, hadamard = true },
-  { name = "w4a4_smooth", wbits = 4, abits = 4, smooth = 0.5 },
+  { name = "w8a8", label = "W8A8", wbits = 8, abits = 8 },
+  { name = "w4a8", label = "W4A8", wbits = 4, abits = 8 },
+  { name = "w4a4", label = "W4A4", wbits = 4, abits = 4 },
+  { name = "w4a4_hadamard", label = "W4A4 + Hadamard", wbits = 4, abits = 4, hadamard = true },
+  { name = "w4a4_smooth", label = "W4A4 + SmoothQuant", wbits = 4, abits = 4, smooth = 0.5 },
 }
 
 return M
