@@ -19,11 +19,8 @@ local figure = require "outlierlab.figure"
 local quant = require "outlierlab.analysis.quant"
 local text = require "outlierlab.data.text"
 
--- this experiment analyses imported models too (--model=DIR --text=FILE): the decoders, whose
--- loss on a text needs no masking (outlierlab.pretrained's list of analysis experiments)
-require("outlierlab.pretrained").EXPERIMENTS.quant = {
-  families = { gpt2 = true, opt = true, llama = true }, text = true,
-  why = "the next-token loss of a decoder on the text" }
+-- this experiment analyses imported decoders too (--model=DIR --text=FILE; outlierlab.pretrained's
+-- list of analysis experiments: the next-token loss on a text needs no masking)
 
 local model_spec = E.llama_lm_spec   -- so-fig3's decoder: one trained model
 

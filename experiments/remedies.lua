@@ -1,7 +1,7 @@
 -- Remedies leaderboard — which of the 2023–2026 remedies remove the attention sink, the massive
 -- activation and the heavy tail on the model organism, and which make 4-bit quantisation work.
 --
--- Method (issue 21; docs/ATTENTION.md, TRAINING.md, METRICS.md, COMPRESSION.md): the LLaMA-style
+-- Method (docs/ATTENTION.md, TRAINING.md, METRICS.md, COMPRESSION.md): the LLaMA-style
 -- decoder organism (the recipe and data of so-table3/so-fig11, so vanilla is shared through the
 -- cache) trained with vanilla softmax and AdamW, and with one remedy at a time: QT's clipped
 -- softmax and gated attention, SO's variants (b)–(e), sigmoid attention in its three forms (SO
@@ -277,7 +277,7 @@ for i, v in ipairs(ALL) do KEYS[i] = v.key end
 return {
   id = "remedies",
   title = "Remedies leaderboard: sink rate, massive activation, kurtosis and 4-bit quantisation on the decoder organism",
-  source = { paper = "issue 21: QT, SO, Gu et al. 2025, Sun et al. 2024, Qiu et al. 2025, gpt-oss, Zuhri et al. 2025, Ramapuram et al. 2025, Park et al. 2025, Kaul et al. 2025, QuaRot, SmoothQuant",
+  source = { paper = "QT, SO and the 2024–2026 work: Gu et al. 2025, Sun et al. 2024, Qiu et al. 2025, gpt-oss, Zuhri et al. 2025, Ramapuram et al. 2025, Park et al. 2025, Kaul et al. 2025, QuaRot, SmoothQuant",
              figure = "leaderboard",
              claim = "On the vanilla organism, W4A4 with a Walsh–Hadamard rotation is never worse than plain W4A4 beyond the seed spread (the rotation is exact in full precision)." },
   profiles = {

@@ -481,7 +481,7 @@ function M.not_applicable_lines(entries)
   return table.concat(lines, "\n")
 end
 
--- the leaderboard's settings (issue 21); label: how the tables name them
+-- the leaderboard's settings (experiments/remedies.lua); label: how the tables name them
 M.SETTINGS = {
   { name = "w8a8", label = "W8A8", wbits = 8, abits = 8 },
   { name = "w4a8", label = "W4A8", wbits = 4, abits = 8 },

@@ -30,6 +30,8 @@ M.EXPERIMENTS = {
                   needs = function(c) return c.mlp == "glu" end },   -- not Phi, Falcon, MPT: their MLP has no gate
   ["so-fig6"] = { families = { gpt2 = true, opt = true, llama = true, bert = true }, text = true },
   ["so-table1"] = { families = { gpt2 = true, opt = true, llama = true }, text = true },
+  ["quant"] = { families = { gpt2 = true, opt = true, llama = true }, text = true,
+                why = "the next-token loss of a decoder on the text" },
 }
 
 -- The paper's models, recognised by family and shape, and what the paper reports for each
