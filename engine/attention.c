@@ -305,12 +305,18 @@ static void attention_backward(ol_node *nd) {
     if (pbh) memset(pbh, 0, (size_t)nblk * 8);
     const int drop = d->drop_p > 0.0f;
     float a = d->zeta - d->gamma;
+    /* pending (write-first) gradients of q, k, v: each block zero-fills its own slice */
+    int fq = q->requires_grad && ol__grad_first(q), fk = k->requires_grad && ol__grad_first(k);
+    int fv = v->requires_grad && ol__grad_first(v);
     openblas_set_num_threads(1);
     #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
         float *S = scratch + (int64_t)omp_get_thread_num() * scratch_floats(d);
         float *G = S + TR * Tk, *ps = G + TR * Tk, *Z = drop ? ps + TR + 16 : NULL;
         int64_t b = blk / d->NH, h = blk % d->NH, row0 = blk * Tq;
+        if (fq) memset(q->grad + blk * Tq * HD, 0, (size_t)(Tq * HD) * 4);
+        if (fk) memset(k->grad + blk * Tk * HD, 0, (size_t)(Tk * HD) * 4);
+        if (fv) memset(v->grad + blk * Tk * HD, 0, (size_t)(Tk * HD) * 4);
         const float *Q = q->data + blk * Tq * HD, *K = k->data + blk * Tk * HD, *V = v->data + blk * Tk * HD;
         const float *kph = kp ? kp->data + h * HD : NULL, *vph = vp ? vp->data + h * HD : NULL;
         const int32_t *pad = d->pad ? d->pad + b * Tk : NULL;
@@ -532,6 +538,7 @@ ol_tensor *ol_attention(ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp,
     if (need) {
         ol_node *n = ol__record("attention", attention_backward, out, 4, ins);
         if (!n) return NULL;
+        n->write_first = 1;   /* q, k, v: per block (attention_backward); k′ accumulates via ol__grad */
         sv->plan = d;
         sv->vp = vp;
         sv->pad = pad_mask;

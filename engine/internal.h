@@ -43,6 +43,7 @@ struct ol_node {
     uint64_t   uarg;
     void      *saved;      /* op-specific data in the step arena */
     void      *saved2;
+    int32_t    write_first; /* the backward handles its inputs' pending gradients itself (below) */
 };
 
 typedef struct ol_param_info {
@@ -81,8 +82,34 @@ int  ol__check_f32(const char *op, const ol_tensor *t);
 int  ol__needs_grad(ol_ctx *ctx, int n, ol_tensor *const *ins);
 /* Push a node for out (sets out->requires_grad); returns the node or NULL (error set). */
 ol_node *ol__record(const char *op, ol_backward_fn fn, ol_tensor *out, int n, ol_tensor *const *ins);
-/* The gradient buffer of t, allocated zero-filled in the step arena on first use. */
+/* The gradient buffer of t, allocated zero-filled in the step arena on first use (a pending
+ * buffer, below, is zero-filled first). */
 float *ol__grad(ol_tensor *t);
+
+/* Write-first gradients. ol_backward allocates the gradients of step tensors without zeroing
+ * them and marks them pending (t->grad_pending = 1: the gradient is 0, the buffer holds
+ * garbage). A backward that sets node->write_first = 1 takes the first contribution to a
+ * pending input as a store instead of an add (no memset, no read): ol__grad_first(t) returns
+ * 1 once for a pending gradient and clears the mark. For the same bits as adding into zeros,
+ * a stored value v is written as 0.0f + v (which turns −0 into +0, as 0 + v does); a copy of
+ * another gradient needs no such care, since no gradient buffer ever holds −0 (it starts at
+ * +0 and only sums are added in: x + y = −0 needs x = y = −0 in round-to-nearest). Inputs of
+ * other backwards are zero-filled by ol_backward before they run, so they accumulate as ever. */
+static inline int ol__grad_first(ol_tensor *t) {
+    int f = t->grad_pending;
+    t->grad_pending = 0;
+    return f;
+}
+/* dst[i] = 0.0f + (expr) when fresh (a first write), else dst[i] += (expr), for i < n, over
+ * the threads when n > OL_PAR_MIN (the element count must be named n). */
+#define OL_GRAD_LOOP(fresh, n, dst, expr) do { \
+    if (fresh) { \
+        _Pragma("omp parallel for simd schedule(static) if (n > OL_PAR_MIN)") \
+        for (int64_t i = 0; i < (n); i++) (dst)[i] = 0.0f + (expr); \
+    } else { \
+        _Pragma("omp parallel for simd schedule(static) if (n > OL_PAR_MIN)") \
+        for (int64_t i = 0; i < (n); i++) (dst)[i] += (expr); \
+    } } while (0)
 
 /* counter-based hashing RNG */
 uint64_t ol__hash64(uint64_t seed, uint64_t idx);

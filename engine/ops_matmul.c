@@ -36,15 +36,17 @@ static void matmul_backward(ol_node *n) {
     int64_t sa = M * K, sb = K * N, sc = M * N;
     /* a 2-D b is shared by every batch item (d->batch is 1 then: a's leading dims are rows) */
     const float *A = a->data, *B = b->data, *G = dC;
+    /* a pending gradient (write-first, internal.h) is stored with beta = 0: OpenBLAS zeroes C
+     * and adds the product to it, the same bits as adding into a zero-filled buffer */
     if (a->requires_grad) {
-        float *dA = a->grad;
-        if (!d->ta) gemmb(0, !d->tb, M, K, N, G, sc, B, sb, 1.0f, dA, sa, d->batch);     /* dA = dC·op(B)ᵀ */
-        else        gemmb(d->tb, 1, K, M, N, B, sb, G, sc, 1.0f, dA, sa, d->batch);      /* dA = op(B)·dCᵀ */
+        float *dA = a->grad, beta = ol__grad_first(a) ? 0.0f : 1.0f;
+        if (!d->ta) gemmb(0, !d->tb, M, K, N, G, sc, B, sb, beta, dA, sa, d->batch);     /* dA = dC·op(B)ᵀ */
+        else        gemmb(d->tb, 1, K, M, N, B, sb, G, sc, beta, dA, sa, d->batch);      /* dA = op(B)·dCᵀ */
     }
     if (b->requires_grad) {
-        float *dB = b->grad;
-        if (!d->tb) gemmb(!d->ta, 0, K, N, M, A, sa, G, sc, 1.0f, dB, sb, d->batch);     /* dB = op(A)ᵀ·dC */
-        else        gemmb(1, d->ta, N, K, M, G, sc, A, sa, 1.0f, dB, sb, d->batch);      /* dB = dCᵀ·op(A) */
+        float *dB = b->grad, beta = ol__grad_first(b) ? 0.0f : 1.0f;
+        if (!d->tb) gemmb(!d->ta, 0, K, N, M, A, sa, G, sc, beta, dB, sb, d->batch);     /* dB = op(A)ᵀ·dC */
+        else        gemmb(1, d->ta, N, K, M, G, sc, A, sa, beta, dB, sb, d->batch);      /* dB = dCᵀ·op(A) */
     }
 }
 
@@ -102,6 +104,7 @@ ol_tensor *ol_matmul(ol_tensor *a, ol_tensor *b, int32_t ta, int32_t tb) {
     if (ol__needs_grad(a->ctx, 2, ins)) {
         ol_node *n = ol__record("matmul", matmul_backward, c, 2, ins);
         if (!n) return NULL;
+        n->write_first = 1;
         mm_dims *s = ol__step_alloc(a->ctx, sizeof *s, "matmul");
         if (!s) return NULL;
         *s = d;
@@ -116,10 +119,12 @@ static void linear_backward(ol_node *n) {
     ol_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     const float *dy = n->out->grad;
     int64_t N = w->shape[0], K = w->shape[1], M = ol__rows(x);
-    if (x->requires_grad) gemm(0, 0, M, K, N, dy, w->data, 1.0f, x->grad);   /* dx += dy·w   */
-    if (w->requires_grad) gemm(1, 0, N, K, M, dy, x->data, 1.0f, w->grad);   /* dw += dyᵀ·x  */
+    /* dx += dy·w and dw += dyᵀ·x (beta = 0 stores a pending gradient: see matmul_backward) */
+    if (x->requires_grad) gemm(0, 0, M, K, N, dy, w->data, ol__grad_first(x) ? 0.0f : 1.0f, x->grad);
+    if (w->requires_grad) gemm(1, 0, N, K, M, dy, x->data, ol__grad_first(w) ? 0.0f : 1.0f, w->grad);
     if (bias && bias->requires_grad) {
         float *db = bias->grad;
+        if (ol__grad_first(bias)) memset(db, 0, (size_t)N * 4);
         /* column sums in a fixed order: threads own column blocks, rows run serially */
         #pragma omp parallel for schedule(static) if (M * N > OL_PAR_MIN)
         for (int64_t j0 = 0; j0 < N; j0 += 64) {
@@ -158,6 +163,10 @@ ol_tensor *ol_linear(ol_tensor *x, ol_tensor *w, ol_tensor *bias) {
     if (K > 0) gemm(0, 1, M, N, K, x->data, w->data, bias ? 1.0f : 0.0f, y->data);
     else if (!bias) memset(y->data, 0, (size_t)y->numel * 4);
     ol_tensor *ins[3] = { x, w, bias };
-    if (ol__needs_grad(x->ctx, 3, ins) && !ol__record("linear", linear_backward, y, 3, ins)) return NULL;
+    if (ol__needs_grad(x->ctx, 3, ins)) {
+        ol_node *n = ol__record("linear", linear_backward, y, 3, ins);
+        if (!n) return NULL;
+        n->write_first = 1;
+    }
     return y;
 }

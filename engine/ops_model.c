@@ -30,8 +30,9 @@ static void rope_apply(const float *src, float *dst, const rope_saved *rs, int64
         for (int64_t i = 0; i < H; i++) {
             float x0 = x[i], x1 = x[i + H], ci = c[i], si = sgn * s[i];
             float y0 = x0 * ci - x1 * si, y1 = x1 * ci + x0 * si;
-            if (add) { y[i] += y0; y[i + H] += y1; }
-            else     { y[i] = y0;  y[i + H] = y1; }
+            if (add == 1)      { y[i] += y0; y[i + H] += y1; }
+            else if (add == 2) { y[i] = 0.0f + y0; y[i + H] = 0.0f + y1; }   /* a pending gradient */
+            else               { y[i] = y0;  y[i + H] = y1; }
         }
     }
 }
@@ -39,7 +40,7 @@ static void rope_apply(const float *src, float *dst, const rope_saved *rs, int64
 static void rope_backward(ol_node *nd) {
     ol_tensor *x = nd->in[0];
     rope_saved *rs = nd->saved;
-    rope_apply(nd->out->grad, x->grad, rs, x->numel / (2 * rs->H), 1, 1);
+    rope_apply(nd->out->grad, x->grad, rs, x->numel / (2 * rs->H), 1, ol__grad_first(x) ? 2 : 1);
 }
 
 ol_tensor *ol_rope(ol_tensor *x, float base, int64_t pos_offset) {
@@ -67,6 +68,7 @@ ol_tensor *ol_rope(ol_tensor *x, float base, int64_t pos_offset) {
     if (ol__needs_grad(x->ctx, 1, &x)) {
         ol_node *n = ol__record("rope", rope_backward, y, 1, &x);
         if (!n) return NULL;
+        n->write_first = 1;
         n->saved = rs;
     }
     return y;

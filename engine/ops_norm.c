@@ -55,6 +55,9 @@ static void row_grad_sums(const float *restrict dy, const float *restrict w, con
 static void param_grads(ol_tensor *x, ol_tensor *w, ol_tensor *b, const float *dy, const float *mean,
                         const float *rstd) {
     int64_t C = ol__last(x), R = ol__rows(x);
+    /* w and b accumulate: a pending (step tensor) gradient is zero-filled first */
+    if (w && w->requires_grad) ol__grad(w);
+    if (b && b->requires_grad) ol__grad(b);
     /* threads own column blocks; rows summed serially (fixed order) */
     #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
     for (int64_t c0 = 0; c0 < C; c0 += 32) {
@@ -75,6 +78,7 @@ static void layernorm_backward(ol_node *nd) {
     const float *mean = nd->saved, *rstd = nd->saved2, *dy = nd->out->grad;
     int64_t C = ol__last(x), R = ol__rows(x);
     if (x->requires_grad) {
+        int fresh = ol__grad_first(x);   /* a pending gradient: store (internal.h) */
         #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
         for (int64_t r = 0; r < R; r++) {
             const float *xr = x->data + r * C, *gr = dy + r * C;
@@ -85,7 +89,8 @@ static void layernorm_backward(ol_node *nd) {
             float mg = (float)(sg / C), mgx = (float)(sgx / C);
             for (int64_t c = 0; c < C; c++) {
                 float g = gr[c] * (w ? w->data[c] : 1.0f);
-                dx[c] += rs * (g - mg - (xr[c] - mu) * rs * mgx);
+                float v = rs * (g - mg - (xr[c] - mu) * rs * mgx);
+                dx[c] = (fresh ? 0.0f : dx[c]) + v;
             }
         }
     }
@@ -129,6 +134,7 @@ ol_tensor *ol_layernorm(ol_tensor *x, ol_tensor *w, ol_tensor *b, float eps) {
     if (ol__needs_grad(x->ctx, 3, ins)) {
         ol_node *n = ol__record("layernorm", layernorm_backward, y, 3, ins);
         if (!n) return NULL;
+        n->write_first = 1;
         n->saved = mean;
         n->saved2 = rstd;
     }
@@ -142,6 +148,7 @@ static void rmsnorm_backward(ol_node *nd) {
     const float *rstd = nd->saved, *dy = nd->out->grad;
     int64_t C = ol__last(x), R = ol__rows(x);
     if (x->requires_grad) {
+        int fresh = ol__grad_first(x);   /* a pending gradient: store (internal.h) */
         #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
         for (int64_t r = 0; r < R; r++) {
             const float *xr = x->data + r * C, *gr = dy + r * C;
@@ -152,7 +159,8 @@ static void rmsnorm_backward(ol_node *nd) {
             float m = (float)(sgx / C);
             for (int64_t c = 0; c < C; c++) {
                 float g = gr[c] * (w ? w->data[c] : 1.0f);
-                dx[c] += rs * (g - xr[c] * rs * rs * m);
+                float v = rs * (g - xr[c] * rs * rs * m);
+                dx[c] = (fresh ? 0.0f : dx[c]) + v;
             }
         }
     }
@@ -179,6 +187,7 @@ ol_tensor *ol_rmsnorm(ol_tensor *x, ol_tensor *w, float eps) {
     if (ol__needs_grad(x->ctx, 2, ins)) {
         ol_node *n = ol__record("rmsnorm", rmsnorm_backward, y, 2, ins);
         if (!n) return NULL;
+        n->write_first = 1;
         n->saved = rstd;
     }
     return y;

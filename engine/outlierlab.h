@@ -48,6 +48,9 @@ typedef struct ol_tensor {
     int32_t  param_index;   /* index in the parameter table, -1 for other tensors */
     uint64_t gen;           /* step generation; 0 = persistent (params, buffers) */
     char     name[48];
+    int32_t  grad_pending;  /* engine-internal: 1 while ol_backward has allocated grad but nothing
+                             * has written it yet (the gradient is 0; the first write stores) */
+    int32_t  reserved_;
 } ol_tensor;
 
 /* Last error message of this thread ("" if none). */
@@ -127,8 +130,12 @@ int ol_copy_into(ol_tensor *dst, const ol_tensor *src);   /* same numel and dtyp
 double ol_rand_uniform(uint64_t seed, uint64_t index);
 
 /* Autograd: loss must have one element. Walks the tape in reverse, accumulating (+=)
- * into gradients. Returns 0, or non-zero with ol_error() set. */
+ * into gradients. Returns 0, or non-zero with ol_error() set. The gradients of step
+ * tensors are written first instead of zero-filled and added to (the same bits; see
+ * engine/internal.h); ol_set_write_first(0) zero-fills them all before the walk, the
+ * reference the tests compare with (1, the default, restores it; returns the old setting). */
 int ol_backward(ol_tensor *loss);
+int ol_set_write_first(int on);
 
 /* ====================================================================== ops */
 /* Every op returns a new step tensor (NULL on error) and records itself on the tape when
