@@ -122,7 +122,7 @@ static void tile_probs(const att_plan *d, int64_t b, int64_t h, int64_t row0, in
                        const float *Q, const float *K, const float *kp, float *S, float *psink, int fresh) {
     int64_t Tk = d->Tk, HD = d->HD;
     if (kmax > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)kmax, (int)HD, d->scale,
+        ol__sgemm(0, 1, (int)R, (int)kmax, (int)HD, d->scale,
                     Q + i0 * HD, (int)HD, K, (int)HD, 0.0f, S, (int)Tk);
     const int32_t *pad = d->pad ? d->pad + b * Tk : NULL;
     const float sb = d->bh ? d->sbias + d->bh[h] : d->sbias;   /* sigmoid: b + b_h */
@@ -265,7 +265,7 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
             if (d->drop_p > 0.0f) tile_dropout(d, row0, i0, R, S, has_sink(d->kind) ? ps : NULL);
             float *O = out + (blk * Tq + i0) * HD;
             if (kmax > 0)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)HD, (int)kmax, 1.0f,
+                ol__sgemm(0, 0, (int)R, (int)HD, (int)kmax, 1.0f,
                             S, (int)Tk, V, (int)HD, 0.0f, O, (int)HD);
             else memset(O, 0, (size_t)(R * HD) * 4);
             if (d->kind == OL_ATTN_FIXED_BIAS)
@@ -326,7 +326,7 @@ static void attention_backward(ol_node *nd) {
             tile_probs(d, b, h, row0, i0, R, kmax, Q, K, kph, S, ps, 0);
             /* G = dA = dO_t·V[0:kmax]ᵀ */
             if (kmax > 0)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)kmax, (int)HD, 1.0f,
+                ol__sgemm(0, 1, (int)R, (int)kmax, (int)HD, 1.0f,
                             dOt, (int)HD, V, (int)HD, 0.0f, G, (int)Tk);
             for (int64_t r = 0; r < R; r++) {
                 int64_t i = i0 + r, kv = row_kmax(d, i);
@@ -403,13 +403,13 @@ static void attention_backward(ol_node *nd) {
                     for (int64_t j = 0; j < kv; j++) S[r * Tk + j] *= Z[r * Tk + j];
                 }
             if (v->requires_grad)   /* dV[0:kmax] += Ãᵀ·dO_t */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kmax, (int)HD, (int)R, 1.0f,
+                ol__sgemm(1, 0, (int)kmax, (int)HD, (int)R, 1.0f,
                             S, (int)Tk, dOt, (int)HD, 1.0f, v->grad + blk * Tk * HD, (int)HD);
             if (q->requires_grad)   /* dQ_t += scale·dS·K */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)HD, (int)kmax, d->scale,
+                ol__sgemm(0, 0, (int)R, (int)HD, (int)kmax, d->scale,
                             G, (int)Tk, K, (int)HD, 1.0f, q->grad + (blk * Tq + i0) * HD, (int)HD);
             if (k->requires_grad)   /* dK[0:kmax] += scale·dSᵀ·Q_t */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kmax, (int)HD, (int)R, d->scale,
+                ol__sgemm(1, 0, (int)kmax, (int)HD, (int)R, d->scale,
                             G, (int)Tk, Q + i0 * HD, (int)HD, 1.0f, k->grad + blk * Tk * HD, (int)HD);
         }
     }

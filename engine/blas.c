@@ -64,6 +64,22 @@ const char *ol_blas_core_hint(void) {
 #define GEMM_KMAX 16       /* at most this many K chunks */
 #define GEMM_TILES_MAX 32  /* at most this many tiles (a wide C: fewer repacks of the other operand) */
 
+/* One single-threaded (inside a parallel region) row-major cblas_sgemm. With beta = 0,
+ * OpenBLAS zero-fills C one column of its column-major view (one row of ours) per memset
+ * call and then adds the product to it; for the narrow products of small models those calls
+ * cost more than the product's packing. Zeroing C here in one pass (per row only when the
+ * rows are not contiguous) and adding with beta = 1 is the same arithmetic (+0 + product). */
+void ol__sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc) {
+    if (beta == 0.0f && m > 0 && n > 0) {
+        if (ldc == n) memset(C, 0, (size_t)m * (size_t)n * 4);
+        else for (int r = 0; r < m; r++) memset(C + (int64_t)r * ldc, 0, (size_t)n * 4);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t sa,
                       const float *B, int64_t sb, float beta, float *C, int64_t sc, int64_t batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
@@ -115,8 +131,7 @@ int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
         const float *a = A + bi * sa + (ta ? k0 * M + i0 : i0 * K + k0);
         const float *b = B + bi * sb + (tb ? j0 * K + k0 : k0 * N + j0);
         float *c = k == 0 ? C + bi * sc + i0 * N + j0 : part + ((k - 1) * batch + bi) * M * N + i0 * N + j0;
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (int)m, (int)n, (int)kn, 1.0f, a, lda, b, ldb, k == 0 ? beta : 0.0f, c, (int)N);
+        ol__sgemm(ta, tb, (int)m, (int)n, (int)kn, 1.0f, a, lda, b, ldb, k == 0 ? beta : 0.0f, c, (int)N);
     }
     if (nk > 1) {
         int64_t total = batch * M * N;

@@ -150,6 +150,10 @@ void ol__zero(float *p, int64_t n);   /* parallel memset of n floats (core.c) */
  * any thread count (fixed work items of single-threaded sgemm; blas.c). 0 or -1 (out of memory). */
 int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t sa,
                       const float *B, int64_t sb, float beta, float *C, int64_t sc, int64_t batch);
+/* One row-major cblas_sgemm, C (m,n) with leading dim ldc = beta·C + alpha·op(A)·op(B);
+ * single-threaded inside a parallel region; beta = 0 zero-fills C in one pass (blas.c). */
+void ol__sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc);
 
 /* OpenMP: parallelise loops with at least this many elements of work. */
 #define OL_PAR_MIN 32768

@@ -201,6 +201,16 @@ ol_tensor *ol_dropout(ol_tensor *a, float p, uint64_t seed);
  * (engine/ops_model.c) */
 ol_tensor *ol_rope(ol_tensor *x, float base, int64_t pos_offset);
 
+/* Fused ops of the LLaMA block (engine/ops_model.c), each the same numbers, forward and
+ * backward, as the chain of ops it replaces, with fewer passes and no intermediate tensors:
+ * ol_heads: x (B,T,NH·HD) -> (B,NH,T,HD), = x.view(B,T,NH,HD).transpose(1,2) followed by
+ *   ol_rope(·, rope_base, pos_offset) when rope_base > 0;
+ * ol_heads_merge: y (B,NH,T,HD) -> (B,T,NH·HD), = y.transpose(1,2).view(B,T,NH·HD);
+ * ol_swiglu: g, u of one shape -> silu(g)·u (SwiGLU's gate product). */
+ol_tensor *ol_heads(ol_tensor *x, int64_t n_head, float rope_base, int64_t pos_offset);
+ol_tensor *ol_heads_merge(ol_tensor *y);
+ol_tensor *ol_swiglu(ol_tensor *g, ol_tensor *u);
+
 /* ================================================================ optimizer */
 
 /* AdamW over every parameter (one pass over the flat buffers). Group g uses lr·lr_scale[g]

@@ -21,14 +21,15 @@ function M.linear(ctx, name, nin, nout, bias, std)
   return nn.Linear(ctx, nin, nout, { name = name, bias = bias, std = std })
 end
 
--- (B, T, NH·HD) -> (B, NH, T, HD): a free view, then one transpose copy.
-function M.split_heads(x, B, T, NH, HD)
-  return x:view({ B, T, NH, HD }):transpose(1, 2)
+-- (B, T, NH·HD) -> (B, NH, T, HD): view + transpose(1, 2) as one engine op (ol_heads), with
+-- the rotary positions of base `rope` applied in the same pass when given.
+function M.split_heads(x, B, T, NH, HD, rope)
+  return ol.check_ptr(ol.C.ol_heads(x, NH, rope or 0, 0))
 end
 
--- (B, NH, T, HD) -> (B, T, NH·HD)
+-- (B, NH, T, HD) -> (B, T, NH·HD): transpose(1, 2) + view as one engine op (ol_heads_merge)
 function M.merge_heads(y, B, T, NH, HD)
-  return y:transpose(1, 2):view({ B, T, NH * HD })
+  return ol.check_ptr(ol.C.ol_heads_merge(y))
 end
 
 -- (B, NKV, T, HD) -> (B, NH, T, HD): head h reads key/value head floor(h / (NH/NKV)),
@@ -89,13 +90,9 @@ function Attention:forward(x, P, l, pad_mask)
   local B, T = x:size(0), x:size(1)
   local NH, NKV, HD = self.NH, self.NKV, self.HD
   if P then P("attn_in", l, x) end
-  local q = M.split_heads(self.q:forward(x), B, T, NH, HD)
-  local k = M.split_heads(self.k:forward(x), B, T, NKV, HD)
+  local q = M.split_heads(self.q:forward(x), B, T, NH, HD, self.rope)   -- RoPE on q and k
+  local k = M.split_heads(self.k:forward(x), B, T, NKV, HD, self.rope)
   local v = M.split_heads(self.v:forward(x), B, T, NKV, HD)
-  if self.rope then
-    q = ol.check_ptr(ol.C.ol_rope(q, self.rope, 0))
-    k = ol.check_ptr(ol.C.ol_rope(k, self.rope, 0))
-  end
   if P then P("q", l, q); P("k", l, k); P("v", l, v) end
   k, v = M.repeat_kv(k, NH), M.repeat_kv(v, NH)
   local aprobe = P and function(name, t) P(name, l, t) end or nil
@@ -152,7 +149,7 @@ function SwiGLU:forward(x, P, l)
   if P then P("mlp_gate", l, g) end
   local u = self.up:forward(x)
   if P then P("mlp_up", l, u) end
-  local h = g:silu() * u
+  local h = ol.check_ptr(ol.C.ol_swiglu(g, u))   -- silu(g)·u in one engine op
   if P then P("x_down", l, h) end
   return self.down:forward(h)
 end
