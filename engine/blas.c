@@ -71,6 +71,7 @@ const char *ol_blas_core_hint(void) {
  * rows are not contiguous) and adding with beta = 1 is the same arithmetic (+0 + product). */
 void ol__sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
                float beta, float *C, int ldc) {
+    if (ol__gemm_fast(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) == 0) return;
     if (beta == 0.0f && m > 0 && n > 0) {
         if (ldc == n) memset(C, 0, (size_t)m * (size_t)n * 4);
         else for (int r = 0; r < m; r++) memset(C + (int64_t)r * ldc, 0, (size_t)n * 4);

@@ -154,6 +154,10 @@ int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
  * single-threaded inside a parallel region; beta = 0 zero-fills C in one pass (blas.c). */
 void ol__sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
                float beta, float *C, int ldc);
+/* The same product (beta 0 or 1) by gemm.c's kernel when the shape is calibrated against
+ * OpenBLAS (the same bits); 0 when done, −1 when the caller must call cblas_sgemm. */
+int ol__gemm_fast(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc);
 
 /* OpenMP: parallelise loops with at least this many elements of work. */
 #define OL_PAR_MIN 32768

@@ -62,6 +62,11 @@ const char *ol_version(void);
 void ol_set_num_threads(int n);
 int  ol_get_num_threads(void);
 
+/* The engine's own kernel for small products (engine/gemm.c), used for each shape whose
+ * every element it calibrated bit for bit against OpenBLAS; 0 sends every product through
+ * OpenBLAS (as does OUTLIERLAB_GEMM=blas). Returns the old setting. */
+int ol_set_gemm_fast(int on);
+
 /* OpenBLAS: the kernels it runs (e.g. "SkylakeX") and its build; ol_blas_core_hint() names
  * better kernels for this CPU when OpenBLAS's own detection fell back to old ones (engine/blas.c),
  * else NULL: a program sets OPENBLAS_CORETYPE to it and re-executes itself before using BLAS. */
