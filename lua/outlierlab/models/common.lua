@@ -96,10 +96,11 @@ function Attention:forward(x, P, l, pad_mask)
   if P then P("q", l, q); P("k", l, k); P("v", l, v) end
   k, v = M.repeat_kv(k, NH), M.repeat_kv(v, NH)
   local aprobe = P and function(name, t) P(name, l, t) end or nil
+  local awants = P and function(name) return nn.probe_wants(P, name, l) end or nil
   -- drop_base is set by Model:begin_forward in training forwards only (nil: no dropout)
   local dseed = self.drop_base and self.drop_base + M.ATTN_DROP_SITE + l or nil
   local y = self.attn:forward(q, k, v, x, { causal = self.causal, pad_mask = pad_mask, probe = aprobe,
-                                           dropout_seed = dseed })
+                                           probe_wants = awants, dropout_seed = dseed })
   if P then P("attn_head_out", l, y) end
   local out = self.o:forward(M.merge_heads(y, B, T, NH, HD))
   if P then P("attn_out", l, out) end
