@@ -122,6 +122,9 @@ int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
     }
     int64_t items = batch * nt * nk;
     int lda = ta ? (int)M : (int)K, ldb = tb ? (int)K : (int)N;
+    /* row tiles of x·Wᵀ: the engine kernel's copy of Wᵀ made once for all of them (gemm.c) */
+    const float *bt = tb && rows && batch == 1 && nk == 1 && nt > 1
+                    ? ol__gemm_fast_bt_prepare(ta, (int)tile, (int)(D - (nt - 1) * tile), (int)N, (int)K, B, ldb) : NULL;
     #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; it++) {
         int64_t bi = it / (nt * nk), t = (it / nk) % nt, k = it % nk;
@@ -132,7 +135,8 @@ int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
         const float *a = A + bi * sa + (ta ? k0 * M + i0 : i0 * K + k0);
         const float *b = B + bi * sb + (tb ? j0 * K + k0 : k0 * N + j0);
         float *c = k == 0 ? C + bi * sc + i0 * N + j0 : part + ((k - 1) * batch + bi) * M * N + i0 * N + j0;
-        ol__sgemm(ta, tb, (int)m, (int)n, (int)kn, 1.0f, a, lda, b, ldb, k == 0 ? beta : 0.0f, c, (int)N);
+        if (!bt || ol__gemm_fast_bt(ta, (int)m, (int)n, (int)kn, 1.0f, a, lda, b, ldb, bt, beta, c, (int)N) != 0)
+            ol__sgemm(ta, tb, (int)m, (int)n, (int)kn, 1.0f, a, lda, b, ldb, k == 0 ? beta : 0.0f, c, (int)N);
     }
     if (nk > 1) {
         int64_t total = batch * M * N;

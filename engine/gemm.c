@@ -43,6 +43,9 @@
 #include <stdatomic.h>
 #include <pthread.h>
 #include <cblas.h>
+#include <omp.h>
+
+extern void openblas_set_num_threads(int num_threads);
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -264,17 +267,8 @@ static inline __attribute__((always_inline)) TGT void tr16(__m512 r[16]) {
     }
 }
 
-/* per-thread copy of op(B) = Bᵀ (k × n, row-major) of B (n × k, leading dim ldb) */
-static TGT float *bt_copy(const float *B, int ldb, int k, int n) {
-    static _Thread_local float *buf = NULL;
-    static _Thread_local int64_t cap = 0;
-    int64_t need = (int64_t)k * n;
-    if (need > cap) {
-        float *nb = realloc(buf, (size_t)need * 4);
-        if (!nb) return NULL;
-        buf = nb;
-        cap = need;
-    }
+/* dst (k × n, row-major) = Bᵀ of B (n × k, leading dim ldb), by 16×16 blocks */
+static TGT void transpose_into(float *dst, const float *B, int ldb, int k, int n) {
     for (int j0 = 0; j0 < n; j0 += 16)
         for (int k0 = 0; k0 < k; k0 += 16) {
             int nj = n - j0 < 16 ? n - j0 : 16, nk = k - k0 < 16 ? k - k0 : 16;
@@ -283,16 +277,36 @@ static TGT float *bt_copy(const float *B, int ldb, int k, int n) {
             for (int i = 0; i < 16; i++)
                 r[i] = i < nj ? _mm512_maskz_loadu_ps(mk, B + (int64_t)(j0 + i) * ldb + k0) : _mm512_setzero_ps();
             tr16(r);
-            for (int i = 0; i < nk; i++) _mm512_mask_storeu_ps(buf + (int64_t)(k0 + i) * n + j0, mj, r[i]);
+            for (int i = 0; i < nk; i++) _mm512_mask_storeu_ps(dst + (int64_t)(k0 + i) * n + j0, mj, r[i]);
         }
-    return buf;
 }
 
-static int run_fast(const gplan *p, float alpha, const float *A, int lda, const float *B, int ldb, int beta0,
-                    float *C, int ldc) {
+/* a grow-only per-thread buffer of at least need floats (NULL: out of memory) */
+typedef struct tlbuf { float *p; int64_t cap; } tlbuf;
+static float *grow(tlbuf *b, int64_t need) {
+    if (need > b->cap) {
+        float *np = realloc(b->p, (size_t)need * 4);
+        if (!np) return NULL;
+        b->p = np;
+        b->cap = need;
+    }
+    return b->p;
+}
+
+/* per-thread copy of op(B) = Bᵀ */
+static float *bt_copy(const float *B, int ldb, int k, int n) {
+    static _Thread_local tlbuf buf;
+    float *d = grow(&buf, (int64_t)k * n);
+    if (d) transpose_into(d, B, ldb, k, n);
+    return d;
+}
+
+/* bt: op(B) = Bᵀ already transposed (k × n, row-major), or NULL */
+static int run_fast(const gplan *p, float alpha, const float *A, int lda, const float *B, int ldb, const float *bt,
+                    int beta0, float *C, int ldc) {
     gjob g = { p->ta, p->k, alpha, A, lda, B, ldb, C, ldc, beta0 };
     if (p->tb) {
-        g.B = bt_copy(B, ldb, p->k, p->n);
+        g.B = bt ? bt : bt_copy(B, ldb, p->k, p->n);
         if (!g.B) return -1;
         g.ldb = p->n;
     }
@@ -312,6 +326,10 @@ static void blas(int ta, int tb, int m, int n, int k, float alpha, const float *
  * p->ok = 1 only when all of C agrees bit for bit */
 static void calibrate(gplan *p) {
 #if OL_HAVE_AVX512_GEMM
+    /* OpenBLAS must run single-threaded, as in the engine's products (inside a parallel region
+     * it does; outside one it would split the product over its threads, another rounding) */
+    int serial = !omp_in_parallel();
+    if (serial) openblas_set_num_threads(1);
     int ta = p->ta, tb = p->tb, m = p->m, n = p->n, k = p->k, nz = (n + 15) / 16;
     int lda = ta ? m : k, ldb = tb ? k : n;
     int64_t na = (int64_t)m * k, nb = (int64_t)k * n, nc = (int64_t)m * n;
@@ -358,10 +376,11 @@ static void calibrate(gplan *p) {
         memcpy(C, C0, (size_t)nc * 4);
         memcpy(C2, C0, (size_t)nc * 4);
         blas(ta, tb, m, n, k, alpha, A, lda, B, ldb, trial ? 0.0f : 1.0f, C, n);
-        if (run_fast(p, alpha, A, lda, B, ldb, trial, C2, n) != 0 || memcmp(C, C2, (size_t)nc * 4) != 0) goto done;
+        if (run_fast(p, alpha, A, lda, B, ldb, NULL, trial, C2, n) != 0 || memcmp(C, C2, (size_t)nc * 4) != 0) goto done;
     }
     p->ok = 1;
 done:
+    if (serial) openblas_set_num_threads(ol_get_num_threads());
     free(A); free(B); free(C); free(C2); free(C0); free(lanes);
 #else
     (void)p;
@@ -395,21 +414,62 @@ int ol_set_gemm_fast(int on) {
     return old;
 }
 
-/* C = alpha·op(A)·op(B) + beta·C (beta 0 or 1) through a calibrated plan; 0 when done, −1
- * when the caller must use cblas_sgemm (shape not eligible or not calibrated). */
-int ol__gemm_fast(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
-                  float beta, float *C, int ldc) {
+static int fast_on(void) {
 #if OL_HAVE_AVX512_GEMM
     if (g_fast < 0) {
         const char *e = getenv("OUTLIERLAB_GEMM");
         __builtin_cpu_init();
         g_fast = __builtin_cpu_supports("avx512f") && !(e && strcmp(e, "blas") == 0);
     }
-    if (!g_fast || (beta != 0.0f && beta != 1.0f) || alpha == 0.0f || m <= 0 || n <= 0 || k <= 0) return -1;
-    if (m > FAST_MAX_DIM || n > FAST_MAX_DIM || k > FAST_MAX_DIM || (int64_t)m * n * k > FAST_MAX_MNK) return -1;
+    return g_fast;
+#else
+    return 0;
+#endif
+}
+
+/* the calibrated plan of an eligible shape, or NULL */
+static const gplan *fast_plan(int ta, int tb, int m, int n, int k) {
+    if (!fast_on() || m <= 0 || n <= 0 || k <= 0) return NULL;
+    if (m > FAST_MAX_DIM || n > FAST_MAX_DIM || k > FAST_MAX_DIM || (int64_t)m * n * k > FAST_MAX_MNK) return NULL;
     const gplan *p = plan_get(ta, tb, m, n, k);
-    if (!p || !p->ok) return -1;
-    return run_fast(p, alpha, A, lda, B, ldb, beta == 0.0f, C, ldc);
+    return p && p->ok ? p : NULL;
+}
+
+/* C = alpha·op(A)·op(B) + beta·C (beta 0 or 1) through a calibrated plan; 0 when done, −1
+ * when the caller must use cblas_sgemm (shape not eligible or not calibrated). */
+int ol__gemm_fast(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc) {
+    if ((beta != 0.0f && beta != 1.0f) || alpha == 0.0f) return -1;
+    const gplan *p = fast_plan(ta, tb, m, n, k);
+    if (!p) return -1;
+#if OL_HAVE_AVX512_GEMM
+    return run_fast(p, alpha, A, lda, B, ldb, NULL, beta == 0.0f, C, ldc);
+#else
+    return -1;
+#endif
+}
+
+/* Products that share a transposed B (row tiles of one x·Wᵀ): Bᵀ (k × n) copied once, in the
+ * calling thread's buffer, when every tile shape (m0 rows, and m1 for the last tile) has a plan;
+ * NULL otherwise. ol__gemm_fast_bt then runs a tile with it (−1: use ol__sgemm). */
+const float *ol__gemm_fast_bt_prepare(int ta, int m0, int m1, int n, int k, const float *B, int ldb) {
+#if OL_HAVE_AVX512_GEMM
+    if (!fast_plan(ta, 1, m0, n, k) || !fast_plan(ta, 1, m1, n, k)) return NULL;
+    static _Thread_local tlbuf buf;   /* not bt_copy's: the tiles read it while this thread runs some */
+    float *d = grow(&buf, (int64_t)k * n);
+    if (d) transpose_into(d, B, ldb, k, n);
+    return d;
+#else
+    return NULL;
+#endif
+}
+int ol__gemm_fast_bt(int ta, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                     const float *bt, float beta, float *C, int ldc) {
+    if ((beta != 0.0f && beta != 1.0f) || alpha == 0.0f) return -1;
+    const gplan *p = fast_plan(ta, 1, m, n, k);
+    if (!p) return -1;
+#if OL_HAVE_AVX512_GEMM
+    return run_fast(p, alpha, A, lda, B, ldb, bt, beta == 0.0f, C, ldc);
 #else
     return -1;
 #endif

@@ -158,6 +158,12 @@ void ol__sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A,
  * OpenBLAS (the same bits); 0 when done, −1 when the caller must call cblas_sgemm. */
 int ol__gemm_fast(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
                   float beta, float *C, int ldc);
+/* Row tiles of one product with a transposed B (x·Wᵀ): Bᵀ copied once when both tile shapes
+ * (m0 rows, m1 for the last) have a plan, else NULL; then each tile by ol__gemm_fast_bt with it
+ * (−1: the caller uses ol__sgemm). */
+const float *ol__gemm_fast_bt_prepare(int ta, int m0, int m1, int n, int k, const float *B, int ldb);
+int ol__gemm_fast_bt(int ta, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                     const float *bt, float beta, float *C, int ldc);
 
 /* OpenMP: parallelise loops with at least this many elements of work. */
 #define OL_PAR_MIN 32768
