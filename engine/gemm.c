@@ -33,10 +33,14 @@
  * OpenBLAS (another kernel set, another version) is never silently replaced: its shapes simply
  * fail the calibration and run through cblas_sgemm as before.
  *
- * Kernel. AVX-512: rows of C in blocks of up to 4 with one lane map, 16 columns per register,
- * up to 4 registers; a register whose lanes include split lanes keeps a second accumulator for
- * the odd k of those lanes (masked FMAs). op(A) elements are broadcast from where they are; op(B)
- * rows are read in place when B is not transposed and from a transposed copy otherwise.
+ * Kernel. AVX-512: rows of C in blocks that share one lane map (up to 6 rows, or 3 when a
+ * register holds split lanes), 16 columns per register, up to 4 registers; a register with split
+ * lanes keeps a second accumulator for the odd k of those lanes (masked FMAs). op(A) elements
+ * are broadcast from where they are; op(B) rows are read in place when B is not transposed and
+ * from a transposed copy otherwise. No packing, no zero-filling of C for beta = 0.
+ *
+ * OUTLIERLAB_GEMM=blas (or ol_set_gemm_fast(0)) sends every product to OpenBLAS;
+ * OUTLIERLAB_GEMM_DEBUG=1 prints each shape's calibration to stderr.
  */
 #include "internal.h"
 #include <stdlib.h>
@@ -56,7 +60,7 @@ extern void openblas_set_num_threads(int num_threads);
 
 #define KQ 320   /* OpenBLAS's K block (GEMM_Q) */
 #define KU 8     /* its rounding of the halved last blocks (GEMM_UNROLL_M) */
-#define MAXR 6   /* rows of C per micro-kernel */
+#define MAXR 6   /* rows of C per micro-kernel (registers: 6 × 4 accumulators, 4 of op(B), 1 of op(A)) */
 #define MAXZ 4   /* 16-column registers per micro-kernel */
 
 /* eligible shapes: small products, where the calibration is cheap and OpenBLAS is slow */
@@ -84,7 +88,7 @@ static unsigned plan_hash(int ta, int tb, int m, int n, int k) {
     return (unsigned)(h % NBUCKET);
 }
 
-/* K blocks of OpenBLAS's driver: calls f(kb0, len) in order */
+/* the length of OpenBLAS's K block that starts at ls (of k) */
 static inline int kblock_next(int k, int ls) {
     int ml = k - ls;
     if (ml >= 2 * KQ) return KQ;
@@ -131,17 +135,21 @@ micro(const gjob *g, int i0, int j0, const int R, const int Z, const int t0, con
         const float *ak[MAXR];
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++) ak[r] = arow[r] + (int64_t)ls * astep;
+/* every lane: c1 += op(A)[i][k]·op(B)[k] (op(B) row k at bk) */
+#define FMA_ALL() do { \
+            __m512 b_[MAXZ]; \
+            _Pragma("GCC unroll 8") \
+            for (int z = 0; z < Z; z++) b_[z] = LOADB(z, bk); \
+            _Pragma("GCC unroll 8") \
+            for (int r = 0; r < R; r++) { \
+                __m512 a = _mm512_set1_ps(ak[r][0]); \
+                _Pragma("GCC unroll 8") \
+                for (int z = 0; z < Z; z++) c1[r][z] = _mm512_fmadd_ps(a, b_[z], c1[r][z]); \
+            } } while (0)
         int kk = 0;
-        for (; kk < L8; kk += 2) {
+        for (; kk < L8; kk += 2) {   /* even k: every lane's first chain; odd k: split lanes' second */
+            FMA_ALL();
             __m512 b[MAXZ];
-            _Pragma("GCC unroll 8")
-            for (int z = 0; z < Z; z++) b[z] = LOADB(z, bk);
-            _Pragma("GCC unroll 8")
-            for (int r = 0; r < R; r++) {
-                __m512 a = _mm512_set1_ps(ak[r][0]);
-                _Pragma("GCC unroll 8")
-                for (int z = 0; z < Z; z++) c1[r][z] = _mm512_fmadd_ps(a, b[z], c1[r][z]);
-            }
             _Pragma("GCC unroll 8")
             for (int z = 0; z < Z; z++) b[z] = LOADB(z, bk + ldb);
             _Pragma("GCC unroll 8")
@@ -159,19 +167,13 @@ micro(const gjob *g, int i0, int j0, const int R, const int Z, const int t0, con
             }
             bk += 2 * ldb;
         }
-        for (; kk < L; kk++) {
-            __m512 b[MAXZ];
+        for (; kk < L; kk++) {       /* the block's last k (fewer than 8): every lane's first chain */
+            FMA_ALL();
             _Pragma("GCC unroll 8")
-            for (int z = 0; z < Z; z++) b[z] = LOADB(z, bk);
-            _Pragma("GCC unroll 8")
-            for (int r = 0; r < R; r++) {
-                __m512 a = _mm512_set1_ps(ak[r][0]);
-                _Pragma("GCC unroll 8")
-                for (int z = 0; z < Z; z++) c1[r][z] = _mm512_fmadd_ps(a, b[z], c1[r][z]);
-                ak[r] += astep;
-            }
+            for (int r = 0; r < R; r++) ak[r] += astep;
             bk += ldb;
         }
+#undef FMA_ALL
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++) {
             float *crow = g->C + (int64_t)(i0 + r) * g->ldc + j0;
@@ -408,23 +410,29 @@ static const gplan *plan_get(int ta, int tb, int m, int n, int k) {
     return p;
 }
 
-int ol_set_gemm_fast(int on) {
-    int old = g_fast > 0;
-    g_fast = on ? 1 : 0;
-    return old;
-}
 
+/* 1 when the kernel may run: AVX-512 here, not switched off (ol_set_gemm_fast, OUTLIERLAB_GEMM=blas) */
+static int g_cpu = -1;
 static int fast_on(void) {
 #if OL_HAVE_AVX512_GEMM
+    if (g_cpu < 0) {
+        __builtin_cpu_init();
+        g_cpu = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    }
     if (g_fast < 0) {
         const char *e = getenv("OUTLIERLAB_GEMM");
-        __builtin_cpu_init();
-        g_fast = __builtin_cpu_supports("avx512f") && !(e && strcmp(e, "blas") == 0);
+        g_fast = !(e && strcmp(e, "blas") == 0);
     }
-    return g_fast;
+    return g_cpu && g_fast;
 #else
     return 0;
 #endif
+}
+
+int ol_set_gemm_fast(int on) {
+    int old = fast_on();
+    g_fast = on ? 1 : 0;
+    return old;
 }
 
 /* the calibrated plan of an eligible shape, or NULL */
@@ -434,6 +442,8 @@ static const gplan *fast_plan(int ta, int tb, int m, int n, int k) {
     const gplan *p = plan_get(ta, tb, m, n, k);
     return p && p->ok ? p : NULL;
 }
+
+int ol_gemm_engine_kernel(int ta, int tb, int m, int n, int k) { return fast_plan(ta ? 1 : 0, tb ? 1 : 0, m, n, k) != NULL; }
 
 /* C = alpha·op(A)·op(B) + beta·C (beta 0 or 1) through a calibrated plan; 0 when done, −1
  * when the caller must use cblas_sgemm (shape not eligible or not calibrated). */

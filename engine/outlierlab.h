@@ -66,6 +66,9 @@ int  ol_get_num_threads(void);
  * every element it calibrated bit for bit against OpenBLAS; 0 sends every product through
  * OpenBLAS (as does OUTLIERLAB_GEMM=blas). Returns the old setting. */
 int ol_set_gemm_fast(int on);
+/* 1 when the engine kernel serves the single-threaded product C (m,n) = op(A)·op(B) with
+ * inner dim k (calibrating the shape if it is new), 0 when OpenBLAS does. */
+int ol_gemm_engine_kernel(int ta, int tb, int m, int n, int k);
 
 /* OpenBLAS: the kernels it runs (e.g. "SkylakeX") and its build; ol_blas_core_hint() names
  * better kernels for this CPU when OpenBLAS's own detection fell back to old ones (engine/blas.c),
