@@ -58,6 +58,7 @@ const char *ol_blas_core_hint(void) {
 #include <cblas.h>
 #include <stdlib.h>
 #include <omp.h>
+#include <stdatomic.h>
 
 #define GEMM_TILE 256      /* rows (or columns) of C per tile when that dim exceeds it */
 #define GEMM_KCHUNK 512    /* inner-dim chunk when C has few tiles */
@@ -108,7 +109,10 @@ int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
      * would be an mmap, and its pages would fault in again on every product) */
     static _Thread_local float *scratch = NULL;
     static _Thread_local int64_t scratch_n = 0;
+    static _Thread_local _Atomic int32_t *done_buf = NULL;   /* chunks finished per tile */
+    static _Thread_local int64_t done_n = 0;
     float *part = NULL;
+    _Atomic int32_t *done = NULL;   /* the calling thread's buffers, shared with the team */
     if (nk > 1) {
         int64_t need = (nk - 1) * batch * M * N;
         if (need > scratch_n) {
@@ -119,6 +123,14 @@ int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
             scratch_n = need;
         }
         part = scratch;
+        if (batch * nt > done_n) {
+            _Atomic int32_t *d = realloc((void *)done_buf, (size_t)(batch * nt) * sizeof *d);
+            if (!d) OL_FAIL_INT("sgemm: out of memory for %lld tile counters", (long long)(batch * nt));
+            done_buf = d;
+            done_n = batch * nt;
+        }
+        done = done_buf;
+        for (int64_t i = 0; i < batch * nt; i++) atomic_store_explicit(&done[i], 0, memory_order_relaxed);
     }
     int64_t items = batch * nt * nk;
     int lda = ta ? (int)M : (int)K, ldb = tb ? (int)K : (int)N;
@@ -137,14 +149,18 @@ int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
         float *c = k == 0 ? C + bi * sc + i0 * N + j0 : part + ((k - 1) * batch + bi) * M * N + i0 * N + j0;
         if (!bt || ol__gemm_fast_bt(ta, (int)m, (int)n, (int)kn, 1.0f, a, lda, b, ldb, bt, beta, c, (int)N) != 0)
             ol__sgemm(ta, tb, (int)m, (int)n, (int)kn, 1.0f, a, lda, b, ldb, k == 0 ? beta : 0.0f, c, (int)N);
-    }
-    if (nk > 1) {
-        int64_t total = batch * M * N;
-        #pragma omp parallel for schedule(static) if (total * nk > OL_PAR_MIN)
-        for (int64_t e = 0; e < total; e++) {
-            float s = C[(e / (M * N)) * sc + e % (M * N)];
-            for (int64_t k = 1; k < nk; k++) s += part[(k - 1) * total + e];
-            C[(e / (M * N)) * sc + e % (M * N)] = s;
+        /* the tile's last chunk to finish adds the partial products to C, in chunk order */
+        if (nk > 1 && atomic_fetch_add_explicit(&done[bi * nt + t], 1, memory_order_acq_rel) == nk - 1) {
+            int64_t total = batch * M * N;
+            for (int64_t i = i0; i < i0 + m; i++) {
+                float *crow = C + bi * sc + i * N;
+                const float *prow = part + bi * M * N + i * N;
+                for (int64_t j = j0; j < j0 + n; j++) {
+                    float s = crow[j];
+                    for (int64_t q = 1; q < nk; q++) s += prow[(q - 1) * total + j];
+                    crow[j] = s;
+                }
+            }
         }
     }
     return 0;
