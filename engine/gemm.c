@@ -460,13 +460,13 @@ int ol__gemm_fast(int ta, int tb, int m, int n, int k, float alpha, const float 
 }
 
 /* Products that share a transposed B (row tiles of one x·Wᵀ): Bᵀ (k × n) copied once, in the
- * calling thread's buffer, when every tile shape (m0 rows, and m1 for the last tile) has a plan;
+ * calling thread's buffer of that slot, when every tile shape (m0 rows, and m1 for the last tile) has a plan;
  * NULL otherwise. ol__gemm_fast_bt then runs a tile with it (−1: use ol__sgemm). */
-const float *ol__gemm_fast_bt_prepare(int ta, int m0, int m1, int n, int k, const float *B, int ldb) {
+const float *ol__gemm_fast_bt_prepare(int slot, int ta, int m0, int m1, int n, int k, const float *B, int ldb) {
 #if OL_HAVE_AVX512_GEMM
     if (!fast_plan(ta, 1, m0, n, k) || !fast_plan(ta, 1, m1, n, k)) return NULL;
-    static _Thread_local tlbuf buf;   /* not bt_copy's: the tiles read it while this thread runs some */
-    float *d = grow(&buf, (int64_t)k * n);
+    static _Thread_local tlbuf buf[2];   /* not bt_copy's: the tiles read it while this thread runs some */
+    float *d = grow(&buf[slot & 1], (int64_t)k * n);
     if (d) transpose_into(d, B, ldb, k, n);
     return d;
 #else

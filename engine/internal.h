@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <math.h>
+#include <stdatomic.h>
 
 /* ---- errors: set the thread's message and return a failure value ------------------ */
 void ol__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -150,6 +151,26 @@ void ol__zero(float *p, int64_t n);   /* parallel memset of n floats (core.c) */
  * any thread count (fixed work items of single-threaded sgemm; blas.c). 0 or -1 (out of memory). */
 int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t sa,
                       const float *B, int64_t sb, float beta, float *C, int64_t sc, int64_t batch);
+/* The same product as its fixed work items: prepared (slot 0 or 1: which of the calling
+ * thread's scratch buffers it uses), then every item run once, in any order, on any thread;
+ * ol__sgemm_batched2 runs two prepared independent products in one parallel region. */
+typedef struct ol_gemm_task {
+    int ta, tb, rows;
+    int64_t M, N, K;
+    const float *A; int64_t sa;
+    const float *B; int64_t sb;
+    float beta;
+    float *C; int64_t sc;
+    int64_t batch, D, nt, tile, nk, kc;
+    float *part;                 /* partial products of K chunks 1.. */
+    _Atomic int32_t *done;       /* chunks finished per tile */
+    const float *bt;             /* the engine kernel's copy of Bᵀ shared by row tiles, or NULL */
+    int64_t items;
+} ol_gemm_task;
+int  ol__gemm_prepare(ol_gemm_task *g, int slot, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                      int64_t sa, const float *B, int64_t sb, float beta, float *C, int64_t sc, int64_t batch);
+void ol__gemm_item(const ol_gemm_task *g, int64_t it);
+int  ol__sgemm_batched2(const ol_gemm_task *g1, const ol_gemm_task *g2);
 /* One row-major cblas_sgemm, C (m,n) with leading dim ldc = beta·C + alpha·op(A)·op(B);
  * single-threaded inside a parallel region; beta = 0 zero-fills C in one pass (blas.c). */
 void ol__sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
@@ -161,7 +182,7 @@ int ol__gemm_fast(int ta, int tb, int m, int n, int k, float alpha, const float 
 /* Row tiles of one product with a transposed B (x·Wᵀ): Bᵀ copied once when both tile shapes
  * (m0 rows, m1 for the last) have a plan, else NULL; then each tile by ol__gemm_fast_bt with it
  * (−1: the caller uses ol__sgemm). */
-const float *ol__gemm_fast_bt_prepare(int ta, int m0, int m1, int n, int k, const float *B, int ldb);
+const float *ol__gemm_fast_bt_prepare(int slot, int ta, int m0, int m1, int n, int k, const float *B, int ldb);
 int ol__gemm_fast_bt(int ta, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
                      const float *bt, float beta, float *C, int ldc);
 

@@ -99,11 +99,38 @@ static void grad_repeat(float *dx, const float *g, int op, int which, const ol_t
     }
 }
 
+/* a + b with both full-size and both wanting a gradient (the residual adds): both gradients
+ * in one parallel region (each a copy of gy when pending, else gy added, as grad_full) */
+static void add_grads(float *restrict da, float *restrict db, const float *restrict g, int64_t n, int fa, int fb) {
+    #pragma omp parallel if (n > OL_PAR_MIN)
+    {
+        if (fa) {
+            #pragma omp for simd schedule(static) nowait
+            for (int64_t i = 0; i < n; i++) da[i] = g[i];
+        } else {
+            #pragma omp for simd schedule(static) nowait
+            for (int64_t i = 0; i < n; i++) da[i] += g[i];
+        }
+        if (fb) {
+            #pragma omp for simd schedule(static) nowait
+            for (int64_t i = 0; i < n; i++) db[i] = g[i];
+        } else {
+            #pragma omp for simd schedule(static) nowait
+            for (int64_t i = 0; i < n; i++) db[i] += g[i];
+        }
+    }
+}
+
 static void binary_backward(ol_node *nd) {
     ol_tensor *a = nd->in[0], *b = nd->in[1], *y = nd->out;
     int op = nd->iarg[0];
     int64_t n = y->numel;
     const float *gy = y->grad;
+    if (op == BIN_ADD && a != b && a->numel == n && b->numel == n && a->requires_grad && b->requires_grad) {
+        int fa = ol__grad_first(a), fb = ol__grad_first(b);
+        add_grads(a->grad, b->grad, gy, n, fa, fb);
+        return;
+    }
     if (a->requires_grad) {
         int fresh = ol__grad_first(a);
         if (a->numel == n) grad_full(a->grad, gy, op, 0, a, b, n, fresh);
