@@ -253,6 +253,7 @@ float *ol_tensor_grad(ol_tensor *t) {
 int ol_tensor_zero_grad(ol_tensor *t) {
     if (ol__check_f32("tensor_zero_grad", t)) return -1;
     if (t->grad) memset(t->grad, 0, (size_t)t->numel * 4);
+    t->grad_pending = 0;
     return 0;
 }
 

@@ -437,6 +437,22 @@ do
   same("swiglu with a shared input", function(a, b) return P(C.ol_swiglu(a, b)) * a end,
        function(a, b) return a:silu() * b * a end, { g, u })
   ctx:reset()
+  -- under an activation hook (post-training quantisation) the SwiGLU's silu and product are
+  -- two hooked activation sites, as before the fusion, with the same output as the fused op
+  local lm = models.build(ctx, models.preset("llama-quick"))
+  ctx:reset()
+  local ids = ctx:tensor({ 1, 8 }, { dtype = "i32" })
+  for i = 0, 7 do ids.idata[i] = i * 3 end
+  local kinds = {}
+  local y0, ny = snapshot(ctx:no_grad(function() return lm:forward({ ids = ids }, { train = false }) end))
+  ol.set_activation_hook(function(x, kind) kinds[kind] = (kinds[kind] or 0) + 1 return x end)
+  local y1 = snapshot(ctx:no_grad(function() return lm:forward({ ids = ids }, { train = false }) end))
+  ol.set_activation_hook(nil)
+  local L = lm.cfg.n_layer
+  t.ok(kinds.silu == L and (kinds.__mul or 0) >= L, "hooked forward: SwiGLU's silu and product are activation sites",
+       string.format("silu %s, __mul %s for %d layers", tostring(kinds.silu), tostring(kinds.__mul), L))
+  t.ok(max_abs_diff(y0, y1, ny) == 0, "the hooked forward (identity hook) gives the fused forward's logits")
+  ctx:reset()
   t.throws(function() P(C.ol_heads(ctx:tensor({ 2, 3, 12 }), 5, 0, 0)) end, "5 heads do not divide", "heads: NH must divide C")
   t.throws(function() P(C.ol_heads(ctx:tensor({ 2, 3, 12 }), 4, 10000, 0)) end, "must be even", "heads: RoPE needs an even head dim")
   t.throws(function() P(C.ol_swiglu(ctx:tensor({ 2, 3 }), ctx:tensor({ 3, 2 }))) end, "one shape", "swiglu: shapes must match")

@@ -150,7 +150,9 @@ function SwiGLU:forward(x, P, l)
   if P then P("mlp_gate", l, g) end
   local u = self.up:forward(x)
   if P then P("mlp_up", l, u) end
-  local h = ol.check_ptr(ol.C.ol_swiglu(g, u))   -- silu(g)·u in one engine op
+  -- silu(g)·u in one engine op; under an activation hook (post-training quantisation) as the
+  -- two hooked ops, silu and the product, each an activation site (the same values otherwise)
+  local h = ol.activation_hook() and g:silu() * u or ol.check_ptr(ol.C.ol_swiglu(g, u))
   if P then P("x_down", l, h) end
   return self.down:forward(h)
 end
