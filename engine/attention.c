@@ -63,8 +63,6 @@
 #include <omp.h>
 #include <stdlib.h>
 
-extern void openblas_set_num_threads(int num_threads);
-
 #define TR 64   /* query rows per tile */
 #define SINK_SALT 0x9E3779B97F4A7C15ULL   /* the sink weight's dropout stream: seed ^ SINK_SALT */
 
@@ -242,7 +240,6 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
     float *scratch = ol__step_alloc(ctx, (int64_t)nthr * scratch_floats(d) * 4, "attention scratch");
     if (!scratch) return -1;
     int64_t nblk = d->B * d->NH, HD = d->HD, Tq = d->Tq, Tk = d->Tk;
-    openblas_set_num_threads(1);
     #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
         float *S = scratch + (int64_t)omp_get_thread_num() * scratch_floats(d), *ps = S + 2 * TR * Tk;
@@ -274,7 +271,6 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
                 for (int64_t r = 0; r < R; r++) for (int64_t c = 0; c < HD; c++) O[r * HD + c] += ps[r] * vph[c];
         }
     }
-    openblas_set_num_threads(ol_get_num_threads());
     return 0;
 }
 
@@ -308,7 +304,6 @@ static void attention_backward(ol_node *nd) {
     /* pending (write-first) gradients of q, k, v: each block zero-fills its own slice */
     int fq = q->requires_grad && ol__grad_first(q), fk = k->requires_grad && ol__grad_first(k);
     int fv = v->requires_grad && ol__grad_first(v);
-    openblas_set_num_threads(1);
     #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
         float *S = scratch + (int64_t)omp_get_thread_num() * scratch_floats(d);
@@ -413,7 +408,6 @@ static void attention_backward(ol_node *nd) {
                             G, (int)Tk, Q + i0 * HD, (int)HD, 1.0f, k->grad + blk * Tk * HD, (int)HD);
         }
     }
-    openblas_set_num_threads(ol_get_num_threads());
     for (int64_t h = 0; h < d->NH; h++)
         for (int64_t b = 0; b < d->B; b++)
             for (int64_t c = 0; c < HD; c++) {

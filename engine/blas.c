@@ -137,10 +137,19 @@ int ol__gemm_prepare(ol_gemm_task *g, int slot, int ta, int tb, int64_t M, int64
         for (int64_t i = 0; i < batch * nt; i++) atomic_store_explicit(&g->done[i], 0, memory_order_relaxed);
     }
     *g = (ol_gemm_task){ ta, tb, rows, M, N, K, A, sa, B, sb, beta, C, sc, batch, D, nt, tile, nk, kc, g->part,
-                         g->done, NULL, batch * nt * nk };
+                         g->done, NULL, batch * nt * nk, 0 };
     /* row tiles of x·Wᵀ: the engine kernel's copy of Wᵀ made once for all of them (gemm.c) */
     if (tb && rows && batch == 1 && nk == 1 && nt > 1)
         g->bt = ol__gemm_fast_bt_prepare(slot, ta, (int)tile, (int)(D - (nt - 1) * tile), (int)N, (int)K, B, (int)K);
+    /* does the engine kernel serve every item? (each tile and K-chunk shape; a new shape is
+     * calibrated here, on the calling thread) */
+    g->fast = 1;
+    int64_t dims[2] = { tile, D - (nt - 1) * tile }, ks[2] = { kc, K - (nk - 1) * kc };
+    for (int a = 0; a < 2 && g->fast; a++)
+        for (int b = 0; b < 2 && g->fast; b++) {
+            int64_t m = rows ? dims[a] : M, n = rows ? N : dims[a];
+            g->fast = ol__gemm_fast_serves(ta, tb, (int)m, (int)n, (int)ks[b], 1.0f, b == 0 ? beta : 0.0f);
+        }
     return 0;
 }
 
@@ -173,22 +182,40 @@ void ol__gemm_item(const ol_gemm_task *g, int64_t it) {
     }
 }
 
+/* the items of one or two products over the engine's threads (pool.c) */
+typedef struct { const ol_gemm_task *g1, *g2; } gemm_pair;
+static void pair_item(void *arg, int64_t it, int tid) {
+    const gemm_pair *p = arg;
+    (void)tid;
+    if (it < p->g1->items) ol__gemm_item(p->g1, it);
+    else ol__gemm_item(p->g2, it - p->g1->items);
+}
+
+/* The engine's worker threads (pool.c) when no item calls OpenBLAS (its OpenMP build must not
+ * be entered from threads it does not know, concurrently); OpenMP threads otherwise. */
+static void run_items(const gemm_pair *p) {
+    int64_t n = p->g1->items + p->g2->items;
+    if ((p->g1->fast || !p->g1->items) && (p->g2->fast || !p->g2->items)) {
+        ol__par(n, pair_item, (void *)p);
+        return;
+    }
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t it = 0; it < n; it++) pair_item((void *)p, it, 0);
+}
+
 int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t sa,
                       const float *B, int64_t sb, float beta, float *C, int64_t sc, int64_t batch) {
-    ol_gemm_task g;
+    ol_gemm_task g, none;
     if (ol__gemm_prepare(&g, 0, ta, tb, M, N, K, A, sa, B, sb, beta, C, sc, batch) != 0) return -1;
-    #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t it = 0; it < g.items; it++) ol__gemm_item(&g, it);
+    memset(&none, 0, sizeof none);
+    gemm_pair p = { &g, &none };
+    run_items(&p);
     return 0;
 }
 
-/* two independent products (no operand of one is written by the other) in one parallel region */
+/* two independent products (no operand of one is written by the other) in one job */
 int ol__sgemm_batched2(const ol_gemm_task *g1, const ol_gemm_task *g2) {
-    int64_t n1 = g1->items, n = n1 + g2->items;
-    #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t it = 0; it < n; it++) {
-        if (it < n1) ol__gemm_item(g1, it);
-        else ol__gemm_item(g2, it - n1);
-    }
+    gemm_pair p = { g1, g2 };
+    run_items(&p);
     return 0;
 }

@@ -47,6 +47,8 @@ void ol_set_num_threads(int n) {
     }
     g_threads = n;
     omp_set_num_threads(n);
+    /* (OpenBLAS's OpenMP build needs one buffer per OpenMP thread that calls it concurrently:
+     * it runs single-threaded inside a parallel region, but its thread count must be the team's) */
     openblas_set_num_threads(n);
 }
 int ol_get_num_threads(void) {

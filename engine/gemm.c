@@ -328,8 +328,10 @@ static void blas(int ta, int tb, int m, int n, int k, float alpha, const float *
  * p->ok = 1 only when all of C agrees bit for bit */
 static void calibrate(gplan *p) {
 #if OL_HAVE_AVX512_GEMM
-    /* OpenBLAS must run single-threaded, as in the engine's products (inside a parallel region
-     * it does; outside one it would split the product over its threads, another rounding) */
+    /* OpenBLAS must run single-threaded, as in the engine's products: inside a parallel region
+     * it does; outside one (ol__gemm_prepare on the calling thread) it would split the product
+     * over its threads, another rounding. (Its OpenMP build sets the OpenMP thread count with
+     * its own; the engine's count is restored after.) */
     int serial = !omp_in_parallel();
     if (serial) openblas_set_num_threads(1);
     int ta = p->ta, tb = p->tb, m = p->m, n = p->n, k = p->k, nz = (n + 15) / 16;
@@ -382,7 +384,7 @@ static void calibrate(gplan *p) {
     }
     p->ok = 1;
 done:
-    if (serial) openblas_set_num_threads(ol_get_num_threads());
+    if (serial) ol_set_num_threads(ol_get_num_threads());
     free(A); free(B); free(C); free(C2); free(C0); free(lanes);
 #else
     (void)p;
@@ -444,6 +446,12 @@ static const gplan *fast_plan(int ta, int tb, int m, int n, int k) {
 }
 
 int ol_gemm_engine_kernel(int ta, int tb, int m, int n, int k) { return fast_plan(ta ? 1 : 0, tb ? 1 : 0, m, n, k) != NULL; }
+
+/* 1 when the engine kernel serves products of this shape with these alpha and beta (no call
+ * into OpenBLAS then: the engine's own worker threads may run them, pool.c) */
+int ol__gemm_fast_serves(int ta, int tb, int m, int n, int k, float alpha, float beta) {
+    return (beta == 0.0f || beta == 1.0f) && alpha != 0.0f && fast_plan(ta, tb, m, n, k) != NULL;
+}
 
 /* C = alpha·op(A)·op(B) + beta·C (beta 0 or 1) through a calibrated plan; 0 when done, −1
  * when the caller must use cblas_sgemm (shape not eligible or not calibrated). */

@@ -166,6 +166,7 @@ typedef struct ol_gemm_task {
     _Atomic int32_t *done;       /* chunks finished per tile */
     const float *bt;             /* the engine kernel's copy of Bᵀ shared by row tiles, or NULL */
     int64_t items;
+    int fast;                    /* the engine kernel serves every item (no OpenBLAS call in them) */
 } ol_gemm_task;
 int  ol__gemm_prepare(ol_gemm_task *g, int slot, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                       int64_t sa, const float *B, int64_t sb, float beta, float *C, int64_t sc, int64_t batch);
@@ -182,9 +183,16 @@ int ol__gemm_fast(int ta, int tb, int m, int n, int k, float alpha, const float 
 /* Row tiles of one product with a transposed B (x·Wᵀ): Bᵀ copied once when both tile shapes
  * (m0 rows, m1 for the last) have a plan, else NULL; then each tile by ol__gemm_fast_bt with it
  * (−1: the caller uses ol__sgemm). */
+int ol__gemm_fast_serves(int ta, int tb, int m, int n, int k, float alpha, float beta);
 const float *ol__gemm_fast_bt_prepare(int slot, int ta, int m0, int m1, int n, int k, const float *B, int ldb);
 int ol__gemm_fast_bt(int ta, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
                      const float *bt, float beta, float *C, int ldc);
+
+/* The engine's worker threads (pool.c): fn(arg, i, tid) for every i in [0, n), each item once,
+ * on the calling thread (tid 0) and the workers (tid 1 .. threads − 1); the caller waits only for
+ * the items other threads have started. Items must not depend on which thread runs them. */
+typedef void (*ol_item_fn)(void *arg, int64_t item, int tid);
+void ol__par(int64_t n, ol_item_fn fn, void *arg);
 
 /* OpenMP: parallelise loops with at least this many elements of work. */
 #define OL_PAR_MIN 32768
