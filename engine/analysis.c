@@ -5,10 +5,11 @@
  * maxima and a global top-k with indices; weight extremal ratios; cumulative attention; row
  * norms.
  *
- * x is (B, T, C). Sequences are independent: threads split sequences and every per-sequence
- * quantity is computed serially; the per-sequence results are then added to the accumulator
- * in sequence order, so the numbers do not depend on the thread count, and feeding the
- * batches one by one gives bit-identical sums to one big batch.
+ * x is (B, T, C). Every per-sequence quantity is computed serially and the per-sequence
+ * results are added to the accumulator in sequence order; per-channel sums run over the tokens
+ * in order (threads split channels, and split tokens only for counts, maxima and top-k records:
+ * ol_stats_update), so the numbers do not depend on the thread count, and feeding the batches
+ * one by one gives bit-identical sums to one big batch.
  */
 #include "internal.h"
 #include <stdlib.h>
@@ -23,6 +24,8 @@ struct ol_stats {
     ol_stats_layout L;
     double         *d;
     int64_t         seq_offset;
+    char           *work;       /* ol_stats_update's scratch, kept between updates (grow-only) */
+    size_t          work_cap;
 };
 
 /* ---------------------------------------------------------------- layout */
@@ -108,6 +111,7 @@ ol_stats *ol_stats_new(const ol_stats_spec *sp) {
 void ol_stats_free(ol_stats *s) {
     if (!s) return;
     free(s->d);
+    free(s->work);
     free(s);
 }
 int ol_stats_reset(ol_stats *s) {
@@ -146,36 +150,6 @@ static void topk_insert(double *list, int k, const double *rec) {
     memcpy(list + (int64_t)i * REC, rec, REC * sizeof(double));
 }
 
-/* ---------------------------------------------------------------- selection */
-static void swapf(float *a, float *b) { float t = *a; *a = *b; *b = t; }
-/* k-th smallest (0-based) of v[0..n), reordering v (deterministic quickselect, median of 3) */
-static float select_kth(float *v, int64_t n, int64_t k) {
-    int64_t lo = 0, hi = n - 1;
-    while (hi > lo) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (v[mid] < v[lo]) swapf(&v[mid], &v[lo]);
-        if (v[hi] < v[lo]) swapf(&v[hi], &v[lo]);
-        if (v[hi] < v[mid]) swapf(&v[hi], &v[mid]);
-        float p = v[mid];
-        int64_t i = lo, j = hi;
-        while (i <= j) {
-            while (v[i] < p) i++;
-            while (v[j] > p) j--;
-            if (i <= j) { swapf(&v[i], &v[j]); i++; j--; }
-        }
-        if (k <= j) hi = j;
-        else if (k >= i) lo = i;
-        else return v[k];
-    }
-    return v[k];
-}
-/* maximum of v[0..n), n >= 1 */
-static float max_of(const float *v, int64_t n) {
-    float m = v[0];
-    for (int64_t i = 1; i < n; i++) if (v[i] > m) m = v[i];
-    return m;
-}
-
 /* ---------------------------------------------------------------- update */
 typedef struct seq_res {
     double n, s1, s2, s3, s4, sabs, nonfinite;
@@ -206,12 +180,11 @@ static int btc(const char *op, const ol_tensor *x, int64_t *B, int64_t *T, int64
     return 0;
 }
 
-/* Pass 1 over sequence b: moments (in element order), kurtosis, max |x|, median |x|, top-k |x|.
- * Kurtosis (QT): mean((x − m)⁴) / s⁴ with s² = Σ(x − m)²/(n − 1), over the T·C values; QT's
- * code divides by s⁴ + 1e-6 instead (kurt_qt). Median |x|: numpy's (mean of the two middle
- * values) and torch.median's (the lower one). */
-static void seq_pass(const float *x, const int32_t *mask, int64_t T, int64_t C, int k, float *scratch, seq_res *r) {
-    memset(r, 0, sizeof *r);
+/* Sequence b's moments (in element order), kurtosis, max |x| and top-k |x|. Kurtosis (QT):
+ * mean((x − m)⁴) / s⁴ with s² = Σ(x − m)²/(n − 1), over the T·C values; QT's code divides by
+ * s⁴ + 1e-6 instead (kurt_qt). The sums are serial chains in element order, whatever else
+ * runs beside them (ol_stats_update below). */
+static void seq_moments(const float *x, const int32_t *mask, int64_t T, int64_t C, int k, seq_res *r) {
     int64_t n = 0;
     double s1 = 0, s2 = 0, s3 = 0, s4 = 0, sabs = 0, maxabs = 0, nonfinite = 0, ntok = 0;
     double top[TOPK_MAX];                      /* k largest |x|, descending; −1 = empty */
@@ -231,11 +204,12 @@ static void seq_pass(const float *x, const int32_t *mask, int64_t T, int64_t C, 
                 while (i > 0 && a > top[i - 1]) { top[i] = top[i - 1]; i--; }
                 top[i] = a;
             }
-            scratch[n++] = (float)a;
+            n++;
         }
     }
     r->n = (double)n; r->s1 = s1; r->s2 = s2; r->s3 = s3; r->s4 = s4; r->sabs = sabs;
     r->nonfinite = nonfinite; r->maxabs = maxabs; r->ntok = ntok;
+    r->m2 = 0;
     r->kurt = NAN;
     r->kurt_qt = NAN;
     if (n >= 2) {
@@ -257,14 +231,56 @@ static void seq_pass(const float *x, const int32_t *mask, int64_t T, int64_t C, 
     }
     /* top-k |x| in descending order; missing ones (n < k) count as 0 */
     for (int i = 0; i < k; i++) r->topk[i] = top[i] < 0 ? 0 : top[i];
+}
+
+/* Median |x| of a sequence over its finite values of valid tokens: numpy's (the mean of the two
+ * middle values when n is even) and torch.median's (the lower of them). A selection, so any
+ * exact method gives the same values: a two-level radix select on the bits of |x| (for
+ * non-negative floats the unsigned order of the bits is the order of the values), one pass
+ * over the high 16 bits and one per bucket that holds a wanted rank. hist: 65536 counters. */
+static uint32_t fbits(float a) { uint32_t u; memcpy(&u, &a, 4); return u; }
+/* counts of the finite |x| of valid tokens: by their high 16 bits (bucket < 0), or by their
+ * low 16 bits among those whose high bits are bucket; returns how many were counted */
+static int64_t radix_count(const float *x, const int32_t *mask, int64_t T, int64_t C, uint32_t *hist, int64_t bucket) {
+    int64_t n = 0;
+    memset(hist, 0, 65536 * sizeof *hist);
+    for (int64_t t = 0; t < T; t++) {
+        if (mask && !mask[t]) continue;
+        const float *xt = x + t * C;
+        for (int64_t c = 0; c < C; c++) {
+            float a = fabsf(xt[c]);
+            if (!isfinite(a)) continue;
+            uint32_t u = fbits(a);
+            if (bucket < 0) { hist[u >> 16]++; n++; }
+            else if ((int64_t)(u >> 16) == bucket) { hist[u & 0xFFFF]++; n++; }
+        }
+    }
+    return n;
+}
+/* the bin of hist that holds rank r (0-based) of the counted values, and r's rank inside it */
+static uint32_t radix_bin(const uint32_t *hist, int64_t r, int64_t *rank_in) {
+    int64_t acc = 0;
+    uint32_t bin = 0;
+    while (acc + hist[bin] <= r) acc += hist[bin++];
+    *rank_in = r - acc;
+    return bin;
+}
+static void seq_median(const float *x, const int32_t *mask, int64_t T, int64_t C, uint32_t *hist, seq_res *r) {
+    int64_t n = radix_count(x, mask, T, C, hist, -1);
     if (n == 0) { r->median = r->median_lower = NAN; return; }
-    /* median |x|: the mean of the two middle values when n is even (numpy.median), and the
-     * lower of them (torch.median). After the selection every element before n/2 is <= v[n/2],
-     * so the lower middle is their max. */
-    float hi = select_kth(scratch, n, n / 2);
-    float lo = (n % 2) ? hi : max_of(scratch, n / 2);
-    r->median = (n % 2) ? hi : 0.5 * ((double)hi + (double)lo);
-    r->median_lower = lo;
+    int64_t want[2] = { n / 2, n % 2 ? n / 2 : n / 2 - 1 };   /* upper middle, lower middle */
+    int64_t rank_in[2];
+    uint32_t bucket[2] = { radix_bin(hist, want[0], &rank_in[0]), radix_bin(hist, want[1], &rank_in[1]) };
+    float val[2];
+    for (int w = 0; w < 2; w++) {
+        if (w == 1 && want[1] == want[0]) { val[1] = val[0]; break; }
+        radix_count(x, mask, T, C, hist, bucket[w]);
+        int64_t unused;
+        uint32_t u = (bucket[w] << 16) | radix_bin(hist, rank_in[w], &unused);
+        memcpy(&val[w], &u, 4);
+    }
+    r->median = (n % 2) ? val[0] : 0.5 * ((double)val[0] + (double)val[1]);
+    r->median_lower = val[1];
 }
 
 /* threshold for the element test, from the rule and the moments of its scope */
@@ -317,6 +333,29 @@ static int check_ids(const char *op, const ol_tensor *ids, int64_t V) {
     return 0;
 }
 
+/* One work item of the second pass over a chunk of tokens: what it saw besides the per-token
+ * results, merged in item order afterwards. */
+typedef struct tok_part { double maxv, negminv; double *topk, *hist; } tok_part;
+
+#define TOK_CHUNK 32   /* tokens per second-pass item */
+#define CH_BLOCK 64    /* channels per second-pass item */
+
+/* scratch of one update, carved from the accumulator's kept buffer */
+static void *carve(char **p, size_t bytes) { void *r = *p; *p += (bytes + 63) & ~(size_t)63; return r; }
+
+/*
+ * The update runs in phases whose work items are independent, so that the threads share the
+ * work of a single long sequence (the analyses of pretrained models probe B = 1, T = 1024):
+ *   1. per sequence: its moments (one item) and its median (another item);
+ *   2. serially: the per-sequence results added in sequence order, the outlier thresholds;
+ *   3. items over channel blocks (per-channel sums, maxima, outlier counts; each channel's
+ *      tokens in order, as before) and over chunks of tokens (per-token maxima and outlier
+ *      counts, top-k records, histogram, extrema);
+ *   4. serially: the token chunks' results in chunk order, the per-token updates in token order.
+ * Every floating-point sum is a chain in the same order as one serial pass would take; what is
+ * merged across items is counts (integers, exact in double), maxima and the top-k records
+ * (a total order), so the accumulator holds the same bits for any thread count.
+ */
 int ol_stats_update(ol_stats *s, const ol_tensor *x, const ol_tensor *ids, const ol_tensor *mask) {
     const char *op = "stats_update";
     if (!s) OL_FAIL_INT("%s: NULL accumulator", op);
@@ -334,38 +373,55 @@ int ol_stats_update(ol_stats *s, const ol_tensor *x, const ol_tensor *ids, const
     double *d = s->d;
     const int k = sp->topk;
     const int32_t *mk = mask ? mask->idata : NULL, *id = ids ? ids->idata : NULL;
+    const float *xd = x->data;
+    const int64_t BT = B * T, ntc = (BT + TOK_CHUNK - 1) / TOK_CHUNK, ncb = (C + CH_BLOCK - 1) / CH_BLOCK;
+    const int nthr = omp_get_max_threads();
+    const int64_t nh = sp->nbins > 0 ? sp->nbins + 2 : 0;
 
-    seq_res *res = malloc((size_t)B * sizeof *res);
-    float *scratch = malloc((size_t)(B * T * C) * sizeof(float));
-    double *part = malloc((size_t)B * sizeof(double));
-    if (!res || !scratch || !part) {
-        free(res); free(scratch); free(part);
-        OL_FAIL_INT("%s: out of memory for the scratch of x '%s' %s", op, x->name, OL_SHAPE(x));
+    size_t need = 64 * (8 + 2 * (size_t)ntc) + (size_t)B * (sizeof(seq_res) + sizeof(thr) + sizeof(double)) + (size_t)BT * 12
+                  + (size_t)nthr * 65536 * 4 + (size_t)ntc * (sizeof(tok_part) + ((size_t)k * REC + (size_t)nh) * 8);
+    if (need > s->work_cap) {
+        char *w = realloc(s->work, need);
+        if (!w) OL_FAIL_INT("%s: out of memory for the scratch of x '%s' %s", op, x->name, OL_SHAPE(x));
+        s->work = w;
+        s->work_cap = need;
     }
-    /* pass 1: per-sequence statistics, in parallel over sequences */
-    #pragma omp parallel for schedule(dynamic, 1) if (B * T * C > OL_PAR_MIN)
-    for (int64_t b = 0; b < B; b++)
-        seq_pass(x->data + b * T * C, mk ? mk + b * T : NULL, T, C, k, scratch + b * T * C, &res[b]);
+    char *wp = s->work;
+    seq_res *res = carve(&wp, (size_t)B * sizeof *res);
+    thr *ths = carve(&wp, (size_t)B * sizeof *ths);
+    double *part = carve(&wp, (size_t)B * sizeof(double));
+    double *tmax = carve(&wp, (size_t)BT * sizeof(double));
+    int32_t *nout_t = carve(&wp, (size_t)BT * sizeof(int32_t));
+    uint32_t *hists = carve(&wp, (size_t)nthr * 65536 * 4);
+    tok_part *tp = carve(&wp, (size_t)ntc * sizeof *tp);
+    for (int64_t i = 0; i < ntc; i++) {
+        tp[i].topk = carve(&wp, (size_t)k * REC * 8);
+        tp[i].hist = carve(&wp, (size_t)nh * 8);
+    }
 
-    /* outlier thresholds for BATCH scope: μ over the batch, then Σ(x − μ)² (two passes) */
+    /* 1: per-sequence moments and medians */
+    #pragma omp parallel for schedule(dynamic, 1) if (BT * C > OL_PAR_MIN)
+    for (int64_t it = 0; it < 2 * B; it++) {
+        int64_t b = it % B;
+        const float *xb = xd + b * T * C;
+        const int32_t *mb = mk ? mk + b * T : NULL;
+        if (it < B) seq_moments(xb, mb, T, C, k, &res[b]);
+        else seq_median(xb, mb, T, C, hists + (int64_t)omp_get_thread_num() * 65536, &res[b]);
+    }
+
+    /* 2: outlier thresholds: BATCH scope μ over the batch, then Σ(x − μ)² (two passes) */
     thr tb = { 0, INFINITY, OL_OUTLIER_NONE };
     const ol_outlier_rule *rule = &sp->rule;
     if (rule->kind != OL_OUTLIER_NONE && rule->scope != OL_SCOPE_SEQUENCE) {
         double n = 0, s1 = 0, sabs = 0, m2 = 0;
         for (int64_t b = 0; b < B; b++) { n += res[b].n; s1 += res[b].s1; sabs += res[b].sabs; }
         if (rule->scope == OL_SCOPE_BATCH && rule->kind == OL_OUTLIER_SIGMA && n > 0)
-            m2 = batch_m2(x->data, mk, B, T, C, s1 / n, part);
+            m2 = batch_m2(xd, mk, B, T, C, s1 / n, part);
         tb = make_thr(rule, n, s1, m2, sabs);
     }
-
-    /* pass 2, serial in (b, t, c) order: accumulate sums, counts, maxima, histogram, top-k */
-    double lg_lo = sp->hist_log ? log10(sp->hist_lo) : sp->hist_lo;
-    double lg_hi = sp->hist_log ? log10(sp->hist_hi) : sp->hist_hi;
-    double bin_w = sp->nbins > 0 ? (lg_hi - lg_lo) / sp->nbins : 1;
-    double *kth = d + L->topk + (int64_t)(k - 1) * REC;   /* current k-th record */
+    const double seq0 = (double)(s->seq_offset + (int64_t)d[L->nseq]);   /* global index of sequence 0 */
     for (int64_t b = 0; b < B; b++) {
         seq_res *r = &res[b];
-        double seq = (double)(s->seq_offset + (int64_t)d[L->nseq]);
         d[L->n] += r->n; d[L->nseq] += 1; d[L->ntok] += r->ntok; d[L->nnonfinite] += r->nonfinite;
         d[L->s1] += r->s1; d[L->s2] += r->s2; d[L->s3] += r->s3; d[L->s4] += r->s4; d[L->sabs] += r->sabs;
         if (!isnan(r->kurt)) { d[L->seq_kurt] += r->kurt; d[L->nseq_kurt] += 1; }
@@ -373,29 +429,57 @@ int ol_stats_update(ol_stats *s, const ol_tensor *x, const ol_tensor *ids, const
         d[L->seq_maxabs] += r->maxabs;
         if (r->n > 0) { d[L->seq_median] += r->median; d[L->seq_median_lower] += r->median_lower; }
         for (int i = 0; i < k; i++) d[L->seq_topk + i] += r->topk[i];
-        thr th = rule->scope == OL_SCOPE_SEQUENCE ? make_thr(rule, r->n, r->s1, r->m2, r->sabs) : tb;
-        int seq_has_out = 0;
-        for (int64_t t = 0; t < T; t++) {
-            int64_t bt = b * T + t;
+        ths[b] = rule->scope == OL_SCOPE_SEQUENCE ? make_thr(rule, r->n, r->s1, r->m2, r->sabs) : tb;
+    }
+
+    /* 3: channel blocks and token chunks */
+    double lg_lo = sp->hist_log ? log10(sp->hist_lo) : sp->hist_lo;
+    double lg_hi = sp->hist_log ? log10(sp->hist_hi) : sp->hist_hi;
+    double bin_w = sp->nbins > 0 ? (lg_hi - lg_lo) / sp->nbins : 1;
+    #pragma omp parallel for schedule(dynamic, 1) if (BT * C > OL_PAR_MIN)
+    for (int64_t it = 0; it < ncb + ntc; it++) {
+        if (it < ncb) {   /* channels c0..c1 of every valid token, tokens in order */
+            int64_t c0 = it * CH_BLOCK, c1 = c0 + CH_BLOCK < C ? c0 + CH_BLOCK : C;
+            double *sabs_ch = d + L->sabs_ch, *maxabs_ch = d + L->maxabs_ch, *out_ch = d + L->out_ch;
+            for (int64_t bt = 0; bt < BT; bt++) {
+                if (mk && !mk[bt]) continue;
+                const thr *th = &ths[bt / T];
+                const float *xt = xd + bt * C;
+                for (int64_t c = c0; c < c1; c++) {
+                    double v = xt[c];
+                    if (!isfinite(v)) continue;
+                    double a = fabs(v);
+                    sabs_ch[c] += a;
+                    if (a > maxabs_ch[c]) maxabs_ch[c] = a;
+                    if (is_out(th, v)) out_ch[c] += 1;
+                }
+            }
+            continue;
+        }
+        int64_t ci = it - ncb, bt0 = ci * TOK_CHUNK, bt1 = bt0 + TOK_CHUNK < BT ? bt0 + TOK_CHUNK : BT;
+        tok_part *q = &tp[ci];
+        q->maxv = q->negminv = -INFINITY;
+        for (int i = 0; i < k; i++) {
+            double *e = q->topk + (int64_t)i * REC;
+            e[0] = -1; e[1] = 0; e[2] = e[3] = e[4] = e[5] = -1;
+        }
+        for (int64_t i = 0; i < nh; i++) q->hist[i] = 0;
+        const double *kth = q->topk + (int64_t)(k - 1) * REC;   /* the chunk's current k-th record */
+        for (int64_t bt = bt0; bt < bt1; bt++) {
+            tmax[bt] = 0;
+            nout_t[bt] = 0;
             if (mk && !mk[bt]) continue;
-            int32_t tok = id ? id[bt] : -1;
-            int has_v = sp->V > 0 && id;
-            d[L->tok_pos + t] += 1;
-            if (has_v) d[L->tok_id + tok] += 1;
-            const float *xt = x->data + bt * C;
-            int64_t nout = 0;
-            double tmax = 0;
+            int64_t b = bt / T, t = bt % T;
+            const thr *th = &ths[b];
+            double seq = seq0 + (double)b, tok = id ? id[bt] : -1, tm = 0;
+            int32_t nout = 0;
+            const float *xt = xd + bt * C;
             for (int64_t c = 0; c < C; c++) {
                 double v = xt[c];
                 if (!isfinite(v)) continue;
                 double a = fabs(v);
-                if (a > tmax) tmax = a;
-                d[L->sabs_ch + c] += a;
-                if (a > d[L->maxabs_ch + c]) d[L->maxabs_ch + c] = a;
-                if (is_out(&th, v)) {
-                    nout++;
-                    d[L->out_ch + c] += 1;
-                }
+                if (a > tm) tm = a;
+                if (is_out(th, v)) nout++;
                 if (sp->nbins > 0) {
                     double u = sp->hist_log ? (a > 0 ? log10(a) : -INFINITY) : v;
                     int64_t bin;
@@ -405,17 +489,43 @@ int ol_stats_update(ol_stats *s, const ol_tensor *x, const ol_tensor *ids, const
                         bin = 1 + (int64_t)((u - lg_lo) / bin_w);
                         if (bin > sp->nbins) bin = sp->nbins;
                     }
-                    d[L->hist + bin] += 1;
+                    q->hist[bin] += 1;
                 }
                 if (a >= kth[0]) {
-                    double rec[REC] = { a, v, seq, (double)t, (double)c, (double)tok };
-                    topk_insert(d + L->topk, k, rec);
+                    double rec[REC] = { a, v, seq, (double)t, (double)c, tok };
+                    topk_insert(q->topk, k, rec);
                 }
-                if (v > d[L->maxv]) d[L->maxv] = v;
-                if (-v > d[L->negminv]) d[L->negminv] = -v;
+                if (v > q->maxv) q->maxv = v;
+                if (-v > q->negminv) q->negminv = -v;
             }
-            if (tmax > d[L->maxabs_pos + t]) d[L->maxabs_pos + t] = tmax;
-            if (tmax > d[L->maxabs]) d[L->maxabs] = tmax;
+            tmax[bt] = tm;
+            nout_t[bt] = nout;
+        }
+    }
+
+    /* 4: the chunks in order, then the per-token updates in token order */
+    for (int64_t ci = 0; ci < ntc; ci++) {
+        tok_part *q = &tp[ci];
+        for (int i = 0; i < k; i++) {
+            const double *e = q->topk + (int64_t)i * REC;
+            if (e[0] >= 0) topk_insert(d + L->topk, k, e);
+        }
+        for (int64_t i = 0; i < nh; i++) d[L->hist + i] += q->hist[i];
+        if (q->maxv > d[L->maxv]) d[L->maxv] = q->maxv;
+        if (q->negminv > d[L->negminv]) d[L->negminv] = q->negminv;
+    }
+    const int has_v = sp->V > 0 && id;
+    for (int64_t b = 0; b < B; b++) {
+        int seq_has_out = 0;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t bt = b * T + t;
+            if (mk && !mk[bt]) continue;
+            int32_t tok = id ? id[bt] : -1;
+            d[L->tok_pos + t] += 1;
+            if (has_v) d[L->tok_id + tok] += 1;
+            if (tmax[bt] > d[L->maxabs_pos + t]) d[L->maxabs_pos + t] = tmax[bt];
+            if (tmax[bt] > d[L->maxabs]) d[L->maxabs] = tmax[bt];
+            int32_t nout = nout_t[bt];
             if (nout > 0) {
                 seq_has_out = 1;
                 d[L->nout] += (double)nout; d[L->nout_tok] += 1;
@@ -425,7 +535,6 @@ int ol_stats_update(ol_stats *s, const ol_tensor *x, const ol_tensor *ids, const
         }
         if (seq_has_out) d[L->nseq_out] += 1;
     }
-    free(res); free(scratch); free(part);
     return 0;
 }
 

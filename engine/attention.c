@@ -63,8 +63,6 @@
 #include <omp.h>
 #include <stdlib.h>
 
-extern void openblas_set_num_threads(int num_threads);
-
 #define TR 64   /* query rows per tile */
 #define SINK_SALT 0x9E3779B97F4A7C15ULL   /* the sink weight's dropout stream: seed ^ SINK_SALT */
 
@@ -122,7 +120,7 @@ static void tile_probs(const att_plan *d, int64_t b, int64_t h, int64_t row0, in
                        const float *Q, const float *K, const float *kp, float *S, float *psink, int fresh) {
     int64_t Tk = d->Tk, HD = d->HD;
     if (kmax > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)kmax, (int)HD, d->scale,
+        ol__sgemm(0, 1, (int)R, (int)kmax, (int)HD, d->scale,
                     Q + i0 * HD, (int)HD, K, (int)HD, 0.0f, S, (int)Tk);
     const int32_t *pad = d->pad ? d->pad + b * Tk : NULL;
     const float sb = d->bh ? d->sbias + d->bh[h] : d->sbias;   /* sigmoid: b + b_h */
@@ -242,7 +240,6 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
     float *scratch = ol__step_alloc(ctx, (int64_t)nthr * scratch_floats(d) * 4, "attention scratch");
     if (!scratch) return -1;
     int64_t nblk = d->B * d->NH, HD = d->HD, Tq = d->Tq, Tk = d->Tk;
-    openblas_set_num_threads(1);
     #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
         float *S = scratch + (int64_t)omp_get_thread_num() * scratch_floats(d), *ps = S + 2 * TR * Tk;
@@ -265,7 +262,7 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
             if (d->drop_p > 0.0f) tile_dropout(d, row0, i0, R, S, has_sink(d->kind) ? ps : NULL);
             float *O = out + (blk * Tq + i0) * HD;
             if (kmax > 0)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)HD, (int)kmax, 1.0f,
+                ol__sgemm(0, 0, (int)R, (int)HD, (int)kmax, 1.0f,
                             S, (int)Tk, V, (int)HD, 0.0f, O, (int)HD);
             else memset(O, 0, (size_t)(R * HD) * 4);
             if (d->kind == OL_ATTN_FIXED_BIAS)
@@ -274,7 +271,6 @@ static int att_forward(att_plan *d, const float *q, const float *k, const float 
                 for (int64_t r = 0; r < R; r++) for (int64_t c = 0; c < HD; c++) O[r * HD + c] += ps[r] * vph[c];
         }
     }
-    openblas_set_num_threads(ol_get_num_threads());
     return 0;
 }
 
@@ -305,12 +301,17 @@ static void attention_backward(ol_node *nd) {
     if (pbh) memset(pbh, 0, (size_t)nblk * 8);
     const int drop = d->drop_p > 0.0f;
     float a = d->zeta - d->gamma;
-    openblas_set_num_threads(1);
+    /* pending (write-first) gradients of q, k, v: each block zero-fills its own slice */
+    int fq = q->requires_grad && ol__grad_first(q), fk = k->requires_grad && ol__grad_first(k);
+    int fv = v->requires_grad && ol__grad_first(v);
     #pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
         float *S = scratch + (int64_t)omp_get_thread_num() * scratch_floats(d);
         float *G = S + TR * Tk, *ps = G + TR * Tk, *Z = drop ? ps + TR + 16 : NULL;
         int64_t b = blk / d->NH, h = blk % d->NH, row0 = blk * Tq;
+        if (fq) memset(q->grad + blk * Tq * HD, 0, (size_t)(Tq * HD) * 4);
+        if (fk) memset(k->grad + blk * Tk * HD, 0, (size_t)(Tk * HD) * 4);
+        if (fv) memset(v->grad + blk * Tk * HD, 0, (size_t)(Tk * HD) * 4);
         const float *Q = q->data + blk * Tq * HD, *K = k->data + blk * Tk * HD, *V = v->data + blk * Tk * HD;
         const float *kph = kp ? kp->data + h * HD : NULL, *vph = vp ? vp->data + h * HD : NULL;
         const int32_t *pad = d->pad ? d->pad + b * Tk : NULL;
@@ -320,7 +321,7 @@ static void attention_backward(ol_node *nd) {
             tile_probs(d, b, h, row0, i0, R, kmax, Q, K, kph, S, ps, 0);
             /* G = dA = dO_t·V[0:kmax]ᵀ */
             if (kmax > 0)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)kmax, (int)HD, 1.0f,
+                ol__sgemm(0, 1, (int)R, (int)kmax, (int)HD, 1.0f,
                             dOt, (int)HD, V, (int)HD, 0.0f, G, (int)Tk);
             for (int64_t r = 0; r < R; r++) {
                 int64_t i = i0 + r, kv = row_kmax(d, i);
@@ -397,17 +398,16 @@ static void attention_backward(ol_node *nd) {
                     for (int64_t j = 0; j < kv; j++) S[r * Tk + j] *= Z[r * Tk + j];
                 }
             if (v->requires_grad)   /* dV[0:kmax] += Ãᵀ·dO_t */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kmax, (int)HD, (int)R, 1.0f,
+                ol__sgemm(1, 0, (int)kmax, (int)HD, (int)R, 1.0f,
                             S, (int)Tk, dOt, (int)HD, 1.0f, v->grad + blk * Tk * HD, (int)HD);
             if (q->requires_grad)   /* dQ_t += scale·dS·K */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)R, (int)HD, (int)kmax, d->scale,
+                ol__sgemm(0, 0, (int)R, (int)HD, (int)kmax, d->scale,
                             G, (int)Tk, K, (int)HD, 1.0f, q->grad + (blk * Tq + i0) * HD, (int)HD);
             if (k->requires_grad)   /* dK[0:kmax] += scale·dSᵀ·Q_t */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kmax, (int)HD, (int)R, d->scale,
+                ol__sgemm(1, 0, (int)kmax, (int)HD, (int)R, d->scale,
                             G, (int)Tk, Q + i0 * HD, (int)HD, 1.0f, k->grad + blk * Tk * HD, (int)HD);
         }
     }
-    openblas_set_num_threads(ol_get_num_threads());
     for (int64_t h = 0; h < d->NH; h++)
         for (int64_t b = 0; b < d->B; b++)
             for (int64_t c = 0; c < HD; c++) {
@@ -532,6 +532,7 @@ ol_tensor *ol_attention(ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp,
     if (need) {
         ol_node *n = ol__record("attention", attention_backward, out, 4, ins);
         if (!n) return NULL;
+        n->write_first = 1;   /* q, k, v: per block (attention_backward); k′ accumulates via ol__grad */
         sv->plan = d;
         sv->vp = vp;
         sv->pad = pad_mask;

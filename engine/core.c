@@ -47,6 +47,8 @@ void ol_set_num_threads(int n) {
     }
     g_threads = n;
     omp_set_num_threads(n);
+    /* (OpenBLAS's OpenMP build needs one buffer per OpenMP thread that calls it concurrently:
+     * it runs single-threaded inside a parallel region, but its thread count must be the team's) */
     openblas_set_num_threads(n);
 }
 int ol_get_num_threads(void) {
@@ -253,6 +255,7 @@ float *ol_tensor_grad(ol_tensor *t) {
 int ol_tensor_zero_grad(ol_tensor *t) {
     if (ol__check_f32("tensor_zero_grad", t)) return -1;
     if (t->grad) memset(t->grad, 0, (size_t)t->numel * 4);
+    t->grad_pending = 0;
     return 0;
 }
 
@@ -431,8 +434,42 @@ float *ol__grad(ol_tensor *t) {
         ol_arena *a = t->gen == 0 ? &t->ctx->persist : &t->ctx->step;
         t->grad = ol__arena_alloc(a, t->numel * 4, "grad");
         if (t->grad) ol__zero(t->grad, t->numel);
+        t->grad_pending = 0;
+    } else if (t->grad_pending) {
+        ol__zero(t->grad, t->numel);
+        t->grad_pending = 0;
     }
     return t->grad;
+}
+
+/* ol_backward's allocation of an input's gradient: a step tensor's new buffer is left
+ * unwritten and marked pending (internal.h, write-first gradients); a persistent leaf's is
+ * zero-filled (it accumulates across steps). */
+static int g_write_first = 1;
+int ol_set_write_first(int on) {
+    int old = g_write_first;
+    g_write_first = on ? 1 : 0;
+    return old;
+}
+static float *grad_alloc_pending(ol_tensor *t) {
+    if (t->grad) return t->grad;
+    if (t->gen == 0 || !g_write_first) return ol__grad(t);
+    t->grad = ol__arena_alloc(&t->ctx->step, t->numel * 4, "grad");
+    if (t->grad) t->grad_pending = 1;
+    return t->grad;
+}
+
+/* zero-fill the pending gradient of t (it stays 0: nothing wrote it) */
+static void settle(ol_tensor *t) {
+    if (t && t->grad && t->grad_pending) { ol__zero(t->grad, t->numel); t->grad_pending = 0; }
+}
+
+/* after the walk (or a failed one): gradients nobody wrote are 0, as callers read them */
+static void settle_tape(ol_node *tape) {
+    for (ol_node *n = tape; n; n = n->prev) {
+        settle(n->out);
+        for (int i = 0; i < n->nin; i++) settle(n->in[i]);
+    }
 }
 
 int ol_backward(ol_tensor *loss) {
@@ -452,16 +489,20 @@ int ol_backward(ol_tensor *loss) {
     }
     /* Preallocate every needed gradient before walking: an arena failure then happens
      * before any accumulation, so no gradient is left half-updated. */
-    if (!ol__grad(loss)) goto nomem;
     for (ol_node *n = c->tape; n; n = n->prev)
         for (int i = 0; i < n->nin; i++)
-            if (n->in[i] && n->in[i]->requires_grad && !ol__grad(n->in[i])) goto nomem;
+            if (n->in[i] && n->in[i]->requires_grad && !grad_alloc_pending(n->in[i])) goto nomem;
+    if (!ol__grad(loss)) goto nomem;
     loss->grad[0] += 1.0f;
     /* A backward fn can fail only in an arena allocation (which sets the error): detect it
      * through the error string, which is cleared first. */
     ol_clear_error();
+    ol_node *tape = c->tape;
     for (ol_node *n = c->tape; n; n = n->prev) {
         if (!n->out->grad) continue;
+        settle(n->out);   /* no consumer wrote it: its gradient is 0 */
+        if (!n->write_first)
+            for (int i = 0; i < n->nin; i++) settle(n->in[i]);
         if (g_prof_on) {
             double t0 = omp_get_wtime();
             n->backward(n);
@@ -474,16 +515,19 @@ int ol_backward(ol_tensor *loss) {
         if (g_err[0]) {
             char msg[sizeof g_err];
             snprintf(msg, sizeof msg, "%s", g_err);
+            settle_tape(tape);
             c->tape = NULL;
             OL_FAIL_INT("backward: %s backward of '%s' %s failed (gradients are incomplete): %s",
                         n->op, n->out->name, OL_SHAPE(n->out), msg);
         }
     }
+    settle_tape(tape);
     c->tape = NULL;
     return 0;
 nomem: {
         char msg[sizeof g_err];
         snprintf(msg, sizeof msg, "%s", g_err);
+        settle_tape(c->tape);
         OL_FAIL_INT("backward: cannot allocate gradients for loss '%s' (nothing accumulated yet): %s", loss->name, msg);
     }
 }

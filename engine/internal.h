@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <math.h>
+#include <stdatomic.h>
 
 /* ---- errors: set the thread's message and return a failure value ------------------ */
 void ol__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -43,6 +44,7 @@ struct ol_node {
     uint64_t   uarg;
     void      *saved;      /* op-specific data in the step arena */
     void      *saved2;
+    int32_t    write_first; /* the backward handles its inputs' pending gradients itself (below) */
 };
 
 typedef struct ol_param_info {
@@ -81,8 +83,34 @@ int  ol__check_f32(const char *op, const ol_tensor *t);
 int  ol__needs_grad(ol_ctx *ctx, int n, ol_tensor *const *ins);
 /* Push a node for out (sets out->requires_grad); returns the node or NULL (error set). */
 ol_node *ol__record(const char *op, ol_backward_fn fn, ol_tensor *out, int n, ol_tensor *const *ins);
-/* The gradient buffer of t, allocated zero-filled in the step arena on first use. */
+/* The gradient buffer of t, allocated zero-filled in the step arena on first use (a pending
+ * buffer, below, is zero-filled first). */
 float *ol__grad(ol_tensor *t);
+
+/* Write-first gradients. ol_backward allocates the gradients of step tensors without zeroing
+ * them and marks them pending (t->grad_pending = 1: the gradient is 0, the buffer holds
+ * garbage). A backward that sets node->write_first = 1 takes the first contribution to a
+ * pending input as a store instead of an add (no memset, no read): ol__grad_first(t) returns
+ * 1 once for a pending gradient and clears the mark. For the same bits as adding into zeros,
+ * a stored value v is written as 0.0f + v (which turns −0 into +0, as 0 + v does); a copy of
+ * another gradient needs no such care, since no gradient buffer ever holds −0 (it starts at
+ * +0 and only sums are added in: x + y = −0 needs x = y = −0 in round-to-nearest). Inputs of
+ * other backwards are zero-filled by ol_backward before they run, so they accumulate as ever. */
+static inline int ol__grad_first(ol_tensor *t) {
+    int f = t->grad_pending;
+    t->grad_pending = 0;
+    return f;
+}
+/* dst[i] = 0.0f + (expr) when fresh (a first write), else dst[i] += (expr), for i < n, over
+ * the threads when n > OL_PAR_MIN (the element count must be named n). */
+#define OL_GRAD_LOOP(fresh, n, dst, expr) do { \
+    if (fresh) { \
+        _Pragma("omp parallel for simd schedule(static) if (n > OL_PAR_MIN)") \
+        for (int64_t i = 0; i < (n); i++) (dst)[i] = 0.0f + (expr); \
+    } else { \
+        _Pragma("omp parallel for simd schedule(static) if (n > OL_PAR_MIN)") \
+        for (int64_t i = 0; i < (n); i++) (dst)[i] += (expr); \
+    } } while (0)
 
 /* counter-based hashing RNG */
 uint64_t ol__hash64(uint64_t seed, uint64_t idx);
@@ -123,6 +151,48 @@ void ol__zero(float *p, int64_t n);   /* parallel memset of n floats (core.c) */
  * any thread count (fixed work items of single-threaded sgemm; blas.c). 0 or -1 (out of memory). */
 int ol__sgemm_batched(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t sa,
                       const float *B, int64_t sb, float beta, float *C, int64_t sc, int64_t batch);
+/* The same product as its fixed work items: prepared (slot 0 or 1: which of the calling
+ * thread's scratch buffers it uses), then every item run once, in any order, on any thread;
+ * ol__sgemm_batched2 runs two prepared independent products in one parallel region. */
+typedef struct ol_gemm_task {
+    int ta, tb, rows;
+    int64_t M, N, K;
+    const float *A; int64_t sa;
+    const float *B; int64_t sb;
+    float beta;
+    float *C; int64_t sc;
+    int64_t batch, D, nt, tile, nk, kc;
+    float *part;                 /* partial products of K chunks 1.. */
+    _Atomic int32_t *done;       /* chunks finished per tile */
+    const float *bt;             /* the engine kernel's copy of Bᵀ shared by row tiles, or NULL */
+    int64_t items;
+    int fast;                    /* the engine kernel serves every item (no OpenBLAS call in them) */
+} ol_gemm_task;
+int  ol__gemm_prepare(ol_gemm_task *g, int slot, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                      int64_t sa, const float *B, int64_t sb, float beta, float *C, int64_t sc, int64_t batch);
+void ol__gemm_item(const ol_gemm_task *g, int64_t it);
+int  ol__sgemm_batched2(const ol_gemm_task *g1, const ol_gemm_task *g2);
+/* One row-major cblas_sgemm, C (m,n) with leading dim ldc = beta·C + alpha·op(A)·op(B);
+ * single-threaded inside a parallel region; beta = 0 zero-fills C in one pass (blas.c). */
+void ol__sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc);
+/* The same product (beta 0 or 1) by gemm.c's kernel when the shape is calibrated against
+ * OpenBLAS (the same bits); 0 when done, −1 when the caller must call cblas_sgemm. */
+int ol__gemm_fast(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc);
+/* Row tiles of one product with a transposed B (x·Wᵀ): Bᵀ copied once when both tile shapes
+ * (m0 rows, m1 for the last) have a plan, else NULL; then each tile by ol__gemm_fast_bt with it
+ * (−1: the caller uses ol__sgemm). */
+int ol__gemm_fast_serves(int ta, int tb, int m, int n, int k, float alpha, float beta);
+const float *ol__gemm_fast_bt_prepare(int slot, int ta, int m0, int m1, int n, int k, const float *B, int ldb);
+int ol__gemm_fast_bt(int ta, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                     const float *bt, float beta, float *C, int ldc);
+
+/* The engine's worker threads (pool.c): fn(arg, i, tid) for every i in [0, n), each item once,
+ * on the calling thread (tid 0) and the workers (tid 1 .. threads − 1); the caller waits only for
+ * the items other threads have started. Items must not depend on which thread runs them. */
+typedef void (*ol_item_fn)(void *arg, int64_t item, int tid);
+void ol__par(int64_t n, ol_item_fn fn, void *arg);
 
 /* OpenMP: parallelise loops with at least this many elements of work. */
 #define OL_PAR_MIN 32768

@@ -40,29 +40,31 @@ static inline float at(const ol_tensor *t, int64_t i, int64_t n) {
  * order and arithmetic as a temporary followed by accum_broadcast). `other` may be NULL (add,
  * sub: factor ±1); it has n elements or repeats with period mo. */
 static void grad_full(float *restrict dx, const float *restrict g, int op, int which, const ol_tensor *a,
-                      const ol_tensor *b, int64_t n) {
-    /* which = 0: gradient of a, 1: of b */
+                      const ol_tensor *b, int64_t n, int fresh) {
+    /* which = 0: gradient of a, 1: of b; fresh: dx is a pending gradient (store, internal.h) */
     int64_t ma = a->numel, mb = b->numel;
     const float *A = a->data, *B = b->data;
     if (op == BIN_ADD || (op == BIN_SUB && which == 0)) {
-        #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) dx[i] += g[i];
+        if (fresh) {   /* a copy of a gradient (which never holds −0): 0 + g is g */
+            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+            for (int64_t i = 0; i < n; i++) dx[i] = g[i];
+        } else {
+            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+            for (int64_t i = 0; i < n; i++) dx[i] += g[i];
+        }
     } else if (op == BIN_SUB) {
-        #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) dx[i] += -g[i];
+        OL_GRAD_LOOP(fresh, n, dx, -g[i]);
     } else if (ma == n && mb == n) {
         if (op == BIN_MUL) {
             const float *o = which ? A : B;
-            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-            for (int64_t i = 0; i < n; i++) dx[i] += g[i] * o[i];
+            OL_GRAD_LOOP(fresh, n, dx, g[i] * o[i]);
         } else if (which == 0) {
-            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-            for (int64_t i = 0; i < n; i++) dx[i] += g[i] / B[i];
+            OL_GRAD_LOOP(fresh, n, dx, g[i] / B[i]);
         } else {
-            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-            for (int64_t i = 0; i < n; i++) { float bv = B[i]; dx[i] += -g[i] * A[i] / (bv * bv); }
+            OL_GRAD_LOOP(fresh, n, dx, -g[i] * A[i] / (B[i] * B[i]));
         }
     } else {
+        if (fresh) ol__zero(dx, n);
         #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
         for (int64_t i = 0; i < n; i++) {
             float av = at(a, i, n), bv = at(b, i, n), gi = g[i];
@@ -72,7 +74,7 @@ static void grad_full(float *restrict dx, const float *restrict g, int op, int w
 }
 
 static void grad_repeat(float *dx, const float *g, int op, int which, const ol_tensor *a, const ol_tensor *b,
-                        int64_t n) {
+                        int64_t n, int fresh) {
     const ol_tensor *t = which ? b : a;
     int64_t m = t->numel, R = n / m;
     #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
@@ -92,7 +94,30 @@ static void grad_repeat(float *dx, const float *g, int op, int which, const ol_t
                 }
                 acc[j - j0] += v;
             }
-        for (int64_t j = j0; j < j1; j++) dx[j] += (float)acc[j - j0];
+        if (fresh) for (int64_t j = j0; j < j1; j++) dx[j] = 0.0f + (float)acc[j - j0];
+        else       for (int64_t j = j0; j < j1; j++) dx[j] += (float)acc[j - j0];
+    }
+}
+
+/* a + b with both full-size and both wanting a gradient (the residual adds): both gradients
+ * in one parallel region (each a copy of gy when pending, else gy added, as grad_full) */
+static void add_grads(float *restrict da, float *restrict db, const float *restrict g, int64_t n, int fa, int fb) {
+    #pragma omp parallel if (n > OL_PAR_MIN)
+    {
+        if (fa) {
+            #pragma omp for simd schedule(static) nowait
+            for (int64_t i = 0; i < n; i++) da[i] = g[i];
+        } else {
+            #pragma omp for simd schedule(static) nowait
+            for (int64_t i = 0; i < n; i++) da[i] += g[i];
+        }
+        if (fb) {
+            #pragma omp for simd schedule(static) nowait
+            for (int64_t i = 0; i < n; i++) db[i] = g[i];
+        } else {
+            #pragma omp for simd schedule(static) nowait
+            for (int64_t i = 0; i < n; i++) db[i] += g[i];
+        }
     }
 }
 
@@ -101,13 +126,20 @@ static void binary_backward(ol_node *nd) {
     int op = nd->iarg[0];
     int64_t n = y->numel;
     const float *gy = y->grad;
+    if (op == BIN_ADD && a != b && a->numel == n && b->numel == n && a->requires_grad && b->requires_grad) {
+        int fa = ol__grad_first(a), fb = ol__grad_first(b);
+        add_grads(a->grad, b->grad, gy, n, fa, fb);
+        return;
+    }
     if (a->requires_grad) {
-        if (a->numel == n) grad_full(a->grad, gy, op, 0, a, b, n);
-        else grad_repeat(a->grad, gy, op, 0, a, b, n);
+        int fresh = ol__grad_first(a);
+        if (a->numel == n) grad_full(a->grad, gy, op, 0, a, b, n, fresh);
+        else grad_repeat(a->grad, gy, op, 0, a, b, n, fresh);
     }
     if (b->requires_grad) {
-        if (b->numel == n) grad_full(b->grad, gy, op, 1, a, b, n);
-        else grad_repeat(b->grad, gy, op, 1, a, b, n);
+        int fresh = ol__grad_first(b);
+        if (b->numel == n) grad_full(b->grad, gy, op, 1, a, b, n, fresh);
+        else grad_repeat(b->grad, gy, op, 1, a, b, n, fresh);
     }
 }
 
@@ -166,6 +198,7 @@ static ol_tensor *binary(int op, ol_tensor *a, ol_tensor *b) {
         ol_node *nd = ol__record(name, binary_backward, y, 2, ins);
         if (!nd) return NULL;
         nd->iarg[0] = op;
+        nd->write_first = 1;
     }
     return y;
 }
@@ -265,17 +298,16 @@ static void gelu_tanh_fwd(const float *x, float *o, int64_t n) {
     }
 }
 
-static void gelu_tanh_bwd(const float *x, const float *g, float *da, int64_t n) {
-    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float xi = x[i];
-        float u2 = 2.0f * GELU_K * (xi + 0.044715f * xi * xi * xi);
-        float s = 1.0f / (1.0f + ol__expf(-u2));
-        /* |x| > 1e4: s(1−s) is exactly 0; the clamp keeps u′ finite so 0·u′ is not NaN */
-        float xc = xi < -1e4f ? -1e4f : (xi > 1e4f ? 1e4f : xi);
-        float du = GELU_K * (1.0f + 3.0f * 0.044715f * xc * xc);
-        da[i] += g[i] * (s + 2.0f * xi * s * (1.0f - s) * du);
-    }
+static inline float gelu_tanh_d(float xi) {
+    float u2 = 2.0f * GELU_K * (xi + 0.044715f * xi * xi * xi);
+    float s = 1.0f / (1.0f + ol__expf(-u2));
+    /* |x| > 1e4: s(1−s) is exactly 0; the clamp keeps u′ finite so 0·u′ is not NaN */
+    float xc = xi < -1e4f ? -1e4f : (xi > 1e4f ? 1e4f : xi);
+    float du = GELU_K * (1.0f + 3.0f * 0.044715f * xc * xc);
+    return s + 2.0f * xi * s * (1.0f - s) * du;
+}
+static void gelu_tanh_bwd(const float *x, const float *g, float *da, int64_t n, int fresh) {
+    OL_GRAD_LOOP(fresh, n, da, g[i] * gelu_tanh_d(x[i]));
 }
 
 /* ---- SiLU x·σ(x) (LLaMA's SwiGLU) and σ(x) the same way, with ol__expf: σ = 1/(1 + e^{−x})
@@ -289,12 +321,18 @@ static void silu_fwd(const float *x, float *o, int64_t n, int sigmoid_only) {
     }
 }
 
-static void silu_bwd(const float *x, const float *g, float *da, int64_t n, int sigmoid_only) {
-    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float s = 1.0f / (1.0f + ol__expf(-x[i]));
-        da[i] += g[i] * (sigmoid_only ? s * (1.0f - s) : s * (1.0f + x[i] * (1.0f - s)));
-    }
+/* d silu/dx = σ(1 + x(1 − σ)) */
+static inline float silu_d(float x) {
+    float s = 1.0f / (1.0f + ol__expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+static inline float sigmoid_d(float x) {
+    float s = 1.0f / (1.0f + ol__expf(-x));
+    return s * (1.0f - s);
+}
+static void silu_bwd(const float *x, const float *g, float *da, int64_t n, int sigmoid_only, int fresh) {
+    if (sigmoid_only) OL_GRAD_LOOP(fresh, n, da, g[i] * sigmoid_d(x[i]));
+    else              OL_GRAD_LOOP(fresh, n, da, g[i] * silu_d(x[i]));
 }
 
 static void unary_backward(ol_node *nd) {
@@ -303,10 +341,16 @@ static void unary_backward(ol_node *nd) {
     int64_t n = a->numel;
     const float *x = a->data, *yv = y->data, *g = y->grad;
     float *da = a->grad;
-    if (op == OL_GELU_TANH) { gelu_tanh_bwd(x, g, da, n); return; }
-    if (op == OL_SILU || op == OL_SIGMOID) { silu_bwd(x, g, da, n, op == OL_SIGMOID); return; }
-    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) da[i] += g[i] * un_bwd(op, x[i], yv[i]);
+    int fresh = ol__grad_first(a);
+    if (op == OL_GELU_TANH) { gelu_tanh_bwd(x, g, da, n, fresh); return; }
+    if (op == OL_SILU || op == OL_SIGMOID) { silu_bwd(x, g, da, n, op == OL_SIGMOID, fresh); return; }
+    if (fresh) {
+        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) da[i] = 0.0f + g[i] * un_bwd(op, x[i], yv[i]);
+    } else {
+        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) da[i] += g[i] * un_bwd(op, x[i], yv[i]);
+    }
 }
 
 ol_tensor *ol_unary(ol_tensor *a, int32_t op) {
@@ -328,6 +372,7 @@ ol_tensor *ol_unary(ol_tensor *a, int32_t op) {
         ol_node *nd = ol__record(name, unary_backward, y, 1, &a);
         if (!nd) return NULL;
         nd->iarg[0] = op;
+        nd->write_first = 1;
     }
     return y;
 }
@@ -343,8 +388,8 @@ static void dropout_backward(ol_node *nd) {
     uint64_t seed = nd->uarg;
     const float *g = nd->out->grad;
     int64_t n = a->numel;
-    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) a->grad[i] += g[i] * drop_scale(seed, i, p);
+    float *da = a->grad;
+    OL_GRAD_LOOP(ol__grad_first(a), n, da, g[i] * drop_scale(seed, i, p));
 }
 
 ol_tensor *ol_dropout(ol_tensor *a, float p, uint64_t seed) {
@@ -358,6 +403,7 @@ ol_tensor *ol_dropout(ol_tensor *a, float p, uint64_t seed) {
     if (ol__needs_grad(a->ctx, 1, &a)) {
         ol_node *nd = ol__record("dropout", dropout_backward, y, 1, &a);
         if (!nd) return NULL;
+        nd->write_first = 1;
         nd->farg[0] = p;
         nd->uarg = seed;
     }

@@ -19,9 +19,33 @@ static void gemmb(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *
     ol__sgemm_batched(ta, tb, M, N, K, A, sa, B, sb, beta, C, sc, batch);
     if (g_prof_on) ol__prof_add(OL_PROF_MATMUL, omp_get_wtime() - t0);
 }
-static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
-                 float beta, float *C) {
-    gemmb(ta, tb, M, N, K, A, 0, B, 0, beta, C, 0, 1);
+/* One product of a backward pass, for gemm_pair. */
+typedef struct {
+    int ta, tb;
+    int64_t M, N, K;
+    const float *A; int64_t sa;
+    const float *B; int64_t sb;
+    float beta;
+    float *C; int64_t sc;
+    int64_t batch;
+} prod;
+/* the two products of a backward (the gradients of two different tensors: neither writes what
+ * the other reads or writes), in one parallel region; each the same bits as through gemmb */
+static void gemm_pair(const prod *p) {
+    ol_gemm_task g[2];
+    for (int i = 0; i < 2; i++) {
+        const prod *q = &p[i];
+        if (q->K == 0 || q->M == 0 || q->N == 0) {   /* gemmb's empty products; no items */
+            gemmb(q->ta, q->tb, q->M, q->N, q->K, q->A, q->sa, q->B, q->sb, q->beta, q->C, q->sc, q->batch);
+            memset(&g[i], 0, sizeof g[i]);
+        } else if (ol__gemm_prepare(&g[i], i, q->ta, q->tb, q->M, q->N, q->K, q->A, q->sa, q->B, q->sb, q->beta,
+                                    q->C, q->sc, q->batch) != 0) {
+            return;   /* out of memory (error set) */
+        }
+    }
+    double t0 = g_prof_on ? omp_get_wtime() : 0.0;
+    ol__sgemm_batched2(&g[0], &g[1]);
+    if (g_prof_on) ol__prof_add(OL_PROF_MATMUL, omp_get_wtime() - t0);
 }
 
 /* ------------------------------------------------------------------ matmul */
@@ -36,16 +60,25 @@ static void matmul_backward(ol_node *n) {
     int64_t sa = M * K, sb = K * N, sc = M * N;
     /* a 2-D b is shared by every batch item (d->batch is 1 then: a's leading dims are rows) */
     const float *A = a->data, *B = b->data, *G = dC;
+    /* a pending gradient (write-first, internal.h) is stored with beta = 0: OpenBLAS zeroes C
+     * and adds the product to it, the same bits as adding into a zero-filled buffer */
+    prod p[2];
     if (a->requires_grad) {
-        float *dA = a->grad;
-        if (!d->ta) gemmb(0, !d->tb, M, K, N, G, sc, B, sb, 1.0f, dA, sa, d->batch);     /* dA = dC·op(B)ᵀ */
-        else        gemmb(d->tb, 1, K, M, N, B, sb, G, sc, 1.0f, dA, sa, d->batch);      /* dA = op(B)·dCᵀ */
+        float *dA = a->grad, beta = ol__grad_first(a) ? 0.0f : 1.0f;
+        if (!d->ta) p[0] = (prod){ 0, !d->tb, M, K, N, G, sc, B, sb, beta, dA, sa, d->batch };   /* dA = dC·op(B)ᵀ */
+        else        p[0] = (prod){ d->tb, 1, K, M, N, B, sb, G, sc, beta, dA, sa, d->batch };    /* dA = op(B)·dCᵀ */
     }
     if (b->requires_grad) {
-        float *dB = b->grad;
-        if (!d->tb) gemmb(!d->ta, 0, K, N, M, A, sa, G, sc, 1.0f, dB, sb, d->batch);     /* dB = op(A)ᵀ·dC */
-        else        gemmb(1, d->ta, N, K, M, G, sc, A, sa, 1.0f, dB, sb, d->batch);      /* dB = dCᵀ·op(A) */
+        float *dB = b->grad, beta = ol__grad_first(b) ? 0.0f : 1.0f;
+        if (!d->tb) p[1] = (prod){ !d->ta, 0, K, N, M, A, sa, G, sc, beta, dB, sb, d->batch };   /* dB = op(A)ᵀ·dC */
+        else        p[1] = (prod){ 1, d->ta, N, K, M, G, sc, A, sa, beta, dB, sb, d->batch };    /* dB = dCᵀ·op(A) */
     }
+    if (a->requires_grad && b->requires_grad && a != b) gemm_pair(p);
+    else
+        for (int i = 0; i < 2; i++)
+            if ((i ? b : a)->requires_grad)
+                gemmb(p[i].ta, p[i].tb, p[i].M, p[i].N, p[i].K, p[i].A, p[i].sa, p[i].B, p[i].sb, p[i].beta, p[i].C,
+                      p[i].sc, p[i].batch);
 }
 
 ol_tensor *ol_matmul(ol_tensor *a, ol_tensor *b, int32_t ta, int32_t tb) {
@@ -102,6 +135,7 @@ ol_tensor *ol_matmul(ol_tensor *a, ol_tensor *b, int32_t ta, int32_t tb) {
     if (ol__needs_grad(a->ctx, 2, ins)) {
         ol_node *n = ol__record("matmul", matmul_backward, c, 2, ins);
         if (!n) return NULL;
+        n->write_first = 1;
         mm_dims *s = ol__step_alloc(a->ctx, sizeof *s, "matmul");
         if (!s) return NULL;
         *s = d;
@@ -116,10 +150,20 @@ static void linear_backward(ol_node *n) {
     ol_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
     const float *dy = n->out->grad;
     int64_t N = w->shape[0], K = w->shape[1], M = ol__rows(x);
-    if (x->requires_grad) gemm(0, 0, M, K, N, dy, w->data, 1.0f, x->grad);   /* dx += dy·w   */
-    if (w->requires_grad) gemm(1, 0, N, K, M, dy, x->data, 1.0f, w->grad);   /* dw += dyᵀ·x  */
+    /* dx += dy·w and dw += dyᵀ·x (beta = 0 stores a pending gradient: see matmul_backward),
+     * in one parallel region when both are wanted */
+    prod p[2] = { { 0, 0, M, K, N, dy, 0, w->data, 0, 0.0f, x->grad, 0, 1 },
+                  { 1, 0, N, K, M, dy, 0, x->data, 0, 0.0f, w->grad, 0, 1 } };
+    if (x->requires_grad) p[0].beta = ol__grad_first(x) ? 0.0f : 1.0f;
+    if (w->requires_grad) p[1].beta = ol__grad_first(w) ? 0.0f : 1.0f;
+    if (x->requires_grad && w->requires_grad && x != w) gemm_pair(p);
+    else
+        for (int i = 0; i < 2; i++)
+            if ((i ? w : x)->requires_grad)
+                gemmb(p[i].ta, p[i].tb, p[i].M, p[i].N, p[i].K, p[i].A, 0, p[i].B, 0, p[i].beta, p[i].C, 0, 1);
     if (bias && bias->requires_grad) {
         float *db = bias->grad;
+        if (ol__grad_first(bias)) memset(db, 0, (size_t)N * 4);
         /* column sums in a fixed order: threads own column blocks, rows run serially */
         #pragma omp parallel for schedule(static) if (M * N > OL_PAR_MIN)
         for (int64_t j0 = 0; j0 < N; j0 += 64) {
@@ -155,9 +199,13 @@ ol_tensor *ol_linear(ol_tensor *x, ol_tensor *w, ol_tensor *bias) {
         #pragma omp parallel for schedule(static) if (M * N > OL_PAR_MIN)
         for (int64_t i = 0; i < M; i++) memcpy(y->data + i * N, bias->data, (size_t)N * 4);
     }
-    if (K > 0) gemm(0, 1, M, N, K, x->data, w->data, bias ? 1.0f : 0.0f, y->data);
+    if (K > 0) gemmb(0, 1, M, N, K, x->data, 0, w->data, 0, bias ? 1.0f : 0.0f, y->data, 0, 1);
     else if (!bias) memset(y->data, 0, (size_t)y->numel * 4);
     ol_tensor *ins[3] = { x, w, bias };
-    if (ol__needs_grad(x->ctx, 3, ins) && !ol__record("linear", linear_backward, y, 3, ins)) return NULL;
+    if (ol__needs_grad(x->ctx, 3, ins)) {
+        ol_node *n = ol__record("linear", linear_backward, y, 3, ins);
+        if (!n) return NULL;
+        n->write_first = 1;
+    }
     return y;
 }

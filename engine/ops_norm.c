@@ -52,11 +52,19 @@ static void row_grad_sums(const float *restrict dy, const float *restrict w, con
 /* y = (x − μ)·rstd [·w + b],  μ = mean_c x,  rstd = 1/sqrt(mean_c (x−μ)² + eps).
  * Backward (x̂ = (x−μ)·rstd, g = dy·w):
  *   dx = rstd · (g − mean(g) − x̂·mean(g·x̂)),  dw += Σ_rows dy·x̂,  db += Σ_rows dy. */
+/* The backward runs dx (rows) and these parameter gradients (column blocks) in one parallel
+ * region: they write different tensors. Called inside that region (an orphaned worksharing
+ * loop); w and b accumulate, so a pending (step tensor) gradient is zero-filled first, before
+ * the region (param_grads_settle). */
+static void param_grads_settle(ol_tensor *w, ol_tensor *b) {
+    if (w && w->requires_grad) ol__grad(w);
+    if (b && b->requires_grad) ol__grad(b);
+}
 static void param_grads(ol_tensor *x, ol_tensor *w, ol_tensor *b, const float *dy, const float *mean,
                         const float *rstd) {
     int64_t C = ol__last(x), R = ol__rows(x);
     /* threads own column blocks; rows summed serially (fixed order) */
-    #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
+    #pragma omp for schedule(static) nowait
     for (int64_t c0 = 0; c0 < C; c0 += 32) {
         int64_t c1 = c0 + 32 < C ? c0 + 32 : C;
         for (int64_t r = 0; r < R; r++) {
@@ -74,8 +82,13 @@ static void layernorm_backward(ol_node *nd) {
     ol_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->in[2];
     const float *mean = nd->saved, *rstd = nd->saved2, *dy = nd->out->grad;
     int64_t C = ol__last(x), R = ol__rows(x);
-    if (x->requires_grad) {
-        #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
+    int need_x = x->requires_grad, fresh = need_x && ol__grad_first(x);
+    param_grads_settle(w, b);
+    /* one thread, in program order, when x is also w or b (both loops write its gradient) */
+    #pragma omp parallel if (x->numel > OL_PAR_MIN && x != w && x != b)
+    {
+    if (need_x) {
+        #pragma omp for schedule(static) nowait
         for (int64_t r = 0; r < R; r++) {
             const float *xr = x->data + r * C, *gr = dy + r * C;
             float *dx = x->grad + r * C;
@@ -85,11 +98,13 @@ static void layernorm_backward(ol_node *nd) {
             float mg = (float)(sg / C), mgx = (float)(sgx / C);
             for (int64_t c = 0; c < C; c++) {
                 float g = gr[c] * (w ? w->data[c] : 1.0f);
-                dx[c] += rs * (g - mg - (xr[c] - mu) * rs * mgx);
+                float v = rs * (g - mg - (xr[c] - mu) * rs * mgx);
+                dx[c] = (fresh ? 0.0f : dx[c]) + v;
             }
         }
     }
     param_grads(x, w, b, dy, mean, rstd);
+    }
 }
 
 static int check_affine(const char *op, ol_tensor *x, ol_tensor *p) {
@@ -129,6 +144,7 @@ ol_tensor *ol_layernorm(ol_tensor *x, ol_tensor *w, ol_tensor *b, float eps) {
     if (ol__needs_grad(x->ctx, 3, ins)) {
         ol_node *n = ol__record("layernorm", layernorm_backward, y, 3, ins);
         if (!n) return NULL;
+        n->write_first = 1;
         n->saved = mean;
         n->saved2 = rstd;
     }
@@ -141,8 +157,13 @@ static void rmsnorm_backward(ol_node *nd) {
     ol_tensor *x = nd->in[0], *w = nd->in[1];
     const float *rstd = nd->saved, *dy = nd->out->grad;
     int64_t C = ol__last(x), R = ol__rows(x);
-    if (x->requires_grad) {
-        #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
+    int need_x = x->requires_grad, fresh = need_x && ol__grad_first(x);
+    param_grads_settle(w, NULL);
+    /* one thread, in program order, when x is also w (both loops write its gradient) */
+    #pragma omp parallel if (x->numel > OL_PAR_MIN && x != w)
+    {
+    if (need_x) {
+        #pragma omp for schedule(static) nowait
         for (int64_t r = 0; r < R; r++) {
             const float *xr = x->data + r * C, *gr = dy + r * C;
             float *dx = x->grad + r * C;
@@ -152,11 +173,13 @@ static void rmsnorm_backward(ol_node *nd) {
             float m = (float)(sgx / C);
             for (int64_t c = 0; c < C; c++) {
                 float g = gr[c] * (w ? w->data[c] : 1.0f);
-                dx[c] += rs * (g - xr[c] * rs * rs * m);
+                float v = rs * (g - xr[c] * rs * rs * m);
+                dx[c] = (fresh ? 0.0f : dx[c]) + v;
             }
         }
     }
     param_grads(x, w, NULL, dy, NULL, rstd);
+    }
 }
 
 ol_tensor *ol_rmsnorm(ol_tensor *x, ol_tensor *w, float eps) {
@@ -179,6 +202,7 @@ ol_tensor *ol_rmsnorm(ol_tensor *x, ol_tensor *w, float eps) {
     if (ol__needs_grad(x->ctx, 2, ins)) {
         ol_node *n = ol__record("rmsnorm", rmsnorm_backward, y, 2, ins);
         if (!n) return NULL;
+        n->write_first = 1;
         n->saved = rstd;
     }
     return y;

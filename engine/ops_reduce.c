@@ -114,13 +114,18 @@ static void ce_backward(ol_node *nd) {
     float count = nd->farg[0];
     if (count == 0) return;
     float g = nd->out->grad[0] / count;
+    int fresh = ol__grad_first(x);   /* a pending gradient: store (internal.h) */
     #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
     for (int64_t r = 0; r < R; r++) {
         int32_t tr = t->idata[r];
-        if (tr == ignore) continue;
-        const float *xr = x->data + r * V;
         float *dr = x->grad + r * V;
-        for (int64_t j = 0; j < V; j++) dr[j] += g * expf(xr[j] - lse[r]);
+        if (tr == ignore) {
+            if (fresh) memset(dr, 0, (size_t)V * 4);
+            continue;
+        }
+        const float *xr = x->data + r * V;
+        if (fresh) for (int64_t j = 0; j < V; j++) dr[j] = 0.0f + g * expf(xr[j] - lse[r]);
+        else       for (int64_t j = 0; j < V; j++) dr[j] += g * expf(xr[j] - lse[r]);
         dr[tr] -= g;
     }
 }
@@ -169,6 +174,7 @@ ol_tensor *ol_cross_entropy(ol_tensor *x, ol_tensor *t, int32_t ignore_index) {
         ol_tensor *ins[2] = { x, t };
         ol_node *n = ol__record("cross_entropy", ce_backward, y, 2, ins);
         if (!n) return NULL;
+        n->write_first = 1;
         n->saved = lse;
         n->iarg[0] = ignore_index;
         n->farg[0] = (float)count;

@@ -24,9 +24,15 @@ static void split3(const ol_tensor *a, int32_t d, int64_t *outer, int64_t *inner
 static void reshape_backward(ol_node *nd) {
     ol_tensor *a = nd->in[0];
     const float *g = nd->out->grad;
+    float *da = a->grad;
     int64_t n = a->numel;
-    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) a->grad[i] += g[i];
+    if (ol__grad_first(a)) {   /* a pending gradient: a copy (internal.h) */
+        #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) da[i] = g[i];
+    } else {
+        #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) da[i] += g[i];
+    }
 }
 
 ol_tensor *ol_reshape(ol_tensor *a, int32_t ndim, const int64_t *shape) {
@@ -55,10 +61,15 @@ ol_tensor *ol_reshape(ol_tensor *a, int32_t ndim, const int64_t *shape) {
     y->ndim = ndim;
     for (int i = 0; i < 4; i++) y->shape[i] = i < ndim ? s[i] : 0;
     y->grad = NULL;
+    y->grad_pending = 0;
     y->requires_grad = 0;
     y->param_index = -1;
     y->gen = a->ctx->gen;   /* a view lives no longer than the step */
-    if (ol__needs_grad(a->ctx, 1, &a) && !ol__record("reshape", reshape_backward, y, 1, &a)) return NULL;
+    if (ol__needs_grad(a->ctx, 1, &a)) {
+        ol_node *nd = ol__record("reshape", reshape_backward, y, 1, &a);
+        if (!nd) return NULL;
+        nd->write_first = 1;
+    }
     return y;
 }
 
@@ -99,7 +110,8 @@ static void transpose_backward(ol_node *nd) {
     int64_t s[4];
     pad4(y, s);
     int off = 4 - y->ndim;
-    swap_copy(y->grad, a->grad, s, nd->iarg[0] + off, nd->iarg[1] + off, 1);
+    /* a pending gradient is a copy (internal.h) */
+    swap_copy(y->grad, a->grad, s, nd->iarg[0] + off, nd->iarg[1] + off, !ol__grad_first(a));
 }
 
 ol_tensor *ol_transpose(ol_tensor *a, int32_t d0, int32_t d1) {
@@ -116,6 +128,7 @@ ol_tensor *ol_transpose(ol_tensor *a, int32_t d0, int32_t d1) {
     if (ol__needs_grad(a->ctx, 1, &a)) {
         ol_node *n = ol__record("transpose", transpose_backward, y, 1, &a);
         if (!n) return NULL;
+        n->write_first = 1;
         n->iarg[0] = d0; n->iarg[1] = d1;
     }
     return y;

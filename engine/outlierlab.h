@@ -48,6 +48,9 @@ typedef struct ol_tensor {
     int32_t  param_index;   /* index in the parameter table, -1 for other tensors */
     uint64_t gen;           /* step generation; 0 = persistent (params, buffers) */
     char     name[48];
+    int32_t  grad_pending;  /* engine-internal: 1 while ol_backward has allocated grad but nothing
+                             * has written it yet (the gradient is 0; the first write stores) */
+    int32_t  reserved_;
 } ol_tensor;
 
 /* Last error message of this thread ("" if none). */
@@ -58,6 +61,14 @@ const char *ol_version(void);
 /* Threads for the engine's kernels and OpenBLAS; n <= 0 means OMP_NUM_THREADS or all cores. */
 void ol_set_num_threads(int n);
 int  ol_get_num_threads(void);
+
+/* The engine's own kernel for small products (engine/gemm.c), used for each shape whose
+ * every element it calibrated bit for bit against OpenBLAS; 0 sends every product through
+ * OpenBLAS (as does OUTLIERLAB_GEMM=blas). Returns the old setting. */
+int ol_set_gemm_fast(int on);
+/* 1 when the engine kernel serves the single-threaded product C (m,n) = op(A)·op(B) with
+ * inner dim k (calibrating the shape if it is new), 0 when OpenBLAS does. */
+int ol_gemm_engine_kernel(int ta, int tb, int m, int n, int k);
 
 /* OpenBLAS: the kernels it runs (e.g. "SkylakeX") and its build; ol_blas_core_hint() names
  * better kernels for this CPU when OpenBLAS's own detection fell back to old ones (engine/blas.c),
@@ -127,8 +138,12 @@ int ol_copy_into(ol_tensor *dst, const ol_tensor *src);   /* same numel and dtyp
 double ol_rand_uniform(uint64_t seed, uint64_t index);
 
 /* Autograd: loss must have one element. Walks the tape in reverse, accumulating (+=)
- * into gradients. Returns 0, or non-zero with ol_error() set. */
+ * into gradients. Returns 0, or non-zero with ol_error() set. The gradients of step
+ * tensors are written first instead of zero-filled and added to (the same bits; see
+ * engine/internal.h); ol_set_write_first(0) zero-fills them all before the walk, the
+ * reference the tests compare with (1, the default, restores it; returns the old setting). */
 int ol_backward(ol_tensor *loss);
+int ol_set_write_first(int on);
 
 /* ====================================================================== ops */
 /* Every op returns a new step tensor (NULL on error) and records itself on the tape when
@@ -193,6 +208,16 @@ ol_tensor *ol_dropout(ol_tensor *a, float p, uint64_t seed);
  * y[i] = x[i]·cos(pθ_i) − x[i+HD/2]·sin(pθ_i), y[i+HD/2] = x[i+HD/2]·cos + x[i]·sin.
  * (engine/ops_model.c) */
 ol_tensor *ol_rope(ol_tensor *x, float base, int64_t pos_offset);
+
+/* Fused ops of the LLaMA block (engine/ops_model.c), each the same numbers, forward and
+ * backward, as the chain of ops it replaces, with fewer passes and no intermediate tensors:
+ * ol_heads: x (B,T,NH·HD) -> (B,NH,T,HD), = x.view(B,T,NH,HD).transpose(1,2) followed by
+ *   ol_rope(·, rope_base, pos_offset) when rope_base > 0;
+ * ol_heads_merge: y (B,NH,T,HD) -> (B,T,NH·HD), = y.transpose(1,2).view(B,T,NH·HD);
+ * ol_swiglu: g, u of one shape -> silu(g)·u (SwiGLU's gate product). */
+ol_tensor *ol_heads(ol_tensor *x, int64_t n_head, float rope_base, int64_t pos_offset);
+ol_tensor *ol_heads_merge(ol_tensor *y);
+ol_tensor *ol_swiglu(ol_tensor *g, ol_tensor *u);
 
 /* ================================================================ optimizer */
 

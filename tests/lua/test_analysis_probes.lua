@@ -126,4 +126,40 @@ do
   t.ok(#ws.col_ratio == cfg.d_ff and #ws.row_ratio == C and ws.extremal_ratio >= 1, "weight stats on W_down")
 end
 
+-- ------------------------------------------------------------------ points nobody wants are not computed
+-- The collector tells the models which points it wants (nn.probe_wants): with only "h" attached,
+-- the attention does not compute its B·NH·T² probabilities (the step arena shows it), and "h" is
+-- the same either way.
+do
+  local nn = require "outlierlab.nn"
+  local P = probes.new{ layers = { 1 } }
+  P:attach("h", function() end)
+  P:attach("attn_probs", function() end, { 0 })
+  t.ok(P:wants("h", 1) and not P:wants("h", 0), "wants: the collector's layer list")
+  t.ok(not P:wants("attn_probs", 1) and not P:wants("q", 1), "wants: a handler's own layer list, unattached points")
+  t.ok(nn.probe_wants(P.fn, "h", 1) and not nn.probe_wants(P.fn, "q", 1), "nn.probe_wants asks the registered collector")
+  t.ok(nn.probe_wants(function() end, "attn_probs", 0), "an unregistered probe function gets every point")
+  local cfg = models.preset("llama-quick")
+  local m = models.build(ctx, cfg)
+  local B, T = 2, 32
+  local function run(points)
+    local Q = probes.new{}
+    local h
+    for _, pt in ipairs(points) do Q:attach(pt, function(x, layer) if pt == "h" and layer == 0 then h = x:tolist() end end) end
+    ctx:reset()
+    local ids = ctx:tensor({ B, T }, { dtype = "i32" })
+    for i = 0, B * T - 1 do ids.idata[i] = (i * 13) % cfg.vocab_size end
+    ctx:no_grad(function() Q:forward(m, { ids = ids }) end)
+    local bytes = ctx:step_bytes()
+    ctx:reset()
+    return bytes, table.concat(h, " ")
+  end
+  local b_h, h1 = run { "h" }
+  local b_all, h2 = run { "h", "attn_probs" }
+  local probs = cfg.n_layer * B * cfg.n_head * T * T * 4
+  t.ok(b_all - b_h >= probs, "probes on h only: no attention probabilities computed",
+       string.format("step bytes %d (h) vs %d (h + attn_probs), probabilities %d", b_h, b_all, probs))
+  t.is(h1, h2, "h is the same with and without the probabilities computed")
+end
+
 return t.done()

@@ -392,4 +392,71 @@ do
   ctx:reset()
 end
 
+-- ---------------------------------------------------------------- fused block ops
+-- ol_heads (view + transpose [+ RoPE]), ol_heads_merge (transpose + view) and ol_swiglu
+-- (silu(g)·u): the chain of ops each replaces gives the same bits, forward and backward
+-- (L = Σ y⊙R for a fixed random R), and the backward matches finite differences.
+do
+  local ctx = ol.Context()
+  local function P(x) return ol.check_ptr(x) end
+  local function run(fn, inputs)   -- bits of y and of every input's gradient
+    for _, x in ipairs(inputs) do x:requires_grad_(true):zero_grad() end
+    ctx:reset()
+    local y = fn(unpack(inputs))
+    local R = ctx:tensor(y:size()):uniform_(-1, 1, 77)
+    local loss = (y * R):sum_all()
+    loss:backward()
+    local bits = {}
+    for i = 0, tonumber(y.numel) - 1 do bits[#bits + 1] = string.format("%a", y.data[i]) end
+    for _, x in ipairs(inputs) do
+      for _, g in ipairs(x:gradlist()) do bits[#bits + 1] = string.format("%a", g) end
+    end
+    ctx:reset()
+    return table.concat(bits, " ")
+  end
+  local function same(name, fused, chain, inputs)
+    t.is(run(fused, inputs), run(chain, inputs), name .. ": the same bits as the chain of ops, forward and backward")
+    local err, where = gradcheck.check(ctx, fused, inputs)
+    t.ok(err < 1e-2, name .. ": backward matches finite differences", string.format("%g at %s", err, where))
+  end
+  local x = ctx:tensor({ 2, 3, 12 }, { persistent = true }):normal_(0, 1, 21)
+  same("heads with RoPE", function(a) return P(C.ol_heads(a, 2, 10000, 2)) end,
+       function(a) return P(C.ol_rope(a:view({ 2, 3, 2, 6 }):transpose(1, 2), 10000, 2)) end, { x })
+  same("heads without RoPE", function(a) return P(C.ol_heads(a, 3, 0, 0)) end,
+       function(a) return a:view({ 2, 3, 3, 4 }):transpose(1, 2) end, { x })
+  local y = ctx:tensor({ 2, 2, 3, 6 }, { persistent = true }):normal_(0, 1, 22)
+  same("heads_merge", function(a) return P(C.ol_heads_merge(a)) end,
+       function(a) return a:transpose(1, 2):view({ 2, 3, 12 }) end, { y })
+  local g = ctx:tensor({ 2, 3, 5 }, { persistent = true }):normal_(0, 2, 23)
+  local u = ctx:tensor({ 2, 3, 5 }, { persistent = true }):normal_(0, 1, 24)
+  same("swiglu", function(a, b) return P(C.ol_swiglu(a, b)) end, function(a, b) return a:silu() * b end, { g, u })
+  same("swiglu of one tensor", function(a) return P(C.ol_swiglu(a, a)) end, function(a) return a:silu() * a end, { g })
+  -- a consumer before and after: the input gradient accumulates onto another contribution
+  same("heads after another consumer", function(a) return P(C.ol_heads(a:tanh() + a, 2, 500, 0)) end,
+       function(a) return P(C.ol_rope((a:tanh() + a):view({ 2, 3, 2, 6 }):transpose(1, 2), 500, 0)) end, { x })
+  same("swiglu with a shared input", function(a, b) return P(C.ol_swiglu(a, b)) * a end,
+       function(a, b) return a:silu() * b * a end, { g, u })
+  ctx:reset()
+  -- under an activation hook (post-training quantisation) the SwiGLU's silu and product are
+  -- two hooked activation sites, as before the fusion, with the same output as the fused op
+  local lm = models.build(ctx, models.preset("llama-quick"))
+  ctx:reset()
+  local ids = ctx:tensor({ 1, 8 }, { dtype = "i32" })
+  for i = 0, 7 do ids.idata[i] = i * 3 end
+  local kinds = {}
+  local y0, ny = snapshot(ctx:no_grad(function() return lm:forward({ ids = ids }, { train = false }) end))
+  ol.set_activation_hook(function(x, kind) kinds[kind] = (kinds[kind] or 0) + 1 return x end)
+  local y1 = snapshot(ctx:no_grad(function() return lm:forward({ ids = ids }, { train = false }) end))
+  ol.set_activation_hook(nil)
+  local L = lm.cfg.n_layer
+  t.ok(kinds.silu == L and (kinds.__mul or 0) >= L, "hooked forward: SwiGLU's silu and product are activation sites",
+       string.format("silu %s, __mul %s for %d layers", tostring(kinds.silu), tostring(kinds.__mul), L))
+  t.ok(max_abs_diff(y0, y1, ny) == 0, "the hooked forward (identity hook) gives the fused forward's logits")
+  ctx:reset()
+  t.throws(function() P(C.ol_heads(ctx:tensor({ 2, 3, 12 }), 5, 0, 0)) end, "5 heads do not divide", "heads: NH must divide C")
+  t.throws(function() P(C.ol_heads(ctx:tensor({ 2, 3, 12 }), 4, 10000, 0)) end, "must be even", "heads: RoPE needs an even head dim")
+  t.throws(function() P(C.ol_swiglu(ctx:tensor({ 2, 3 }), ctx:tensor({ 3, 2 }))) end, "one shape", "swiglu: shapes must match")
+  t.throws(function() P(C.ol_heads_merge(ctx:tensor({ 2, 3 }))) end, "must be (B,NH,T,HD)", "heads_merge: 4-D input")
+end
+
 return t.done()

@@ -507,5 +507,46 @@ do
   ctx:reset()
 end
 
+-- ---------------------------------------------------------------- write-first gradients
+-- ol_backward stores the first contribution to a step tensor's gradient instead of zero-filling
+-- it and adding (engine/internal.h): the same bits as the zero-filled reference
+-- (ol_set_write_first(0)), here for a graph in which tensors have several consumers, one
+-- tensor is both operands of an op, views and transposes carry gradients, a step leaf gets a
+-- gradient, and a branch never reaches the loss (its leaf's gradient reads 0).
+do
+  local w1 = ctx:param("wf.w1", { 8, 8 }):normal_(0, 0.5, 171)
+  local w2 = ctx:param("wf.w2", { 6, 8 }):normal_(0, 0.5, 172)
+  local gn = ctx:param("wf.gn", { 8 }):uniform_(0.5, 1.5, 173)
+  local xp = U({ 4, 8 }, 174, -1, 1, "wf.x"):requires_grad_(true)
+  local tg = I({ 4 }, { 1, 5, 0, 3 })
+  local function run(write_first)
+    local old = ol.C.ol_set_write_first(write_first and 1 or 0)
+    ctx:zero_grad(); xp:zero_grad(); ctx:reset()
+    local x = ctx:tensor({ 4, 8 }, { name = "wf.xs" }):copy_(xp):requires_grad_(true)
+    local dead = ctx:tensor({ 4, 8 }, { name = "wf.dead" }):copy_(xp):requires_grad_(true)
+    local h = x:linear(w1)
+    local a = h:rmsnorm(gn) * h:silu() - x * x
+    local v = a:view({ 4, 2, 4 }):transpose(0, 1):gelu("tanh"):transpose(0, 1):view({ 4, 8 })
+    local _ = (dead + h):tanh()
+    local z = (v + xp):dropout(0.25, 9) + a:layernorm(nil, nil)
+    z:linear(w2):cross_entropy(tg):backward()
+    local out = {}
+    for name, tn in pairs { x = x, xp = xp, dead = dead, w1 = w1, w2 = w2, gn = gn } do
+      local bits = {}
+      for i, g in ipairs(tn:gradlist()) do bits[i] = string.format("%a", g) end
+      out[name] = table.concat(bits, " ")
+    end
+    ol.C.ol_set_write_first(old)
+    ctx:reset()
+    return out
+  end
+  local ref, wf = run(false), run(true)
+  for _, name in ipairs { "x", "xp", "w1", "w2", "gn", "dead" } do
+    t.is(wf[name], ref[name], "write-first gradients: " .. name .. " bit for bit as the zero-filled reference")
+  end
+  t.ok(ref.x:find("[1-9]") ~= nil, "sanity: the step leaf has a non-zero gradient")
+  t.is(wf.dead, string.rep("0x0p+0", 32, " "), "a step leaf the loss does not reach has gradient 0")
+end
+
 for fam, e in pairs(worst_by_name) do t.diag(string.format("worst gradcheck error %-16s %.2e", fam, e)) end
 return t.done()

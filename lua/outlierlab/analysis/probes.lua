@@ -43,7 +43,19 @@ function probes.new(o)
   for _, p in ipairs(o.points or {}) do self.points[p] = true end
   if o.on ~= nil and type(o.on) ~= "function" then error("probes.new: on must be a function", 2) end
   self.fn = function(name, layer, tensor) self:dispatch(name, layer, tensor) end
+  -- models ask before computing a point only probes look at (nn.probe_wants)
+  require("outlierlab.nn").register_probe(self.fn, function(name, layer) return self:wants(name, layer) end)
   return self
+end
+
+-- true when dispatch(name, layer, …) would reach the on function or a handler
+function Probe:wants(name, layer)
+  if not self.points[name] or (self.layers and not self.layers[layer]) then return false end
+  if self.on then return true end
+  for _, h in ipairs(self.handlers[name] or {}) do
+    if not h.layers or h.layers[layer] then return true end
+  end
+  return false
 end
 
 -- register a handler for one point (optionally only some layers)

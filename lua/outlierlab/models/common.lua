@@ -21,14 +21,15 @@ function M.linear(ctx, name, nin, nout, bias, std)
   return nn.Linear(ctx, nin, nout, { name = name, bias = bias, std = std })
 end
 
--- (B, T, NH·HD) -> (B, NH, T, HD): a free view, then one transpose copy.
-function M.split_heads(x, B, T, NH, HD)
-  return x:view({ B, T, NH, HD }):transpose(1, 2)
+-- (B, T, NH·HD) -> (B, NH, T, HD): view + transpose(1, 2) as one engine op (ol_heads), with
+-- the rotary positions of base `rope` applied in the same pass when given.
+function M.split_heads(x, B, T, NH, HD, rope)
+  return ol.check_ptr(ol.C.ol_heads(x, NH, rope or 0, 0))
 end
 
--- (B, NH, T, HD) -> (B, T, NH·HD)
+-- (B, NH, T, HD) -> (B, T, NH·HD): transpose(1, 2) + view as one engine op (ol_heads_merge)
 function M.merge_heads(y, B, T, NH, HD)
-  return y:transpose(1, 2):view({ B, T, NH * HD })
+  return ol.check_ptr(ol.C.ol_heads_merge(y))
 end
 
 -- (B, NKV, T, HD) -> (B, NH, T, HD): head h reads key/value head floor(h / (NH/NKV)),
@@ -222,11 +223,14 @@ function Attention:forward(x, P, l, pad_mask)
   local qo, ko, vo = self.q:forward(x), self.k:forward(x), self.v:forward(x)
   local c = self.clip_qkv
   if c then qo, ko, vo = M.clamp(qo, c), M.clamp(ko, c), M.clamp(vo, c) end   -- modeling_mpt.py: Wqkv(x).clamp(−c, c)
-  local q = M.split_heads(qo, B, T, NH, HD)
-  local k = M.split_heads(ko, B, T, NKV, HD)
+  -- plain RoPE on whole heads runs inside the head split (ol_heads, the same bits as ol_rope
+  -- after it); QK-norm before RoPE, explicit frequencies and partial rotary take the two steps
+  local fused = self.rope and not self.q_norm and not self.rope_freqs and not (self.rotary_dim and self.rotary_dim < HD)
+  local q = M.split_heads(qo, B, T, NH, HD, fused and self.rope or nil)
+  local k = M.split_heads(ko, B, T, NKV, HD, fused and self.rope or nil)
   local v = M.split_heads(vo, B, T, NKV, HD)
   if self.q_norm then q, k = self.q_norm:forward(q), self.k_norm:forward(k) end
-  if self.rope then q, k = rope(self, q), rope(self, k) end
+  if self.rope and not fused then q, k = rope(self, q), rope(self, k) end
   if P then P("q", l, q); P("k", l, k); P("v", l, v) end
   k, v = M.repeat_kv(k, NH), M.repeat_kv(v, NH)
   local y
@@ -236,10 +240,11 @@ function Attention:forward(x, P, l, pad_mask)
     y = self:scored(q, k, v, P, l, w, pad_mask)
   else
     local aprobe = P and function(name, t) P(name, l, t) end or nil
+    local awants = P and function(name) return nn.probe_wants(P, name, l) end or nil
     -- drop_base is set by Model:begin_forward in training forwards only (nil: no dropout)
     local dseed = self.drop_base and self.drop_base + M.ATTN_DROP_SITE + l or nil
     y = self.attn:forward(q, k, v, x, { causal = self.causal, pad_mask = pad_mask, probe = aprobe,
-                                       dropout_seed = dseed })
+                                       probe_wants = awants, dropout_seed = dseed })
   end
   if P then P("attn_head_out", l, y) end
   local out = self.o:forward(M.merge_heads(y, B, T, NH, HD))
@@ -290,8 +295,12 @@ function SwiGLU:forward(x, P, l)
   if P then P("mlp_gate", l, g) end
   local u = self.up:forward(x)
   if P then P("mlp_up", l, u) end
+  -- silu(g)·u in one engine op; under an activation hook (post-training quantisation) as the
+  -- two hooked ops, silu and the product, each an activation site (the same values otherwise);
+  -- another gate activation (GeGLU: Gemma) as the two ops
   local h
-  if self.act and self.act ~= "silu" then h = acts[self.act](g) * u else h = g:silu() * u end
+  if self.act and self.act ~= "silu" then h = acts[self.act](g) * u
+  else h = ol.activation_hook() and g:silu() * u or ol.check_ptr(ol.C.ol_swiglu(g, u)) end
   if P then P("x_down", l, h) end
   return self.down:forward(h)
 end

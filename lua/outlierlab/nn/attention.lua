@@ -318,6 +318,12 @@ function Attn:new_param(suffix, shape, init, value)
   return p
 end
 
+-- a probe is set and wants the point (opts.probe_wants(name), when given, can decline: the
+-- probabilities are a second B·NH·T² pass)
+local function wanted(opts, name)
+  return opts.probe ~= nil and (opts.probe_wants == nil or opts.probe_wants(name))
+end
+
 -- the fused core: out (B,NH,T,HD) and, when probing, the probabilities
 function Attn:core(q, k, v, opts)
   local cfg, T = self.cfg, k:size(2)
@@ -328,7 +334,7 @@ function Attn:core(q, k, v, opts)
   cfg.dropout, cfg.dropout_seed = p, p > 0 and opts.dropout_seed or 0
   local kp, vp = self.p.k, self.p.v
   local out = P(C.ol_attention(q, k, v, kp, vp, opts.pad_mask, cfg))
-  if opts.probe then
+  if wanted(opts, "attn_probs") or wanted(opts, "sink_probs") then
     local pr = P(C.ol_attention_probs(q, k, kp, opts.pad_mask, cfg, self.sinkbuf))
     opts.probe("attn_probs", pr)
     if self.sinkbuf[0] ~= nil then opts.probe("sink_probs", self.sinkbuf[0]) end
@@ -352,13 +358,13 @@ function Attn:forward(q, k, v, x, opts)
   if self.elementwise then   -- gated_sdpa elementwise: out ⊙ g, g (B,NH,T,HD)
     if not x then error("attention '" .. self.kind .. "': forward needs x, the attention block's input (B,T,C)", 2) end
     local g = self:elementwise(x)
-    if opts.probe then opts.probe("gates", g:mean()) end
+    if wanted(opts, "gates") then opts.probe("gates", g:mean()) end
     return out * g
   end
   if self.factor then
     if not x then error("attention '" .. self.kind .. "': forward needs x, the attention block's input (B,T,C)", 2) end
     local g = self:factor(x)                 -- (B,T,NH)
-    if opts.probe then opts.probe(self.factor_name, g:transpose(1, 2)) end
+    if wanted(opts, self.factor_name) then opts.probe(self.factor_name, g:transpose(1, 2)) end
     if self.factor_scale ~= 1 then g = g:scale(self.factor_scale) end
     out = self.use_reference and M.head_scale_reference(out, g) or M.head_scale(out, g)
   end

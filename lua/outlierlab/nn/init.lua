@@ -10,6 +10,18 @@ Module.__index = Module
 Module.__call = function(self, ...) return self:forward(...) end
 nn.Module = Module
 
+-- Probe functions (opts.probe = fn(name, layer, tensor) of a model's forward) may say which
+-- points they want: nn.probe_wants(fn, name, layer) is false only when fn was registered with
+-- a predicate (nn.register_probe(fn, wants(name, layer))) that declines; a model skips the work
+-- of a point nobody wants (the attention probabilities, a full B·NH·T² pass). outlierlab.analysis.probes
+-- registers its collector; any other function gets every point.
+local probe_wants = setmetatable({}, { __mode = "k" })
+function nn.register_probe(fn, wants) probe_wants[fn] = wants return fn end
+function nn.probe_wants(fn, name, layer)
+  local w = probe_wants[fn]
+  return w == nil or w(name, layer) and true or false
+end
+
 -- define a module class: local Foo = nn.class("Foo")
 function nn.class(name, parent)
   local cls = setmetatable({}, { __index = parent or Module })

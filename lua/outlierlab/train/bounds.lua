@@ -33,8 +33,8 @@ end
 -- ---------------------------------------------------------------- memory
 -- Floats one training micro-batch keeps in the step arena per token, measured on this
 -- engine (activations saved for backward, their gradients, the logits) and rounded up by
--- about 10 %: per layer 40·C + 5·F (10·F for the gated MLP of LLaMA), plus 2·V + 8·C for
--- embeddings, head and loss. The fused
+-- about 10 %: per layer 36·C + 5·F (32·C + 8·F for LLaMA: rotary q, k and the gated MLP are
+-- fused ops that keep no intermediates), plus 2·V + 8·C for embeddings, head and loss. The fused
 -- attention kernels keep O(T) per row; a variant built from plain ops keeps its (T, T)
 -- scores, mask, probabilities and their gradients, up to 10·NH·T per layer and token.
 local function fused_attention(mcfg)
@@ -50,7 +50,7 @@ end
 function M.floats_per_token(mcfg, T)
   local C, F, L, NH = mcfg.d_model, mcfg.d_ff, mcfg.n_layer, mcfg.n_head
   local V = mcfg.family == "vit" and mcfg.n_classes or mcfg.vocab_size
-  local per_layer = 40 * C + (mcfg.family == "llama" and 10 or 5) * F
+  local per_layer = mcfg.family == "llama" and 32 * C + 8 * F or 36 * C + 5 * F
   if not fused_attention(mcfg) then per_layer = per_layer + 10 * NH * T end
   return L * per_layer + 2 * V + 8 * C
 end
