@@ -97,13 +97,13 @@ local function token_loader(mc, B, T, kind)
   return l
 end
 
-local function bench(name, mc, B, T, loader)
+local function bench(name, mc, B, T, loader, shards)
   local peak = sgemm_peak()
   local ctx = ol.Context { seed = 1 }
   local m = models.build(ctx, mc)
   local times = {}
   local prof = { 0, 0, 0 }
-  train.run { ctx = ctx, model = m, loader = loader, cfg = { steps = cfg.steps + 2, lr = 1e-4, progress = "off" },
+  train.run { ctx = ctx, model = m, loader = loader, cfg = { steps = cfg.steps + 2, lr = 1e-4, progress = "off", shards = shards },
               on_step = function(step)
                 -- steps 1-2 warm up; the profile covers the timed steps only
                 if step == 2 then C.ol_profile_reset() C.ol_profile_enable(1) end
@@ -135,7 +135,13 @@ local function want(w) return cfg.which == "all" or cfg.which == w end
 if want("llama") then
   local p = E.LLAMA_LM_PROFILES.default
   local mc = E.model_cfg(E.llama_lm_spec(p))
-  results[#results + 1] = bench("llama-organism", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "lm"))
+  local r0 = bench("llama-organism", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "lm"))
+  results[#results + 1] = r0
+  -- the price of rank invariance on one rank (train.run's cfg.shards = 4, --shards=4 on a run):
+  -- the batch as four fixed shards, each a forward and backward of a quarter of the rows
+  local r4 = bench("  with shards=4", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "lm"), 4)
+  print(string.format("rank invariance (shards 4) on one rank: %.0f%% of the plain step's tokens/s (a switch: --shards=4)",
+                      100 * r4.tok_s / r0.tok_s))
 end
 if want("bert") then
   local p = E.BERT_MLM_PROFILES.default

@@ -139,6 +139,47 @@ t.ok(not pcall(train_mod.config, { steps = 1, shards = 3 }), "train: cfg.shards 
 t.ok(not pcall(train_mod.config, { steps = 1, shards = 2, accum = 2 }), "train: cfg.shards > 1 with accum > 1 is an error")
 t.ok(pcall(train_mod.config, { steps = 1, shards = 4 }), "train: cfg.shards = 4 is accepted")
 
+-- An experiment's --shards=4 reaches every model it trains: so-fig3's quick organism from
+-- 1 rank × 2 threads and from mpirun -np 2 × 1 thread has the same tensor bytes (each run with
+-- its own cache, so neither reuses the other's model); without --shards the two differ.
+local function exp_tensors(prefix, args, tag)
+  local dir = os.tmpname(); os.remove(dir)
+  local cmd = string.format("%s '%s/bin/outlierlab' run '%s/experiments/so-fig3.lua' --profile=quick --progress=off " ..
+                            "--cache='%s/cache' --out='%s/res' %s 2>&1", prefix, ol.root, ol.root, dir, dir, args)
+  local f = io.popen(cmd)
+  local out = f:read("*a")
+  f:close()
+  local p = io.popen("ls '" .. dir .. "'/cache/models/*/model.safetensors 2>/dev/null")
+  local path = p:read("*l")
+  p:close()
+  local data
+  if path then
+    local h = io.open(path, "rb")
+    local b = h:read("*a")
+    h:close()
+    local n = 0
+    for i = 8, 1, -1 do n = n * 256 + b:byte(i) end
+    data = b:sub(9 + n)   -- the tensors, after the JSON header (which holds timings)
+  end
+  os.execute("rm -rf '" .. dir .. "'")
+  return data, out
+end
+if have_mpi then
+  local one, o1 = exp_tensors("OMP_NUM_THREADS=2", "--shards=4")
+  local two, o2 = exp_tensors(mpi_env .. "timeout 300 mpirun --oversubscribe -np 2", "--shards=4")
+  t.ok(one ~= nil and #one > 0 and one == two, "so-fig3 quick, --shards=4: 1 rank × 2 threads and 2 ranks × 1 thread train " ..
+       "the same tensors bit for bit", (one == nil and o1 or "") .. (two == nil and o2 or ""))
+  local plain1 = exp_tensors("OMP_NUM_THREADS=2", "")
+  local plain2 = exp_tensors(mpi_env .. "timeout 300 mpirun --oversubscribe -np 2", "")
+  t.ok(plain1 ~= nil and plain2 ~= nil and plain1 ~= plain2,
+       "without --shards, 2 ranks sum their gradients by MPI_Allreduce: different bits (what the switch is for)")
+else
+  t.ok(true, "so-fig3 --shards=4 on 1 and 2 ranks # SKIP mpirun is not installed")
+end
+local _, bad = exp_tensors("", "--shards=3")
+t.ok(bad:find("--shards=3", 1, true) and bad:find("must be 0 (off) or a power of two", 1, true),
+     "--shards=3 on a run: a clear error naming the option", bad)
+
 -- Op by op, in-process, 1 vs 2 threads: forward output and input gradients. The engine's
 -- own kernels (fixed-order reductions, threads over rows/columns) must be bit-identical;
 -- the sgemm-based ops are reported.

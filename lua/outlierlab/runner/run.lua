@@ -38,6 +38,7 @@
 -- Results root: --out= or $OUTLIERLAB_RESULTS, default <root>/results.
 local ol = require "outlierlab"
 local config = require "outlierlab.config"
+local bit = require "bit"
 local results = require "outlierlab.figure.netcdf"
 local plot = require "outlierlab.figure.gnuplot"
 local progress = require "outlierlab.util.progress"
@@ -222,12 +223,28 @@ end
 local train_or_cache = Run.model
 function Run:model(spec, trainer)
   if self.pretrained then return self.pretrained:handle() end
+  -- --shards=S: rank-invariant data parallelism (train.run's cfg.shards) for every model the
+  -- run trains; it changes the weights, so it enters the model's spec (and its cache key). A
+  -- spec that sets its own shards keeps them; S = 0 (the default) leaves the spec untouched.
+  if (self.shards or 0) > 0 and type(spec.train) == "table" and spec.train.shards == nil then
+    if (spec.train.accum or 1) > 1 then
+      error(string.format("--shards=%d: this model trains with gradient accumulation (accum = %d), which shards do not support",
+                          self.shards, spec.train.accum), 0)
+    end
+    -- in place (a new train table: a shared profile table stays untouched), because the
+    -- trainer closure reads this very spec
+    local tr = {}
+    for k, v in pairs(spec.train) do tr[k] = v end
+    tr.shards = self.shards
+    spec.train = tr
+  end
   return train_or_cache(self, spec, trainer)
 end
 
 function Run:meta()
   return { title = self.exp.title, id = self.id, profile = self.profile, seed = self.seed,
-           config = { experiment = self.id, profile = self.profile, settings = self.cfg },
+           config = { experiment = self.id, profile = self.profile, settings = self.cfg,
+                      shards = (self.shards or 0) > 0 and self.shards or nil },
            summary = self.exp.source.claim and (self.exp.source.paper .. " " .. self.exp.source.figure ..
              ": " .. self.exp.source.claim) or self.exp.title,
            references = self.exp.source.paper .. " " .. (self.exp.source.figure or "") }
@@ -330,6 +347,7 @@ function M.run_file(exp, file)
   local root = ol.root
   local opts = config.get({ profile = "default", sweep_index = -1, retrain = false, reanalyze = false,
                             progress = "",   -- auto | tty | plain | off (quiet): every training's progress lines
+                            shards = tonumber(os.getenv("OUTLIERLAB_SHARDS") or "") or 0,   -- rank invariance (Run:model)
                             model = "", text = "", stream = "auto",   -- a pretrained model (outlierlab.pretrained)
                             out = os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results"),
                             cache = os.getenv("OUTLIERLAB_CACHE") or (root .. "/cache") }, { strict = false })
@@ -342,7 +360,11 @@ function M.run_file(exp, file)
   end
   local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
                                             retrain = true, reanalyze = true, model = true, text = true, stream = true,
-                                            progress = true } })
+                                            progress = true, shards = true } })
+  local S = opts.shards
+  if type(S) ~= "number" or S < 0 or S ~= math.floor(S) or (S > 0 and bit.band(S, S - 1) ~= 0) then
+    error(string.format("experiment %s: --shards=%s (or OUTLIERLAB_SHARDS): must be 0 (off) or a power of two", file, tostring(S)), 0)
+  end
   if opts.progress ~= "" then progress.mode_override = opts.progress end
   progress.override()   -- a bad --progress / OUTLIERLAB_PROGRESS value is an error now, not at the first step
   bounds.check_profile(cfg)   -- sizes and learning rates of the settings, before any stage (outlierlab.train.bounds)
@@ -354,7 +376,7 @@ function M.run_file(exp, file)
     dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name }),
     results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
     sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze,
-    out = {}, files = {},
+    shards = opts.shards, out = {}, files = {},
   }, Run)
   mkdir(run.dir)
   local ftext = read_file(file) or ""
