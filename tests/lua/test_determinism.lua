@@ -124,6 +124,10 @@ for _, family in ipairs { "llama", "gpt2", "bert" } do
   t.ok(r1 ~= nil, family .. "-tiny through train.run reports a checksum (loss " .. tostring(l1) .. ")", o1)
   t.ok(r1 ~= nil and r1 == r2 and r1 == r4, family .. "-tiny, train.run, shards 4: threads 1, 2, 4 give bit-identical parameters (" ..
        tostring(r1) .. ", " .. tostring(r2) .. ", " .. tostring(r4) .. ")")
+  -- OpenMP's dynamic teams (fewer threads than asked for in a region) finish and change nothing
+  local _, rd, od = det_run("OMP_DYNAMIC=true OMP_NUM_THREADS=4 timeout 120", args)
+  t.ok(rd ~= nil and rd == r1, family .. "-tiny, OMP_DYNAMIC=true with 4 threads: finishes with the same bits (" ..
+       tostring(rd) .. ")", rd == nil and od or nil)
   if have_mpi then
     local _, m2, out = det_run(mpi_env .. "timeout 120 mpirun --oversubscribe -np 2", args)
     t.ok(r1 ~= nil and m2 == r1, family .. "-tiny, shards 4: mpirun -np 2 gives the same bits as 1 rank (" .. tostring(m2) ..
