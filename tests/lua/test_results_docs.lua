@@ -36,4 +36,27 @@ local container = slurp(root .. "/docs/CONTAINER.md") or ""
 local ignores_git = ("\n" .. ignore):find("\n%.git\n") ~= nil
 t.ok(not ignores_git and container:find("`.git` stays in the build context", 1, true),
      ".dockerignore keeps .git in the build context and docs/CONTAINER.md says so")
+-- scripts/results-table.lua: one row per experiment from the run.json files, the missing ones
+-- listed, the total time summed (a results root made here with two runs)
+do
+  local dir = os.tmpname(); os.remove(dir)
+  local function put(id, j)
+    os.execute("mkdir -p '" .. dir .. "/" .. id .. "/default'")
+    local f = io.open(dir .. "/" .. id .. "/default/run.json", "w")
+    f:write(j)
+    f:close()
+  end
+  put("so-fig3", '{"paper":"SO Fig. 3","paper_result":"top-1 in the thousands","reproduced":"ratio 87 | at bos",' ..
+                 '"verdict":"does not hold","seconds":71.4,"git_commit":"abcdef0123","settings":{"seed":1}}')
+  put("so-fig11", '{"paper":"SO Fig. 11","paper_result":"x","reproduced":"y","verdict":"inconclusive","seconds":100,' ..
+                  '"git_commit":"abcdef0123","settings":{"n_seeds":3}}')
+  local out = sh("cd " .. root .. " && bin/outlierlab run scripts/results-table.lua --results=" .. dir .. " --profile=default")
+  os.execute("rm -rf '" .. dir .. "'")
+  t.ok(out:find("| so-fig3 | SO Fig. 3: top-1 in the thousands | ratio 87 \\| at bos | does not hold | 1 seed | 71 s |", 1, true),
+       "results-table: a run.json becomes its row (the | in a cell escaped)", out)
+  t.ok(out:find("| so-fig11 |", 1, true) and out:find("| 3 seeds | 100 s |", 1, true), "results-table: n_seeds from the settings", out)
+  t.ok(out:find("| blog-noop | | (not run) |", 1, true), "results-table: an experiment without run.json is listed as not run", out)
+  t.ok(out:find("Total: 171 s (0.0 h) over 2 experiments at commit(s) abcdef0", 1, true), "results-table: the total time and the commit", out)
+end
+
 return t.done()

@@ -1,0 +1,49 @@
+-- scripts/results-table.lua — the "every target" table of docs/RESULTS.md from the run.json files
+-- a results root holds (one per experiment and profile, written by the runner):
+--
+--   bin/outlierlab run scripts/results-table.lua [--results=results] [--profile=default]
+--
+-- One row per experiment, in id order: the paper's claim and number, what this run reproduced,
+-- the verdict, the seeds (the profile's n_seeds, else one), the run's wall time and the commit it
+-- ran at; a missing experiment is listed as not run. The total time and the commits are printed
+-- under the table. Nothing is computed here: every cell is a field of a run.json.
+local ol = require "outlierlab"
+local fs = require "outlierlab.util.fs"
+local json = require "outlierlab.util.json"
+local cfg = require("outlierlab.config").get { results = ol.root .. "/results", profile = "default" }
+
+local ids = {}
+local p = io.popen("ls '" .. ol.root .. "/experiments'")
+for f in p:lines() do
+  local id = f:match("^(.+)%.lua$")
+  if id then ids[#ids + 1] = id end
+end
+p:close()
+table.sort(ids)
+
+local function cell(s) return (tostring(s or ""):gsub("|", "\\|"):gsub("\n", " ")) end
+print("| id | the paper's claim and number | reproduced (" .. cfg.profile .. " profile) | verdict | seeds | time |")
+print("|---|---|---|---|---|---|")
+local total, commits, missing = 0, {}, {}
+for _, id in ipairs(ids) do
+  local path = cfg.results .. "/" .. id .. "/" .. cfg.profile .. "/run.json"
+  local text = fs.read_file(path)
+  if not text then
+    missing[#missing + 1] = id
+    print(string.format("| %s | | (not run) | | | |", id))
+  else
+    local r = json.decode(text, path)
+    local n = r.settings and r.settings.n_seeds or 1
+    total = total + (r.seconds or 0)
+    commits[(r.git_commit or "?"):sub(1, 7)] = true
+    print(string.format("| %s | %s: %s | %s | %s | %s | %.0f s |", id, cell(r.paper), cell(r.paper_result),
+                        cell(r.reproduced), cell(r.verdict), n == 1 and "1 seed" or (n .. " seeds"), r.seconds or 0))
+  end
+end
+local cs = {}
+for c in pairs(commits) do cs[#cs + 1] = c end
+table.sort(cs)
+print()
+print(string.format("Total: %.0f s (%.1f h) over %d experiments at commit(s) %s%s.", total, total / 3600,
+                    #ids - #missing, table.concat(cs, ", "),
+                    #missing > 0 and ("; not run: " .. table.concat(missing, ", ")) or ""))
