@@ -42,4 +42,13 @@ t.is(seeds.word(c, "lower", "higher"), "lower", "word: beyond the spread")
 t.is(seeds.word(seeds.compare({ 1, 2, 3 }, { 2.5, 4.5 })), "within the seed spread", "word: within")
 t.is(table.concat(seeds.scale({ 2, 4 }, 0.5), ","), "1,2", "scale")
 
+-- trained: the clipped BERT that never trained (ppl 86 against 10.9) and one that did
+local ok, why = seeds.trained({ 86.0, 85.2, 86.9 }, { 10.9, 10.4, 11.4 }, "ppl")
+t.ok(ok == false and why:find("did not train", 1, true) and why:find("86.03", 1, true), "trained: 86 vs 10.9 ppl did not train (" .. why .. ")")
+t.is((seeds.trained({ 16.0 }, { 10.9 }, "ppl")), true, "trained: 1.47 × vanilla's perplexity still counts as trained")
+t.is((seeds.trained({ 16.5 }, { 10.9 }, "ppl")), false, "trained: 1.51 × does not")
+t.is((seeds.trained({ 71 }, { 90 }, "acc")), true, "trained: 19 points below vanilla's top-1 counts as trained")
+t.is((seeds.trained({ 69 }, { 90 }, "acc")), false, "trained: 21 points below does not")
+t.is((seeds.trained({ 0 / 0 }, { 10 }, "ppl")), false, "trained: a NaN metric is not trained")
+
 return t.done()

@@ -15,6 +15,7 @@
 --   seeds.below(xs, ys)   -- true: xs below ys beyond the spread, false: above it, nil: within it
 --   seeds.verdict{ seeds.outcome(c1, -1), ... }   -- true / false / nil from "as claimed" / "against" / "unresolved"
 --   seeds.pm(xs, "%.3g")  -- "12.3 ± 0.4" (one value: "12.3")
+--   seeds.trained(ppl_variant, ppl_vanilla, "ppl")   -- false, "did not train: …" when far from vanilla
 local M = {}
 
 M.RULE = "a difference between two variants counts only when |mean_a − mean_b| > sd_a + sd_b " ..
@@ -113,6 +114,24 @@ function M.pm_of(mu, sd, n, fmt)
   fmt = fmt or "%.3g"
   if (n or 1) <= 1 or sd ~= sd then return string.format(fmt, mu) end
   return string.format(fmt .. " ± " .. fmt, mu, sd)
+end
+
+-- Did a variant train at all? A variant whose full-precision metric is far from vanilla's did
+-- not learn what vanilla learned (e.g. clipped softmax whose clip zeroes every attention
+-- probability from initialisation), and its outlier numbers say nothing about the variant:
+-- comparisons with it are unresolved. kind "ppl" (lower is better): trained when the mean
+-- perplexity is at most M.TRAINED_PPL_RATIO × vanilla's; kind "acc" (top-1 %, higher is better):
+-- when it is at most M.TRAINED_ACC_DROP points below vanilla's. Returns trained, and a phrase.
+M.TRAINED_PPL_RATIO, M.TRAINED_ACC_DROP = 1.5, 20
+function M.trained(variant, vanilla, kind)
+  local mv, mb = M.stats(variant), M.stats(vanilla)
+  if mv ~= mv or mb ~= mb then return false, "has no held-out metric to judge it by" end
+  if kind == "acc" then
+    if mv >= mb - M.TRAINED_ACC_DROP then return true, "" end
+    return false, string.format("did not train: top-1 %.3g %% against vanilla's %.3g %%", mv, mb)
+  end
+  if mv <= M.TRAINED_PPL_RATIO * mb then return true, "" end
+  return false, string.format("did not train: perplexity %.4g against vanilla's %.4g", mv, mb)
 end
 
 -- element-wise helpers over per-seed lists
