@@ -13,12 +13,7 @@ local json = require "outlierlab.util.json"
 local cfg = require("outlierlab.config").get { results = ol.root .. "/results", profile = "default" }
 
 local ids = {}
-local p = io.popen("ls '" .. ol.root .. "/experiments'")
-for f in p:lines() do
-  local id = f:match("^(.+)%.lua$")
-  if id then ids[#ids + 1] = id end
-end
-p:close()
+for _, e in ipairs(require("outlierlab.runner.catalogue").list()) do ids[#ids + 1] = e.id end
 table.sort(ids)
 
 local function cell(s) return (tostring(s or ""):gsub("|", "\\|"):gsub("\n", " ")) end

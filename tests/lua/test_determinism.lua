@@ -157,10 +157,8 @@ local function exp_tensors(prefix, args, tag)
   local path = p:read("*l")
   p:close()
   local data
-  if path then
-    local h = io.open(path, "rb")
-    local b = h:read("*a")
-    h:close()
+  local b = path and t.slurp(path)
+  if b then
     local n = 0
     for i = 8, 1, -1 do n = n * 256 + b:byte(i) end
     data = b:sub(9 + n)   -- the tensors, after the JSON header (which holds timings)

@@ -43,6 +43,7 @@
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
 local compress = require "outlierlab.analysis.compress"
+local quantisation = require "outlierlab.analysis.quantisation"
 local ffi = ol.ffi
 local C = ol.C
 
@@ -218,8 +219,8 @@ end
 -- ---------------------------------------------------------------- evaluation
 -- token-weighted mean loss over batches (list of batch tables), evaluation mode, no tape; the
 -- second result { loss =, ntokens =, accuracy = } has the top-1 accuracy in percent when the
--- model is a classifier (logits (B, K) and batch.labels; the first maximum wins a tie, as in
--- outlierlab.analysis.quantisation's "acc"), else accuracy = nil
+-- model is a classifier (logits (B, K) and batch.labels; quantisation.count_top1, the first
+-- maximum wins a tie), else accuracy = nil
 function M.evaluate(ctx, model, batches)
   local sum, n, correct, total = 0, 0, 0, 0
   for _, b in ipairs(batches) do
@@ -229,18 +230,8 @@ function M.evaluate(ctx, model, batches)
     sum, n = sum + loss:item() * k, n + k
     local lg, lab = info and info.logits, b.labels
     if lg and lab and lg.ndim == 2 and lab.ndim == 1 and lab:size(0) == lg:size(0) then
-      local B, K = lg:size(0), lg:size(1)
-      for r = 0, B - 1 do
-        if lab.idata[r] >= 0 then
-          local best, bi = -math.huge, 0
-          for c = 0, K - 1 do
-            local v = lg.data[r * K + c]
-            if v > best then best, bi = v, c end
-          end
-          total = total + 1
-          if bi == lab.idata[r] then correct = correct + 1 end
-        end
-      end
+      local c, k = quantisation.count_top1(lg, lab)
+      correct, total = correct + c, total + k
     end
   end
   ctx:reset()

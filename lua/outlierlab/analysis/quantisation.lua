@@ -102,6 +102,25 @@ function M.plain_attention(model)
 end
 
 -- ---------------------------------------------------------------- evaluation
+-- top-1 of a classifier's logits lg (B, K) against labels lab (B, i32; < 0: no label): the
+-- number of labelled rows whose first maximum is the label, and the number of labelled rows
+function M.count_top1(lg, lab)
+  local B, K = lg:size(0), lg:size(1)
+  local correct, total = 0, 0
+  for b = 0, B - 1 do
+    if lab.idata[b] >= 0 then
+      local best, bi = -math.huge, 0
+      for k = 0, K - 1 do
+        local v = lg.data[b * K + k]
+        if v > best then best, bi = v, k end
+      end
+      total = total + 1
+      if bi == lab.idata[b] then correct = correct + 1 end
+    end
+  end
+  return correct, total
+end
+
 -- Metric over n batches of a fresh loader (the same batches every call):
 --   "ppl": exp(Σ loss·ntokens / Σ ntokens) (LM or MLM perplexity);  "acc": top-1 accuracy in %.
 -- run(fn) wraps the per-batch forward (the quantiser); returns { value, loss, ntokens }.
@@ -121,19 +140,8 @@ function M.evaluate(ctx, m, o, run)
       lsum = lsum + l * info.ntokens
       ntok = ntok + info.ntokens
       if metric == "acc" then
-        local lg, lab = info.logits, batch.labels
-        local B, K = lg:size(0), lg:size(1)
-        for b = 0, B - 1 do
-          local best, bi = -math.huge, 0
-          for k = 0, K - 1 do
-            local v = lg.data[b * K + k]
-            if v > best then best, bi = v, k end
-          end
-          if lab.idata[b] >= 0 then
-            total = total + 1
-            if bi == lab.idata[b] then correct = correct + 1 end
-          end
-        end
+        local c, k = M.count_top1(info.logits, batch.labels)
+        correct, total = correct + c, total + k
       end
     end
   end

@@ -38,7 +38,6 @@
 -- Results root: --out= or $OUTLIERLAB_RESULTS, default <root>/results.
 local ol = require "outlierlab"
 local config = require "outlierlab.config"
-local bit = require "bit"
 local results = require "outlierlab.figure.netcdf"
 local plot = require "outlierlab.figure.gnuplot"
 local progress = require "outlierlab.util.progress"
@@ -362,7 +361,8 @@ function M.run_file(exp, file)
                                             retrain = true, reanalyze = true, model = true, text = true, stream = true,
                                             progress = true, shards = true } })
   local S = opts.shards
-  if type(S) ~= "number" or S < 0 or S ~= math.floor(S) or (S > 0 and bit.band(S, S - 1) ~= 0) then
+  -- train.run's own rule for cfg.shards (0 or a power of two), reported as the option
+  if not pcall(require("outlierlab.train.loop").config, { steps = 1, shards = S }) then
     error(string.format("experiment %s: --shards=%s (or OUTLIERLAB_SHARDS): must be 0 (off) or a power of two", file, tostring(S)), 0)
   end
   if opts.progress ~= "" then progress.mode_override = opts.progress end
