@@ -1,6 +1,6 @@
 # mk/experiments.mk — reproduce the papers' figures (docs/EXPERIMENTS.md).
 #   make reproduce-<id>      one experiment, experiments/<id>.lua (PROFILE=quick|default|long|paper)
-#   make reproduce-all       every experiment
+#   make reproduce-all       every experiment (RANKS=2: under mpirun, the same numbers)
 #   make list                ids, titles and the profiles with results (results/<id>/<profile>/)
 #   make list MARKDOWN=1     the experiments table of docs/EXPERIMENTS.md (checked by a test)
 #   make reproduce-<id> MODEL=DIR TEXT=FILE   an analysis experiment on an imported Hugging Face
@@ -10,16 +10,21 @@
 # Every target depends on `all`, so a fresh clone builds the engine first.
 EXPERIMENT_IDS := $(sort $(basename $(notdir $(wildcard experiments/*.lua))))
 REPRODUCE_ARGS ?=
+# RANKS=N: run each experiment under mpirun with N ranks of nproc/N threads, every model on one
+# rank (--model_ranks=1: a sweep's members spread over the ranks, a lone model on rank 0), so the
+# numbers are the single-process ones bit for bit (docs/TRAINING.md)
+RANKS ?= 1
+RUN_PREFIX = $(if $(filter-out 1,$(RANKS)),mpirun -np $(RANKS) --bind-to none -x OMP_NUM_THREADS=$$(( $$(nproc) / $(RANKS) > 0 ? $$(nproc) / $(RANKS) : 1 )) -x OUTLIERLAB_MODEL_RANKS=1 ,)
 
 .PHONY: list reproduce-all $(addprefix reproduce-,$(EXPERIMENT_IDS))
 
 $(addprefix reproduce-,$(EXPERIMENT_IDS)): reproduce-%: all
-	bin/outlierlab run experiments/$*.lua --profile=$(PROFILE)$(if $(MODEL), --model=$(MODEL))$(if $(TEXT), --text=$(TEXT)) $(REPRODUCE_ARGS)
+	$(RUN_PREFIX)bin/outlierlab run experiments/$*.lua --profile=$(PROFILE)$(if $(MODEL), --model=$(MODEL))$(if $(TEXT), --text=$(TEXT)) $(REPRODUCE_ARGS)
 
 reproduce-all: all
 	@for id in $(EXPERIMENT_IDS); do \
 	  echo "== $$id ($(PROFILE))"; \
-	  bin/outlierlab run experiments/$$id.lua --profile=$(PROFILE) $(REPRODUCE_ARGS) || exit 1; \
+	  $(RUN_PREFIX)bin/outlierlab run experiments/$$id.lua --profile=$(PROFILE) $(REPRODUCE_ARGS) || exit 1; \
 	done
 
 list: all

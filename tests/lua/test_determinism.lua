@@ -146,25 +146,27 @@ t.ok(pcall(train_mod.config, { steps = 1, shards = 4 }), "train: cfg.shards = 4 
 -- An experiment's --shards=4 reaches every model it trains: so-fig3's quick organism from
 -- 1 rank × 2 threads and from mpirun -np 2 × 1 thread has the same tensor bytes (each run with
 -- its own cache, so neither reuses the other's model); without --shards the two differ.
-local function exp_tensors(prefix, args, tag)
+local function exp_tensors(prefix, args, id)
   local dir = os.tmpname(); os.remove(dir)
-  local cmd = string.format("%s '%s/bin/outlierlab' run '%s/experiments/so-fig3.lua' --profile=quick --progress=off " ..
-                            "--cache='%s/cache' --out='%s/res' %s 2>&1", prefix, ol.root, ol.root, dir, dir, args)
+  local cmd = string.format("%s '%s/bin/outlierlab' run '%s/experiments/%s.lua' --profile=quick --progress=off " ..
+                            "--cache='%s/cache' --out='%s/res' %s 2>&1", prefix, ol.root, ol.root, id or "so-fig3", dir, dir, args)
   local f = io.popen(cmd)
   local out = f:read("*a")
   f:close()
-  local p = io.popen("ls '" .. dir .. "'/cache/models/*/model.safetensors 2>/dev/null")
-  local path = p:read("*l")
-  p:close()
-  local data
-  local b = path and t.slurp(path)
-  if b then
-    local n = 0
-    for i = 8, 1, -1 do n = n * 256 + b:byte(i) end
-    data = b:sub(9 + n)   -- the tensors, after the JSON header (which holds timings)
+  -- every trained model's tensors, after the JSON header (which holds timings), in hash order
+  local p = io.popen("ls '" .. dir .. "'/cache/models/*/model.safetensors 2>/dev/null | sort")
+  local parts = {}
+  for path in p:lines() do
+    local b = t.slurp(path)
+    if b then
+      local n = 0
+      for i = 8, 1, -1 do n = n * 256 + b:byte(i) end
+      parts[#parts + 1] = path:match("models/([^/]+)/") .. "\n" .. b:sub(9 + n)
+    end
   end
+  p:close()
   os.execute("rm -rf '" .. dir .. "'")
-  return data, out
+  return #parts > 0 and table.concat(parts, "\n") or nil, out, #parts
 end
 if have_mpi then
   local one, o1 = exp_tensors("OMP_NUM_THREADS=2", "--shards=4")
@@ -175,9 +177,24 @@ if have_mpi then
   local plain2 = exp_tensors(mpi_env .. "timeout 300 mpirun --oversubscribe -np 2", "")
   t.ok(plain1 ~= nil and plain2 ~= nil and plain1 ~= plain2,
        "without --shards, 2 ranks sum their gradients by MPI_Allreduce: different bits (what the switch is for)")
+  -- --model_ranks=1 (make reproduce-all RANKS=2): every model on one rank, so mpirun gives the
+  -- single-process bits — for a lone model (rank 0 trains it) and for a sweep (so-fig10's six
+  -- members spread over the two ranks)
+  local mr = mpi_env .. "timeout 300 mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x OUTLIERLAB_MODEL_RANKS=1"
+  local lone2, lo = exp_tensors(mr, "")
+  t.ok(plain1 ~= nil and lone2 == plain1, "so-fig3 quick, OUTLIERLAB_MODEL_RANKS=1: mpirun -np 2 trains the single-process model bit for bit", lo)
+  local sw1, so1, n1 = exp_tensors("OMP_NUM_THREADS=2", "", "so-fig10")
+  local sw2, so2, n2 = exp_tensors(mpi_env .. "timeout 300 mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1", "--model_ranks=1", "so-fig10")
+  t.ok(sw1 ~= nil and n1 >= 2 and n2 == n1 and sw2 == sw1,
+       string.format("so-fig10 quick, --model_ranks=1: a sweep of %d models on 2 ranks gives the single-process hashes and bits", n1 or 0),
+       (sw1 == nil and so1 or "") .. (sw2 ~= sw1 and so2 or ""))
 else
   t.ok(true, "so-fig3 --shards=4 on 1 and 2 ranks # SKIP mpirun is not installed")
+  t.ok(true, "--model_ranks=1 on 2 ranks # SKIP mpirun is not installed")
+  t.ok(true, "--model_ranks=1 sweep on 2 ranks # SKIP mpirun is not installed")
 end
+local _, badm = exp_tensors("", "--model_ranks=2")
+t.ok(badm:find("--model_ranks=2", 1, true) and badm:find("must be 0", 1, true), "--model_ranks=2: a clear error naming the option", badm)
 local _, bad = exp_tensors("", "--shards=3")
 t.ok(bad:find("--shards=3", 1, true) and bad:find("must be 0 (off) or a power of two", 1, true),
      "--shards=3 on a run: a clear error naming the option", bad)

@@ -168,6 +168,28 @@ function M.model(self, spec, trainer)
     self.retrained[hash] = true
     if dist.size() > 1 then dist.barrier() end
   end
+  -- --model_ranks=1 (run.lua) with several ranks here: rank 0 alone finds or trains the model
+  -- (in a communicator of its own: the single-process bits), the others wait and read it
+  if self.model_ranks == 1 and dist.size() > 1 then
+    local first = dist.rank() == 0
+    dist.split(first and 0 or 1)
+    local ok, res = true, nil
+    if first then ok, res = pcall(M.model, self, spec, trainer) end
+    dist.unsplit()
+    local failure = ok and "" or (type(res) == "table" and (tostring(res.exit_status or "") .. "\t" .. tostring(res.message or ""))
+                                  or ("\t" .. tostring(res)))
+    failure = dist.allgather_string(failure)[1]
+    if first then
+      if not ok then error(res, 0) end
+      return res
+    end
+    if failure ~= "" then
+      local status, msg = failure:match("^([^\t]*)\t(.*)$")
+      if status ~= "" then error({ exit_status = tonumber(status), message = msg }, 0) end
+      error(msg, 0)
+    end
+    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash }
+  end
   -- Under MPI the ranks of a group train one model together (data parallel): rank 0 of the
   -- group alone takes the cache lock and decides "cached" or "train"; the others follow.
   local lead = dist.rank() == 0

@@ -179,7 +179,9 @@ function Run:sweep(items, fn)
     end
     return out
   end
-  local G = math.min(#items, world)
+  -- --model_ranks=1: one rank per group (ranks beyond the members idle), so that every member
+  -- trains alone on its rank: the single-process bits on any rank count
+  local G = self.model_ranks == 1 and world or math.min(#items, world)
   local wr = dist.world_rank()
   local g = wr % G
   local relay_dir = start_relays(self, G)
@@ -347,6 +349,9 @@ function M.run_file(exp, file)
   local opts = config.get({ profile = "default", sweep_index = -1, retrain = false, reanalyze = false,
                             progress = "",   -- auto | tty | plain | off (quiet): every training's progress lines
                             shards = tonumber(os.getenv("OUTLIERLAB_SHARDS") or "") or 0,   -- rank invariance (Run:model)
+                            -- --model_ranks=1: every model trains on one rank alone (sweep members spread over
+                            -- the ranks, a lone model on rank 0), so that mpirun gives a run's single-process bits
+                            model_ranks = tonumber(os.getenv("OUTLIERLAB_MODEL_RANKS") or "") or 0,
                             model = "", text = "", stream = "auto",   -- a pretrained model (outlierlab.pretrained)
                             out = os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results"),
                             cache = os.getenv("OUTLIERLAB_CACHE") or (root .. "/cache") }, { strict = false })
@@ -359,11 +364,15 @@ function M.run_file(exp, file)
   end
   local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
                                             retrain = true, reanalyze = true, model = true, text = true, stream = true,
-                                            progress = true, shards = true } })
+                                            progress = true, shards = true, model_ranks = true } })
   local S = opts.shards
   -- train.run's own rule for cfg.shards (0 or a power of two), reported as the option
   if not pcall(require("outlierlab.train.loop").config, { steps = 1, shards = S }) then
     error(string.format("experiment %s: --shards=%s (or OUTLIERLAB_SHARDS): must be 0 (off) or a power of two", file, tostring(S)), 0)
+  end
+  if opts.model_ranks ~= 0 and opts.model_ranks ~= 1 then
+    error(string.format("experiment %s: --model_ranks=%s (or OUTLIERLAB_MODEL_RANKS): must be 0 (the ranks of a group " ..
+                        "train a model together) or 1 (every model on one rank)", file, tostring(opts.model_ranks)), 0)
   end
   if opts.progress ~= "" then progress.mode_override = opts.progress end
   progress.override()   -- a bad --progress / OUTLIERLAB_PROGRESS value is an error now, not at the first step
@@ -376,7 +385,7 @@ function M.run_file(exp, file)
     dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name }),
     results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
     sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze,
-    shards = opts.shards, out = {}, files = {},
+    shards = opts.shards, model_ranks = opts.model_ranks, out = {}, files = {},
   }, Run)
   mkdir(run.dir)
   local ftext = read_file(file) or ""
