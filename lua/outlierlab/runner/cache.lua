@@ -176,18 +176,15 @@ function M.model(self, spec, trainer)
     local ok, res = true, nil
     if first then ok, res = pcall(M.model, self, spec, trainer) end
     dist.unsplit()
-    local failure = ok and "" or (type(res) == "table" and (tostring(res.exit_status or "") .. "\t" .. tostring(res.message or ""))
-                                  or ("\t" .. tostring(res)))
-    failure = dist.allgather_string(failure)[1]
+    -- rank 0's error reaches every rank as serialised data (a message, or the runner's
+    -- { exit_status =, message = } of a requeue)
+    local err = not ok and (type(res) == "table" and { exit_status = res.exit_status, message = res.message } or tostring(res))
+    local failure = dist.allgather_string(ok and "" or serialize.serialize({ err = err }))[1]
     if first then
       if not ok then error(res, 0) end
       return res
     end
-    if failure ~= "" then
-      local status, msg = failure:match("^([^\t]*)\t(.*)$")
-      if status ~= "" then error({ exit_status = tonumber(status), message = msg }, 0) end
-      error(msg, 0)
-    end
+    if failure ~= "" then error(serialize.deserialize(failure, "=model_ranks").err, 0) end
     return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash }
   end
   -- Under MPI the ranks of a group train one model together (data parallel): rank 0 of the
