@@ -22,13 +22,16 @@
  *               remaining k appended to the even chain; the block's sum is even + odd;
  *     which one depends on where the element falls in the kernel's micro-tiles (edges of the
  *     column range, the remainder rows, alternating 6-row panels…);
- *   - C = block_sum·alpha + C, one FMA per block (C zero-filled first when beta = 0).
+ *   - C = block_sum·alpha + C per block (C zero-filled first when beta = 0): one FMA in the
+ *     Haswell kernels; the SkylakeX kernels round block_sum·alpha first, then add C (the same
+ *     bits unless alpha ≠ 1 and C ≠ 0, so the calibration's third check tells them apart).
  *
  * Calibration. The first time a shape (ta, tb, m, n, k) is seen, OpenBLAS computes a probe
  * product whose value tells the two sums apart in every element (row i of op(A) = 1, 2⁻²⁴ at
  * k = 1 and 3, 0 elsewhere; op(B) = 1: the single chain rounds both 2⁻²⁴ away and gives 1, the
  * split sum gives 1 + 2⁻²³); any other value refuses the shape. The map of split lanes is then
- * checked against OpenBLAS on random operands (alpha 1 and beta 1, then alpha ≠ 1 and beta 0),
+ * checked against OpenBLAS on random operands (alpha 1 and beta 1, alpha ≠ 1 and beta 0, then
+ * alpha ≠ 1 and beta 1 with one FMA or with the rounded product added),
  * bit for bit over all of C; a shape that differs anywhere stays with OpenBLAS. So another
  * OpenBLAS (another kernel set, another version) is never silently replaced: its shapes simply
  * fail the calibration and run through cblas_sgemm as before.
@@ -71,6 +74,7 @@ extern void openblas_set_num_threads(int num_threads);
 typedef struct rowblk { int32_t i0, R, pat; } rowblk;   /* rows i0..i0+R−1 share lane map pat */
 typedef struct gplan {
     int32_t ta, tb, m, n, k, ok;
+    int32_t muladd;        /* C = round(block_sum·alpha) + C (two roundings) instead of one FMA */
     int32_t nz;            /* 16-column registers per row: ceil(n/16) */
     int32_t npat, nblk;
     uint16_t *pat;         /* npat × nz split-lane masks */
@@ -105,6 +109,7 @@ typedef struct gjob {
     const float *B; int ldb;          /* op(B) row kk = B + kk*ldb (row-major k × n, in place or a copy) */
     float *C; int ldc;
     int beta0;                        /* C is not read: the first block adds to 0 */
+    int muladd;                       /* block_sum·alpha rounded, then added to C (else one FMA) */
 } gjob;
 
 #define TGT __attribute__((target("avx512f")))
@@ -183,7 +188,8 @@ micro(const gjob *g, int i0, int j0, const int R, const int Z, const int t0, con
                 if (tz[z]) sum = _mm512_mask_add_ps(sum, par[z], sum, c2[r][z]);
                 __mmask16 m = z == Z - 1 ? lm : (__mmask16)0xFFFF;
                 __m512 cv = first && g->beta0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, crow + 16 * z);
-                _mm512_mask_storeu_ps(crow + 16 * z, m, _mm512_fmadd_ps(sum, av, cv));
+                __m512 out = g->muladd ? _mm512_add_ps(_mm512_mul_ps(sum, av), cv) : _mm512_fmadd_ps(sum, av, cv);
+                _mm512_mask_storeu_ps(crow + 16 * z, m, out);
             }
         }
         ls += L;
@@ -306,7 +312,7 @@ static float *bt_copy(const float *B, int ldb, int k, int n) {
 /* bt: op(B) = Bᵀ already transposed (k × n, row-major), or NULL */
 static int run_fast(const gplan *p, float alpha, const float *A, int lda, const float *B, int ldb, const float *bt,
                     int beta0, float *C, int ldc) {
-    gjob g = { p->ta, p->k, alpha, A, lda, B, ldb, C, ldc, beta0 };
+    gjob g = { p->ta, p->k, alpha, A, lda, B, ldb, C, ldc, beta0, p->muladd };
     if (p->tb) {
         g.B = bt ? bt : bt_copy(B, ldb, p->k, p->n);
         if (!g.B) return -1;
@@ -370,17 +376,26 @@ static void calibrate(gplan *p) {
         i += R;
     }
     p->nz = nz;
-    /* checks: alpha 1, beta 1 over random C; alpha 0.7 (not a power of two), beta 0 */
-    for (int trial = 0; trial < 2; trial++) {
+    /* checks: alpha 1, beta 1 over random C; alpha 0.7 (not a power of two), beta 0; alpha 0.7,
+     * beta 1 (a scaled product added to C: the attention blocks' scores and gradients) */
+    for (int trial = 0; trial < 3; trial++) {
         uint64_t seed = 0x5eed0000u + (uint64_t)trial;
         for (int64_t e = 0; e < na; e++) A[e] = 2.0f * ol__u01(seed, (uint64_t)e) - 1.0f;
         for (int64_t e = 0; e < nb; e++) B[e] = 2.0f * ol__u01(seed + 7, (uint64_t)e) - 1.0f;
         for (int64_t e = 0; e < nc; e++) C0[e] = 2.0f * ol__u01(seed + 13, (uint64_t)e) - 1.0f;
         float alpha = trial ? 0.7f : 1.0f;
+        int beta0 = trial == 1;
         memcpy(C, C0, (size_t)nc * 4);
-        memcpy(C2, C0, (size_t)nc * 4);
-        blas(ta, tb, m, n, k, alpha, A, lda, B, ldb, trial ? 0.0f : 1.0f, C, n);
-        if (run_fast(p, alpha, A, lda, B, ldb, NULL, trial, C2, n) != 0 || memcmp(C, C2, (size_t)nc * 4) != 0) goto done;
+        blas(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta0 ? 0.0f : 1.0f, C, n);
+        /* alpha ≠ 1 with beta 1 tells how the kernel set scales: one FMA (Haswell) or a rounded
+         * product added to C (SkylakeX); the first two trials cannot tell them apart */
+        for (p->muladd = 0; p->muladd < 2; p->muladd++) {
+            memcpy(C2, C0, (size_t)nc * 4);
+            if (run_fast(p, alpha, A, lda, B, ldb, NULL, beta0, C2, n) != 0) goto done;
+            if (memcmp(C, C2, (size_t)nc * 4) == 0) break;
+            if (trial < 2) goto done;
+        }
+        if (p->muladd == 2) goto done;
     }
     p->ok = 1;
 done:
