@@ -11,6 +11,8 @@
 -- initial token and weak-semantic tokens, in a few fixed channels.
 local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.analysis.metrics"
+local remedies = require "outlierlab.analysis.remedies"
+local quant = require "outlierlab.analysis.quant"
 local probes = require "outlierlab.analysis.probes"
 local figure = require "outlierlab.figure"
 
@@ -33,6 +35,7 @@ local FIG = figure.declare{
     { "rank", long_name = "rank of the value among the largest |h| of a sequence (1 = largest)" },
     { "category", long_name = "token category", labels = true },
     { "channel", long_name = "hidden dimension (0-based)" },
+    { "scale", long_name = "factor the initial token's state is multiplied by" },
   },
   vars = {
     { "top_abs", dims = { "layer", "rank" }, long_name = "k-th largest |h| of the layer output per sequence, averaged", units = "1", label = "top-{rank}" },
@@ -55,6 +58,8 @@ local FIG = figure.declare{
     { "initial_weak_share_loose", dims = {}, long_name = "share of the tokens above tau_loose at the initial token, weak-semantic tokens or delimiters", units = "1" },
     { "outlier_channels_loose", dims = {}, long_name = "hidden dimensions holding at least one element above tau_loose", units = "1", type = "int" },
     { "top_channel_loose", dims = {}, long_name = "hidden dimension with the most elements above tau_loose", units = "1", type = "int" },
+    { "initial_scale_dloss", dims = { "layer", "scale" }, long_name = "held-out loss change when the initial token's state in the layer output is multiplied by the scale before the next layer reads it (models trained here only)", units = "nat", label = "after layer {layer}" },
+    { "heldout_loss", dims = {}, long_name = "held-out loss of the batches of initial_scale_dloss", units = "nat" },
   },
   panels = {
     { kind = "line", x = "layer", y = { "top_abs", "median_abs" }, logy = true, title = "largest and median |h| per layer",
@@ -65,6 +70,8 @@ local FIG = figure.declare{
       values = "%d", zero_is_empty = true, why_empty = "no outlier token at τ = {@tau} or τ/10" },
     { kind = "bars", x = "channel", y = { "outlier_count_by_channel", "outlier_count_by_channel_loose" }, title = "outlier elements by hidden dimension", xlabel = "hidden dimension",
       ylabel = "outlier elements", zero_is_empty = true, why_empty = "no outlier element at τ = {@tau} or τ/10" },
+    { kind = "line", x = "scale", y = "initial_scale_dloss", series = "layer", title = "what the massive activation is worth: Δ loss when <bos>'s state after layer L is scaled (one line per L)",
+      xlabel = "scale of the initial token's state", ylabel = "Δ held-out loss (nats)" },
   },
 }
 
@@ -91,7 +98,7 @@ end
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
   local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local ctx, m, loaders = exp_runner.load_model(spec, run.out.train)
   local C = m.cfg.d_model
   local function layer_stats(tau)
     -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/METRICS.md)
@@ -115,17 +122,43 @@ local function analyze(run)
     ratio = math.max(ratio, r.avg_topk[1] / r.avg_median)
     if r.avg_topk[1] > peak then peak, peak_l = r.avg_topk[1], l end
   end
+  -- the dose-response of the massive activation (docs/ORGANISM.md, "Why the ratio stops"): the
+  -- held-out loss with the initial token's whole state multiplied by each scale after each layer;
+  -- for the models trained here (an imported model would need 6 × L more passes)
+  local dloss, scales, base = {}, remedies.STATE_SCALES, 0 / 0
+  for i in ipairs(layers) do dloss[i] = {} for j in ipairs(scales) do dloss[i][j] = 0 / 0 end end
+  if not run.out.train.pretrained then
+    local bs = quant.batches(ctx, loaders.val(), cfg.eval_batches)
+    for i, l in ipairs(layers) do
+      local r = remedies.scale_state(ctx, m, bs, { layer = l, scales = scales })
+      base = r.loss
+      for j = 1, #scales do dloss[i][j] = r.delta[j] end
+    end
+  end
   return {
-    coords = { layer = layers, rank = { 1, 2, 3 }, category = CATS, channel = C },
+    coords = { layer = layers, rank = { 1, 2, 3 }, category = CATS, channel = C, scale = scales },
     vars = { top_abs = top, median_abs = med, outlier_tokens = t.ntok, outlier_tokens_by_category = t.bycat,
              outlier_count_by_channel = t.bych, peak_ratio = ratio, peak_layer = peak_l, peak_top1 = peak,
              last_top1 = top[#top][1], total_outlier_tokens = t.total, initial_weak_share = t.share,
              outlier_channels = t.nch, top_channel = t.top_ch,
              outlier_tokens_loose = tl.ntok, outlier_tokens_by_category_loose = tl.bycat,
              outlier_count_by_channel_loose = tl.bych, total_outlier_tokens_loose = tl.total,
-             initial_weak_share_loose = tl.share, outlier_channels_loose = tl.nch, top_channel_loose = tl.top_ch },
+             initial_weak_share_loose = tl.share, outlier_channels_loose = tl.nch, top_channel_loose = tl.top_ch,
+             initial_scale_dloss = dloss, heldout_loss = base },
     attrs = { tau = cfg.tau, tau_loose = cfg.tau / LOOSE },
   }
+end
+
+-- the dose-response sentence: the loss change when <bos>'s state after the first layer is scaled
+local function dose(a, v)
+  local sc = a.coords.scale
+  local d = v.initial_scale_dloss
+  if not (d(1, 1) == d(1, 1)) then return "" end
+  local parts = {}
+  for j, s in ipairs(sc) do parts[#parts + 1] = string.format("×%g %+.4f", s, d(1, j)) end
+  return string.format(" What the massive activation is worth (the last panel): the held-out loss (%.4f nats) changes by %s when the initial token's state after layer %d is multiplied by the scale;",
+    v.heldout_loss, table.concat(parts, ", "), a.coords.layer[1]) ..
+    " a loss that does not fall when the state grows gives training no reason to grow it further (docs/ORGANISM.md, \"Why the ratio stops\")."
 end
 
 local function summary(run)
@@ -163,7 +196,8 @@ local function summary(run)
       string.format(" At the looser τ/%d = %g (the second bars of the token and channel panels; not part of the verdict): %s.", LOOSE, a.attrs.tau_loose,
         v.total_outlier_tokens_loose == 0 and "no token either"
         or string.format("%d tokens (share initial, weak-semantic or delimiter %.2f), %d channel(s), the largest count in channel %d",
-                         v.total_outlier_tokens_loose, v.initial_weak_share_loose, v.outlier_channels_loose, v.top_channel_loose)),
+                         v.total_outlier_tokens_loose, v.initial_weak_share_loose, v.outlier_channels_loose, v.top_channel_loose)) ..
+      dose(a, v),
   }
 end
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <omp.h>
 #include "../outlierlab.h"
 
 /* The message handler of every protected call: outlierlab.cli's format_error (one line for a
@@ -83,6 +84,12 @@ int main(int argc, char **argv) {
         execv("/proc/self/exe", argv);
         /* exec failed: carry on with the default policy and kernels */
     }
+    /* OpenMP's dynamic teams (OMP_DYNAMIC=true) may give a region one thread, and a team of one
+     * is not an active parallel region: OpenBLAS's OpenMP build, called from the engine's work
+     * items inside it, then starts a threaded sgemm of its own and waits for helpers that never
+     * come (seen on a loaded 2-core machine: every run hung). The engine's bits do not depend on
+     * team sizes, so the host keeps the teams it asks for. */
+    omp_set_dynamic(0);
     int provided = 0, use_mpi = launched_by_mpi();
     int rank = 0, size = 1;
     if (use_mpi) {

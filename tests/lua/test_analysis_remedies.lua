@@ -3,7 +3,9 @@
 -- Sun et al.'s top-3/median and massive-activation flags, BOS norm, the matrix entropy of token
 -- representations (rank 1 → 0, equal orthogonal rows → log n, diag(2,1) by hand), and on a model:
 -- the intervention (nothing flagged → the loss unchanged exactly; the whole last residual stream
--- zeroed → logits 0 → loss = log V), the sink rate and the layer profile.
+-- zeroed → logits 0 → loss = log V), the scaled state of the initial token (×1 exact, the
+-- embedding equal to scaled weights, scale-free before the final norm), the sink rate and the
+-- layer profile.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
 local AR = require "outlierlab.analysis.remedies"
@@ -116,6 +118,41 @@ do
   t.ok(all.loss_mean == all.loss_mean and all.loss ~= all.loss_zero, "the mean intervention gives a finite loss")
   local some = AR.intervention(mc, m, batches, { layer = 0, ratio = 3 })
   t.ok(some.n > 0 and some.delta_zero ~= 0, "ratio 3 in layer 0: some entries flagged, the loss moves", some.n)
+  -- scale_state: ×1 leaves the loss as it is, bit for bit; the embedding of a token that sits at
+  -- position 0 alone, scaled by the intervention, gives the loss of the model whose embedding row
+  -- of that token is scaled in its weights (an independent path through the same forward); the
+  -- last block's output scaled ×4 changes only the final RMSNorm's eps term
+  do
+    local sb = {}
+    for i = 1, 2 do
+      local ids = mc:tensor({ 2, 16 }, { dtype = "i32", persistent = true })
+      local tg = mc:tensor({ 2, 16 }, { dtype = "i32", persistent = true })
+      for j = 0, 31 do
+        ids.idata[j] = j % 16 == 0 and 1 or 2 + math.floor(ol.C.ol_rand_uniform(i + 20, j) * (cfg.vocab_size - 2))
+        tg.idata[j] = 2 + math.floor(ol.C.ol_rand_uniform(i + 30, j) * (cfg.vocab_size - 2))
+      end
+      sb[i] = { ids = ids, targets = tg }
+    end
+    local one = AR.scale_state(mc, m, sb, { layer = 0, scales = { 1 } })
+    t.is(one.delta[1], 0, "scale_state: the state of the initial token ×1 leaves the loss unchanged, exactly")
+    local emb = AR.scale_state(mc, m, sb, { layer = 0, point = "emb", scales = { 3, 0.5 } })
+    local W = m.embed_tokens.weight
+    local C = cfg.d_model
+    local row = {}
+    for c = 0, C - 1 do row[c] = W.data[C + c] end
+    local function loss_with(s)
+      for c = 0, C - 1 do W.data[C + c] = row[c] * s end
+      local l = AR.run_model(mc, m, sb)
+      for c = 0, C - 1 do W.data[C + c] = row[c] end
+      return l
+    end
+    t.is(emb.loss_at[1], loss_with(3), "scale_state at the embedding ×3 = the loss with token 1's embedding row ×3, bit for bit")
+    t.is(emb.loss_at[2], loss_with(0.5), "and ×0.5 likewise")
+    t.ok(emb.delta[1] ~= 0, "scaling the initial token's embedding moves the loss", emb.delta[1])
+    local fin = AR.scale_state(mc, m, sb, { layer = cfg.n_layer - 1, scales = { 4 } })
+    t.ok(math.abs(fin.delta[1]) < 1e-5, "the last block's output ×4 at the initial token: the final RMSNorm is scale-free (|Δloss| < 1e-5)", fin.delta[1])
+    t.ok(not pcall(AR.scale_state, mc, m, sb, { position = 16 }), "scale_state: a position outside the sequence is an error")
+  end
   local sr = AR.sink_rate(mc, m, batches)
   t.is(sr.heads, cfg.n_layer * cfg.n_head, "sink_rate on a model: every (layer, head)")
   t.ok(sr.rate >= 0 and sr.rate <= 100 and sr.samples == 4, "sink_rate: a percentage over 4 samples", sr.rate)

@@ -19,6 +19,11 @@
 --       -> { loss, loss_zero, loss_mean, delta_zero, delta_mean, n, channels = {[c] = count},
 --            mean = {[c] = mean value} }: the massive activations of one layer's output set to 0,
 --            or to their mean (per channel, over the batches), and the loss change
+--   AR.scale_state(ctx, model, batches, { layer =, point = "h", position = 0, scales = AR.STATE_SCALES })
+--       -> { loss, scales = {...}, loss_at = {...}, delta = {...} }: the whole state of the token at
+--            `position` (the initial token by default) in one layer's output multiplied by each
+--            scale before the next layer reads it, and the loss change: how much the loss cares
+--            about the size of the massive activation (docs/ORGANISM.md, "Why the ratio stops")
 -- Queipo-de-Llano et al. 2025 (attention sinks and compression valleys):
 --   AR.bos_norm(x, mask) -> { bos = mean ‖x[b,0,:]‖, others = mean ‖x[b,t,:]‖ (t > 0), ratio }
 --   AR.matrix_entropy(x, mask) -> { entropy (nats), normalized (÷ log min(T, C)) } averaged over
@@ -240,6 +245,30 @@ function M.intervention(ctx, model, batches, opts)
   local lm = with(function(c) return mean[c] or 0 end)
   return { loss = loss, loss_zero = lz, loss_mean = lm, delta_zero = lz - loss, delta_mean = lm - loss,
            n = n, channels = cnt, mean = mean, layer = layer, point = point, ratio = ratio }
+end
+
+-- the scales of scale_state: removed, shrunk, grown
+M.STATE_SCALES = { 0, 0.25, 0.5, 2, 4, 8 }
+function M.scale_state(ctx, model, batches, opts)
+  opts = opts or {}
+  local layer, point, pos = opts.layer or 0, opts.point or "h", opts.position or 0
+  local scales = opts.scales or M.STATE_SCALES
+  local out = { loss = run_model(ctx, model, batches), scales = {}, loss_at = {}, delta = {}, layer = layer,
+                point = point, position = pos }
+  for i, s in ipairs(scales) do
+    local l = run_model(ctx, model, batches, function(name, ll, t)
+      if name == point and ll == layer then
+        local T, Cd = t:size(1), t:size(2)
+        if pos >= T then error(string.format("analysis.remedies.scale_state: position %d is outside the sequence (T = %d)", pos, T), 0) end
+        for b = 0, t:size(0) - 1 do
+          local at = (b * T + pos) * Cd
+          for c = 0, Cd - 1 do t.data[at + c] = t.data[at + c] * s end
+        end
+      end
+    end)
+    out.scales[i], out.loss_at[i], out.delta[i] = s, l, l - out.loss
+  end
+  return out
 end
 
 -- ---------------------------------------------------------------- BOS norm, matrix entropy

@@ -1,0 +1,215 @@
+-- scripts/organism-search.lua — the one-off harness behind the rows marked † in docs/ORGANISM.md
+-- ("The search"): one LLaMA organism trained on a data layout or recipe that is not an
+-- experiment option, then measured the way the project measures (outlierlab.analysis.phenomena
+-- on 16 held-out batches of 16 sequences) plus what the search asked about: the norm of the
+-- initial token's state against the ordinary tokens', where each sequence's largest |h| sits,
+-- the attention of every head on the first key and on <bos> wherever it is, and what the loss
+-- says when the initial token's state is scaled (analysis.remedies.scale_state).
+--
+--   bin/outlierlab run scripts/organism-search.lua --layout=packed --steps=3000 --seed=1
+--
+-- Layouts (the decoder organism's task, docs/DATA.md, in every one):
+--   bos       [<bos>, chain …] — the project's LM batches
+--   packed    documents [<bos>, chain of U(doc_min, doc_max) tokens] one after another, each
+--             window starting at a random place of its first document (nanoGPT's and LLaMA's
+--             pre-training windows: <bos> anywhere, with the previous document before it)
+--   prefix    k ~ U(0, prefix_max) tokens of an unrelated chain (not predicted), then <bos> and the
+--             document: a <bos> that has a context
+--   nobos     [chain …]: position 0 is an ordinary token
+--   multibos  n_bos start tokens; the one at position 0 tells x_1's id mod n_bos (a first token
+--             whose identity carries information, as in a window that starts anywhere)
+-- p_bos0 > 0: that share of the sequences use the bos layout instead.
+-- Recipe knobs beyond the experiments': B (the batch), beta1, n_head, d_model/d_ff, vocab_size.
+-- Nothing here enters the model cache or the results: it prints its numbers.
+local ffi = require "ffi"
+local ol = require "outlierlab"
+local cfg = require("outlierlab.config").get{
+  steps = 3000, lr = 1e-2, wd = 0.1, beta1 = 0.9, beta2 = 0.99, seed = 1, d_model = 64, d_ff = 256, n_layer = 4,
+  n_head = 2, T = 64, B = 32, layout = "bos", doc_min = 16, doc_max = 96, p_bos0 = 0.0, prefix_max = 16, n_bos = 8,
+  groups = 8, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3, vocab_size = 128, n_triggers = 24,
+  n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, threads = 0, measure_every = 0, tag = "",
+}
+if cfg.threads > 0 then ol.set_num_threads(cfg.threads) end
+local org = require "outlierlab.data.organism"
+local models = require "outlierlab.models"
+local train = require "outlierlab.train.loop"
+local phenomena = require "outlierlab.analysis.phenomena"
+local probes = require "outlierlab.analysis.probes"
+local remedies = require "outlierlab.analysis.remedies"
+local quant = require "outlierlab.analysis.quant"
+
+local task = org.task{ vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups, alpha = 0.1,
+  p_trigger = cfg.p_trigger, n_pointer = cfg.n_pointer, p_pointer = cfg.p_pointer, pointer_hops = cfg.pointer_hops,
+  n_delim = cfg.n_delim, p_delim = cfg.p_delim, n_weak = cfg.n_weak, p_weak = cfg.p_weak, seed = cfg.data_seed }
+local BOS, V = org.special.bos, cfg.vocab_size
+local LAYOUTS = { bos = true, packed = true, prefix = true, nobos = true, multibos = true }
+if not LAYOUTS[cfg.layout] then error("organism-search: --layout must be bos, packed, prefix, nobos or multibos, got " .. tostring(cfg.layout), 0) end
+local function is_bos(id) return id == BOS or id >= V end
+-- the start tokens of multibos count as initial for the project's measurement
+local function category(id) if id >= V then return "initial" end return task.category(id) end
+
+-- ---------------------------------------------------------------- the layouts
+local Loader = {}
+Loader.__index = Loader
+local function loader(split, seed, B)
+  return setmetatable({ step = 0, B = B, T = cfg.T, stream = seed * 7919 + (split == "train" and 17 or 104729),
+                        buf = ffi.new("int32_t[?]", 4096), doc = ffi.new("int32_t[?]", 4096),
+                        out = ffi.new("int32_t[?]", cfg.T + 1) }, Loader)
+end
+function Loader:state() return { step = self.step } end
+function Loader:set_state(s) self.step = s.step end
+local U = function(s, i) return ol.C.ol_rand_uniform(s, i) end
+-- n + 1 tokens of sequence `seq` into out; returns how many leading tokens are not predicted
+function Loader:fill(seq, out, n)
+  local L, buf = cfg.layout, self.buf
+  if L == "bos" or (cfg.p_bos0 > 0 and U(self.stream + 5, seq) < cfg.p_bos0) then
+    out[0] = BOS
+    task.chain(self.stream, seq, n, buf)
+    for t = 1, n do out[t] = buf[t - 1] end
+  elseif L == "multibos" then
+    task.chain(self.stream, seq, n, buf)
+    out[0] = V + buf[0] % cfg.n_bos
+    for t = 1, n do out[t] = buf[t - 1] end
+  elseif L == "nobos" then
+    task.chain(self.stream, seq, n + 1, buf)
+    for t = 0, n do out[t] = buf[t] end
+  elseif L == "prefix" then
+    local k = math.floor(U(self.stream + 6, seq) * (cfg.prefix_max + 1))
+    task.chain(self.stream + 23, seq, math.max(k, 1), buf)
+    for t = 0, k - 1 do out[t] = buf[t] end
+    out[k] = BOS
+    task.chain(self.stream, seq, n - k, buf)
+    for t = k + 1, n do out[t] = buf[t - k - 1] end
+    return k
+  else   -- packed
+    local pos, d, off = 0, 0, -1
+    while pos < n + 1 do
+      local len = cfg.doc_min + math.floor(U(self.stream + 3, seq * 64 + d) * (cfg.doc_max - cfg.doc_min + 1))
+      if off < 0 then off = math.floor(U(self.stream + 4, seq) * (len + 1)) end
+      self.doc[0] = BOS
+      task.chain(self.stream + 11, seq * 64 + d, len, buf)
+      for t = 1, len do self.doc[t] = buf[t - 1] end
+      for t = d == 0 and off or 0, len do if pos < n + 1 then out[pos] = self.doc[t]; pos = pos + 1 end end
+      d = d + 1
+    end
+  end
+  return 0
+end
+-- ids = out[0 .. T-1], targets = out[1 .. T] (a <bos> and the unpredicted prefix are not targets)
+function Loader:next(ctx)
+  local B, T, out = self.B, self.T, self.out
+  local ids = ctx:tensor({ B, T }, { dtype = "i32", name = "ids" })
+  local tg = ctx:tensor({ B, T }, { dtype = "i32", name = "targets" })
+  for b = 0, B - 1 do
+    local skip = self:fill(self.step * B + b, out, T)
+    for t = 0, T - 1 do
+      ids.idata[b * T + t] = out[t]
+      tg.idata[b * T + t] = (is_bos(out[t + 1]) or t < skip) and -100 or out[t + 1]
+    end
+  end
+  self.step = self.step + 1
+  return { ids = ids, targets = tg }
+end
+
+local mcfg = models.preset("llama-organism", { vocab_size = V + (cfg.layout == "multibos" and cfg.n_bos or 0),
+  block_size = cfg.T, n_layer = cfg.n_layer, n_head = cfg.n_head, n_kv_head = cfg.n_head, d_model = cfg.d_model,
+  d_ff = cfg.d_ff, seed = cfg.seed })
+local ctx = ol.Context{ seed = cfg.seed }
+local m = models.build(ctx, mcfg)
+
+-- ---------------------------------------------------------------- measurement
+local function median(t) table.sort(t) return t[math.floor(#t / 2) + 1] end
+-- the project's phenomena (initial = <bos> or a start token) plus the search's own columns
+local function measure(nb, first)
+  local L, C, T, NH = cfg.n_layer, cfg.d_model, cfg.T, cfg.n_head
+  local ph = phenomena.new{ category = category, T = T, C = C, n_head = NH, causal = true }
+  local extra = {}
+  for l = 0, L - 1 do extra[l] = { norm0 = 0, normord = 0, at0 = 0, atbos = 0, n = 0, a0 = {}, abos = {}, na = 0 } end
+  local va = loader("val", cfg.seed + 1, 16)
+  va.step = first or 0
+  ctx:no_grad(function()
+    local P = probes.new{ on = function(name, l, x, batch)
+      local e, ids = extra[l], batch.ids
+      if name == "h" then
+        local d = x.data
+        for b = 0, x:size(0) - 1 do
+          local nrm, top, tpos = {}, 0, 0
+          for t = 0, T - 1 do
+            local s2 = 0
+            for c = 0, C - 1 do
+              local v = d[(b * T + t) * C + c]
+              s2 = s2 + v * v
+              if math.abs(v) > top then top, tpos = math.abs(v), t end
+            end
+            nrm[t + 1] = math.sqrt(s2)
+          end
+          e.norm0 = e.norm0 + nrm[1]
+          table.remove(nrm, 1)
+          e.normord = e.normord + median(nrm)
+          e.at0 = e.at0 + (tpos == 0 and 1 or 0)
+          e.atbos = e.atbos + (is_bos(ids.idata[b * T + tpos]) and 1 or 0)
+          e.n = e.n + 1
+        end
+      elseif name == "attn_probs" then
+        local d = x.data
+        for b = 0, x:size(0) - 1 do
+          for h = 0, NH - 1 do
+            local s0, sb = 0, 0
+            for i = 0, T - 1 do
+              local row = ((b * NH + h) * T + i) * T
+              s0 = s0 + d[row]
+              for j = 0, i do if is_bos(ids.idata[b * T + j]) then sb = sb + d[row + j] end end
+            end
+            e.a0[h + 1] = (e.a0[h + 1] or 0) + s0 / T
+            e.abos[h + 1] = (e.abos[h + 1] or 0) + sb / T
+          end
+          e.na = e.na + 1
+        end
+      end
+    end, points = { "h", "attn_probs" } }
+    ph:attach(P)
+    for _ = 1, nb do
+      ctx:reset()
+      P:forward(m, va:next(ctx))
+    end
+  end)
+  ctx:reset()
+  return ph:result(), extra
+end
+
+local function report(step, loss)
+  local r, e = measure(16, 0)
+  local L = cfg.n_layer
+  local bosrate = 0
+  for l = 0, L - 1 do for h = 1, cfg.n_head do if e[l].abos[h] / e[l].na > 0.3 then bosrate = bosrate + 1 end end end
+  print(string.format("[%s] step %d loss %.4f | %s | sink rate on <bos> anywhere %.2f | kurtosis without the initial token %.1f",
+    cfg.tag, step, loss or 0 / 0, phenomena.describe(r), bosrate / (L * cfg.n_head), r.avg_kurtosis_no_initial))
+  for l = 0, L - 1 do
+    local x, pl = e[l], r.per_layer[l]
+    local hs = {}
+    for h = 1, cfg.n_head do hs[h] = string.format("%.2f/%.2f", x.a0[h] / x.na, x.abos[h] / x.na) end
+    print(string.format("  layer %d: top-1/median %.1f (at the initial token %.1f) | ‖h‖ position 0 %.0f, ordinary median %.0f (× %.1f) | top-1 at position 0 %.2f, at <bos> %.2f | kurtosis %.1f | heads on key 0 / on <bos> %s",
+      l, pl.ratio, (pl.ratio_at or {}).initial or 0 / 0, x.norm0 / x.n, x.normord / x.n, x.norm0 / x.normord,
+      x.at0 / x.n, x.atbos / x.n, pl.kurtosis, table.concat(hs, " ")))
+  end
+  -- the dose-response of the initial token's state (analysis.remedies.scale_state)
+  local bs = quant.batches(ctx, loader("val", cfg.seed + 1, 16), 8)
+  for _, l in ipairs { 0, 1 } do
+    local s = remedies.scale_state(ctx, m, bs, { layer = l })
+    local parts = {}
+    for j, sc in ipairs(s.scales) do parts[j] = string.format("×%g %+.4f", sc, s.delta[j]) end
+    print(string.format("  Δ loss (of %.4f) with position 0's state after layer %d scaled: %s", s.loss, l, table.concat(parts, "  ")))
+  end
+  io.stdout:flush()
+end
+
+local tcfg = { steps = cfg.steps, lr = cfg.lr, warmup = 0, schedule = "constant", weight_decay = cfg.wd,
+  betas = { cfg.beta1, cfg.beta2 }, clip = 1.0, progress = "off", eval_every = 0 }
+local t0 = os.time()
+local res = train.run{ ctx = ctx, model = m, loader = loader("train", cfg.seed, cfg.B), cfg = tcfg,
+  on_step = function(step, rec)
+    if cfg.measure_every > 0 and step % cfg.measure_every == 0 and step < cfg.steps then report(step, rec.loss) end
+  end }
+print(string.format("[%s] %s: %d steps of %d×%d in %d s; loss %.4f (task floor %.4f)", cfg.tag, cfg.layout, cfg.steps,
+  cfg.B, cfg.T, os.time() - t0, res.losses[#res.losses], task.loss_floor))
+report(cfg.steps, res.losses[#res.losses])
