@@ -138,12 +138,15 @@ local function analyze(run)
   }
 end
 
+-- the verdict's margin: "almost all of their attention" on delimiters (≥ 0.8)
+local SHARE_MIN = 0.8
+
 local function summary(run)
   local v = figure.values(FIG, run.out.analyze)
   local found = v.total_outliers > 0
   local holds   -- without outliers no head owns one: nothing to test
   if found then
-    holds = v.outlier_head_share > 0.5 and v.outlier_head_share > v.ordinary_head_share
+    holds = v.outlier_head_share >= SHARE_MIN and v.outlier_head_share > v.ordinary_head_share
             and not (v.early_share >= v.outlier_head_share)
   end
   return {
@@ -152,7 +155,7 @@ local function summary(run)
       v.total_outliers, v.outlier_head_share, v.ordinary_head_share,
       v.early_share == v.early_share and string.format("%.2f", v.early_share) or "undefined (no earlier layer shown)", v.outlier_head_product),
     holds = holds,
-    notes = "Criterion: 6σ outliers in the last two layers, their outlier heads put more than half of their attention on delimiters, more than the ordinary head and than the early layers." ..
+    notes = string.format("Criterion (with its margin): 6σ outliers in the last two layers, their outlier heads put ≥ %.0f %% of their attention on delimiters, more than the ordinary head and than the early layers.", 100 * SHARE_MIN) ..
       (found and "" or " No 6σ outlier at the FFN output of the last two layers: no head owns an outlier dimension, so the heads shown as 'outlier heads' are the most delimiter-bound ones."),
   }
 end

@@ -140,18 +140,21 @@ local function analyze(run)
   }
 end
 
+-- the verdict's margin: "most of its probability" on delimiters, as in QT Fig. 2 (≥ 0.8)
+local ATTN_MIN = 0.8
+
 local function summary(run)
   local v = figure.values(FIG, run.out.analyze)
   local found = v.dim_outliers > 0
   local holds   -- without a 6σ outlier no head owns an outlier dimension, without a delimiter key nothing to attend: nothing to test
-  if found and v.n_delimiter_keys > 0 then holds = v.delimiter_attention > 0.5 and v.value_norm_delimiter < v.value_norm_other end
+  if found and v.n_delimiter_keys > 0 then holds = v.delimiter_attention >= ATTN_MIN and v.value_norm_delimiter < v.value_norm_other end
   return {
     paper = "BERT-base layer 10/11: the head owning outlier dim #180/#720 puts most of its probability on [SEP] and '.', whose values are small",
     reproduced = string.format("dim #%d (%d 6σ outliers) owned by head %d of layer %d; that head puts %.0f %% of its attention on %d delimiter keys; mean value norm %s at delimiters vs %.3g elsewhere",
       v.outlier_dim, v.dim_outliers, v.outlier_head, v.outlier_layer, 100 * v.delimiter_attention, v.n_delimiter_keys,
       v.n_delimiter_keys > 0 and string.format("%.3g", v.value_norm_delimiter) or "undefined (no delimiter key)", v.value_norm_other),
     holds = holds,
-    notes = "Criterion: the dimension has 6σ outliers, the head puts > 50 % of its attention on delimiters, and delimiter values are smaller than the others." ..
+    notes = string.format("Criterion (with its margin): the dimension has 6σ outliers, the head puts ≥ %.0f %% of its attention on delimiters, and delimiter values are smaller than the others.", 100 * ATTN_MIN) ..
       (found and "" or " The last layer has no 6σ outlier at the FFN output, so the dimension shown is the one with the largest |x| and no head owns an outlier (verdict inconclusive).") ..
       (v.n_delimiter_keys > 0 and "" or " The sequence shown holds no delimiter token (verdict inconclusive)."),
   }
