@@ -34,6 +34,12 @@ t.is(seeds.verdict({ "as claimed", "as claimed" }), true, "verdict: all as claim
 t.is(seeds.verdict({ "as claimed", "unresolved" }), nil, "verdict: one unresolved: inconclusive")
 t.is(seeds.verdict({ "unresolved", "against" }), false, "verdict: one against: does not hold")
 t.is(seeds.verdict({}), nil, "verdict: nothing compared: inconclusive")
+-- fraction: at most half of a baseline, by the seed rule
+t.is(seeds.fraction({ 0.4, 0.5 }, { 1.7, 1.9 }, 0.5), "as claimed", "fraction: 0.45 ± 0.07 vs half of 1.8 ± 0.14 (0.9 ± 0.07): below beyond the spreads")
+t.is(seeds.fraction({ 0.048, 0.07, 0.026 }, { 0.038, 0.06, 0.016 }, 0.5), "unresolved", "fraction: QT Table 2's BERT case, 127 % kept but within the spreads of half: unresolved")
+t.is(seeds.fraction({ 1.5, 1.6 }, { 1.7, 1.9 }, 0.5), "against", "fraction: 1.55 vs 0.9: above half beyond the spreads")
+t.is(seeds.fraction({ 0.4 }, { 1.7, 1.9 }, 0.5), "unresolved", "fraction: one seed: unresolved")
+
 
 t.is(seeds.pm({ 1, 2, 3 }, "%.2f"), "2.00 ± 1.00", "pm: mean ± sd")
 t.is(seeds.pm({ 4 }, "%.2f"), "4.00", "pm: one value alone")

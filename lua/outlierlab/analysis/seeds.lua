@@ -16,6 +16,8 @@
 --   seeds.verdict{ seeds.outcome(c1, -1), ... }   -- true / false / nil from "as claimed" / "against" / "unresolved"
 --   seeds.pm(xs, "%.3g")  -- "12.3 ± 0.4" (one value: "12.3")
 --   seeds.trained(ppl_variant, ppl_vanilla, "ppl")   -- false, "did not train: …" when far from vanilla
+--   seeds.fraction(xs, base, 0.5)   -- "as claimed" / "against" / "unresolved": mean(xs) below / above
+--                                   -- 0.5 × mean(base) beyond sd(xs) + 0.5 × sd(base)
 local M = {}
 
 M.RULE = "a difference between two variants counts only when |mean_a − mean_b| > sd_a + sd_b " ..
@@ -99,6 +101,20 @@ function M.verdict(outcomes)
     if o ~= "as claimed" then all = false end
   end
   return all or nil
+end
+
+-- Is a variant's quantity (xs) at most a fraction f of a baseline's (base), by the rule above? The
+-- fraction of the baseline has mean f·mean(base) and sd f·sd(base): "as claimed" when mean(xs) is
+-- below it beyond sd(xs) + f·sd(base), "against" when above it beyond that, else "unresolved"
+-- (and with fewer than 2 seeds on either side)
+function M.fraction(xs, base, f)
+  local mu, su, n = M.stats(xs)
+  local mb, sb, nb = M.stats(base)
+  if n < 2 or nb < 2 or mu ~= mu or mb ~= mb then return "unresolved" end
+  local spread = su + f * sb
+  if mu < f * mb - spread then return "as claimed" end
+  if mu > f * mb + spread then return "against" end
+  return "unresolved"
 end
 
 -- "mean ± sd" (or the single value) with fmt
