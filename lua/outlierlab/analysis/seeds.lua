@@ -103,18 +103,13 @@ function M.verdict(outcomes)
   return all or nil
 end
 
--- Is a variant's quantity (xs) at most a fraction f of a baseline's (base), by the rule above? The
--- fraction of the baseline has mean f·mean(base) and sd f·sd(base): "as claimed" when mean(xs) is
--- below it beyond sd(xs) + f·sd(base), "against" when above it beyond that, else "unresolved"
--- (and with fewer than 2 seeds on either side)
+-- Is a variant's quantity (xs) at most a fraction f (> 0) of a baseline's (base), by the rule above?
+-- The comparison of xs with the scaled baseline f·base (mean f·mean(base), sd f·sd(base)):
+-- "as claimed" below it beyond the spreads, "against" above it, else "unresolved"
 function M.fraction(xs, base, f)
-  local mu, su, n = M.stats(xs)
-  local mb, sb, nb = M.stats(base)
-  if n < 2 or nb < 2 or mu ~= mu or mb ~= mb then return "unresolved" end
-  local spread = su + f * sb
-  if mu < f * mb - spread then return "as claimed" end
-  if mu > f * mb + spread then return "against" end
-  return "unresolved"
+  local scaled = {}
+  for i, x in ipairs(base) do scaled[i] = f * x end
+  return M.outcome(M.compare(xs, scaled), -1)
 end
 
 -- "mean ± sd" (or the single value) with fmt
