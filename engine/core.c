@@ -9,6 +9,9 @@
 #include <sys/mman.h>
 #include <omp.h>
 #include <cblas.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 /* OpenBLAS' own thread control (declared here: not every cblas.h has it). */
 extern void openblas_set_num_threads(int num_threads);
@@ -36,6 +39,61 @@ const char *ol__shape_str(const ol_tensor *t, char *buf) {
     return buf;
 }
 
+/* ---------------------------------------------------------------- subnormals
+ * ol_set_flush_subnormals(1) makes every thread that computes store a float result smaller
+ * in magnitude than FLT_MIN (a subnormal) as 0 (flush-to-zero); 0 restores IEEE gradual
+ * underflow, the default. On x86 a subnormal result or operand takes a microcode assist of
+ * tens of cycles: attention probabilities of ~1e-38 and their gradients made the gemm
+ * microkernel of the recipe map's lr 0.03 organism take 2.7× the time of the same steps
+ * flushed (docs/TRAINING.md, "Subnormals"). It changes numbers wherever a subnormal occurs, so
+ * it is a training setting (train cfg.flush_subnormals, part of a model's spec), not a default.
+ * The mode is per thread: set on the calling thread and on the OpenMP team here, on the pool's
+ * workers when they next take an item (pool.c, work), again on the team whenever
+ * ol_set_num_threads changes it, and a new thread inherits its creator's mode; so every thread
+ * that computes has the same mode and the results stay independent of the thread count.
+ * Operands already subnormal (read from a file) are used as they are. */
+_Atomic int ol__fp_flush = 0;        /* the requested mode */
+_Atomic unsigned ol__fp_gen = 0;     /* bumped at every change (the pool's workers compare) */
+
+void ol__fp_apply(int on) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(on ? (csr | _MM_FLUSH_ZERO_ON) : (csr & ~(unsigned)_MM_FLUSH_ZERO_ON));
+#elif defined(__aarch64__)
+    uint64_t fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    fpcr = on ? (fpcr | ((uint64_t)1 << 24)) : (fpcr & ~((uint64_t)1 << 24));   /* FPCR.FZ */
+    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr));
+#else
+    (void)on;
+#endif
+}
+
+static void fp_apply_team(int n, int on) {
+    ol__fp_apply(on);
+    #pragma omp parallel num_threads(n)
+    ol__fp_apply(on);
+}
+
+void ol_set_flush_subnormals(int on) {
+    on = on ? 1 : 0;
+    atomic_store(&ol__fp_flush, on);
+    atomic_fetch_add(&ol__fp_gen, 1u);
+    fp_apply_team(ol_get_num_threads(), on);
+}
+
+int ol_flushes_subnormals(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    return (_mm_getcsr() & _MM_FLUSH_ZERO_ON) != 0;
+#elif defined(__aarch64__)
+    uint64_t fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    return (int)((fpcr >> 24) & 1);
+#else
+    return 0;
+#endif
+}
+
 /* ---------------------------------------------------------------- threads */
 static int g_threads = 0;
 
@@ -47,6 +105,7 @@ void ol_set_num_threads(int n) {
     }
     g_threads = n;
     omp_set_num_threads(n);
+    fp_apply_team(n, atomic_load(&ol__fp_flush));   /* the team's threads all in the current mode */
     /* (OpenBLAS's OpenMP build needs one buffer per OpenMP thread that calls it concurrently:
      * it runs single-threaded inside a parallel region, but its thread count must be the team's) */
     openblas_set_num_threads(n);

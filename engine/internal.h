@@ -146,6 +146,11 @@ enum { OL_PROF_MATMUL = 0, OL_PROF_BACKWARD = 1, OL_PROF_ATTENTION_BWD = 2, OL_P
 extern int g_prof_on;
 void ol__prof_add(int what, double seconds);
 void ol__zero(float *p, int64_t n);   /* parallel memset of n floats (core.c) */
+/* Flush-to-zero (core.c, "subnormals"): the requested mode, its change counter, and setting it
+ * on the calling thread. */
+extern _Atomic int ol__fp_flush;
+extern _Atomic unsigned ol__fp_gen;
+void ol__fp_apply(int on);
 /* C = beta·C + op(A)·op(B) for batch products (strides sa, sb, sc floats), row-major, C (M,N)
  * with ldc = N, A (M,K) or (K,M) if ta, B (K,N) or (N,K) if tb: bit-identical results for
  * any thread count (fixed work items of single-threaded sgemm; blas.c). 0 or -1 (out of memory). */

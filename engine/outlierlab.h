@@ -61,6 +61,12 @@ const char *ol_version(void);
 /* Threads for the engine's kernels and OpenBLAS; n <= 0 means OMP_NUM_THREADS or all cores. */
 void ol_set_num_threads(int n);
 int  ol_get_num_threads(void);
+/* Flush-to-zero on every thread that computes (1) or IEEE gradual underflow (0, the default):
+ * with 1 a float result below FLT_MIN in magnitude is stored as 0, which avoids the CPU's slow
+ * path for subnormal numbers (core.c, "subnormals"; docs/TRAINING.md). ol_flushes_subnormals:
+ * the calling thread's mode. */
+void ol_set_flush_subnormals(int on);
+int  ol_flushes_subnormals(void);
 
 /* The engine's own kernel for small products (engine/gemm.c), used for each shape whose
  * every element it calibrated bit for bit against OpenBLAS; 0 sends every product through

@@ -46,6 +46,7 @@ static _Atomic int g_sleepers;
 static int g_workers;                 /* started so far */
 static pthread_mutex_t g_start = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int t_in_item;   /* inside an item: nested loops run inline */
+static _Thread_local unsigned t_fp_gen = (unsigned)-1;   /* the flush-to-zero change last applied (core.c) */
 
 static void futex_wait(_Atomic uint32_t *w, uint32_t v) {
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
@@ -64,6 +65,10 @@ static void work(int tid) {
             continue;
         /* the job cannot finish (nor its slot be reused) before this item is done */
         ol_item_fn fn = atomic_load_explicit(&j->fn, memory_order_relaxed);
+        /* the caller's flush-to-zero mode (core.c, "subnormals"): a change made before this job
+         * was published is seen here (the acquire load of g_state above) */
+        unsigned gen = atomic_load_explicit(&ol__fp_gen, memory_order_relaxed);
+        if (gen != t_fp_gen) { ol__fp_apply(atomic_load_explicit(&ol__fp_flush, memory_order_relaxed)); t_fp_gen = gen; }
         t_in_item = 1;
         fn(atomic_load_explicit(&j->arg, memory_order_relaxed), (int64_t)(uint32_t)s, tid);
         t_in_item = 0;

@@ -167,6 +167,18 @@ function M.measure_vit_phenomena(ctx, m, spec, n, first)
   return ph:result()
 end
 
+-- How often a model the runner trains writes its checkpoint (besides the end and the batch
+-- system's signal): every CKPT_PARTS-th of its steps, so that a killed run (kill -9, a lost
+-- node, Ctrl-C) loses at most that share of the training; run it again and run:model resumes
+-- from the checkpoint, bit for bit as if never stopped (tests/lua/test_runner_resume.lua).
+-- Short runs (under 2·CKPT_PARTS steps) write only at the end. A checkpoint does not touch the
+-- numbers, so it is not part of the model's cache key; a spec's train.ckpt_every overrides it.
+M.CKPT_PARTS = 10
+function M.ckpt_every(steps)
+  if steps < 2 * M.CKPT_PARTS then return 0 end
+  return math.floor(steps / M.CKPT_PARTS)
+end
+
 -- the trainer of an image spec (a ViT on the synthetic images, outlierlab.data.images)
 local function image_trainer(run, spec)
   return function(dir, ckpt)
@@ -179,6 +191,7 @@ local function image_trainer(run, spec)
     for k, v in pairs(spec.train) do tcfg[k] = v end
     tcfg.progress = tcfg.progress or "plain"
     tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
+    tcfg.ckpt_every = tcfg.ckpt_every or M.ckpt_every(spec.train.steps)
     run:log("%s, %d steps of %d images", m:describe(), spec.train.steps, spec.batch.B)
     -- every ViT records its sinks, drains, massive activations and kurtosis as it trains
     local track = M.tracker(spec, dir, function(n, first) return M.measure_vit_phenomena(ctx, m, spec, n, first) end)
@@ -214,6 +227,7 @@ function M.fit(run, spec)
     for k, v in pairs(spec.train) do tcfg[k] = v end
     tcfg.progress = tcfg.progress or "plain"
     tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
+    tcfg.ckpt_every = tcfg.ckpt_every or M.ckpt_every(spec.train.steps)
     run:log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, spec.batch.B, spec.batch.T)
     -- every model records its sinks, drains, massive activations and kurtosis as it trains
     local track = M.tracker(spec, dir, function(n, first) return M.measure_phenomena(ctx, m, corpus, spec, 16, n, first) end)

@@ -239,13 +239,23 @@ function Run:model(spec, trainer)
     tr.shards = self.shards
     spec.train = tr
   end
+  -- --flush_subnormals: every model the run trains does so with flush-to-zero (train.run's
+  -- cfg.flush_subnormals, docs/TRAINING.md "Subnormals"); it changes the weights wherever a
+  -- subnormal occurs, so it enters the spec the same way
+  if self.flush_subnormals and type(spec.train) == "table" and spec.train.flush_subnormals == nil then
+    local tr = {}
+    for k, v in pairs(spec.train) do tr[k] = v end
+    tr.flush_subnormals = true
+    spec.train = tr
+  end
   return train_or_cache(self, spec, trainer)
 end
 
 function Run:meta()
   return { title = self.exp.title, id = self.id, profile = self.profile, seed = self.seed,
            config = { experiment = self.id, profile = self.profile, settings = self.cfg,
-                      shards = (self.shards or 0) > 0 and self.shards or nil },
+                      shards = (self.shards or 0) > 0 and self.shards or nil,
+                      flush_subnormals = self.flush_subnormals or nil },
            summary = self.exp.source.claim and (self.exp.source.paper .. " " .. self.exp.source.figure ..
              ": " .. self.exp.source.claim) or self.exp.title,
            references = self.exp.source.paper .. " " .. (self.exp.source.figure or "") }
@@ -349,6 +359,7 @@ function M.run_file(exp, file)
   local opts = config.get({ profile = "default", sweep_index = -1, retrain = false, reanalyze = false,
                             progress = "",   -- auto | tty | plain | off (quiet): every training's progress lines
                             shards = tonumber(os.getenv("OUTLIERLAB_SHARDS") or "") or 0,   -- rank invariance (Run:model)
+                            flush_subnormals = os.getenv("OUTLIERLAB_FLUSH_SUBNORMALS") == "1",   -- flush-to-zero (Run:model)
                             -- --model_ranks=1: every model trains on one rank alone (sweep members spread over
                             -- the ranks, a lone model on rank 0), so that mpirun gives a run's single-process bits
                             model_ranks = tonumber(os.getenv("OUTLIERLAB_MODEL_RANKS") or "") or 0,
@@ -364,7 +375,7 @@ function M.run_file(exp, file)
   end
   local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
                                             retrain = true, reanalyze = true, model = true, text = true, stream = true,
-                                            progress = true, shards = true, model_ranks = true } })
+                                            progress = true, shards = true, model_ranks = true, flush_subnormals = true } })
   local S = opts.shards
   -- train.run's own rule for cfg.shards (0 or a power of two), reported as the option
   if not pcall(require("outlierlab.train.loop").config, { steps = 1, shards = S }) then
@@ -385,7 +396,7 @@ function M.run_file(exp, file)
     dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name }),
     results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
     sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze,
-    shards = opts.shards, model_ranks = opts.model_ranks, out = {}, files = {},
+    shards = opts.shards, model_ranks = opts.model_ranks, flush_subnormals = opts.flush_subnormals, out = {}, files = {},
   }, Run)
   mkdir(run.dir)
   local ftext = read_file(file) or ""

@@ -49,6 +49,9 @@ M.defaults = {
   eval_batches = 8,           -- validation batches per evaluation (the same batches every time)
   ckpt_every = 0,             -- checkpoint every n steps (0: only at the end) when ckpt is given
   log_every = 10,             -- plain log line every n steps (when stdout is not a terminal)
+  flush_subnormals = false,   -- train with flush-to-zero on every thread (engine ol_set_flush_subnormals:
+                              -- results below FLT_MIN become 0; avoids the CPU's slow path, changes the
+                              -- numbers where subnormals occur; docs/TRAINING.md, "Subnormals")
   progress = "auto",          -- auto | tty | plain | off
 }
 
@@ -339,6 +342,10 @@ function M.run(a)
   local cfg = M.config(a.cfg)
   local optim = require "outlierlab.optim"
   local log = a.log or function() end
+  -- the run's floating-point mode on every thread, whatever an earlier run left; the caller's
+  -- mode comes back when the run returns
+  local fp_prev = C.ol_flushes_subnormals()
+  C.ol_set_flush_subnormals(cfg.flush_subnormals and 1 or 0)
 
   local oopts = { lr = cfg.lr, betas = cfg.betas, eps = cfg.eps, weight_decay = cfg.weight_decay,
                   decay_norm_gains = cfg.decay_norm_gains, decay = a.decay }
@@ -572,6 +579,7 @@ function M.run(a)
   elseif a.val_loader and #res.val == 0 then evaluate(res.step) end
   if a.ckpt and res.step > start then save(res.step) end
   res.tok_s = t_time > 0 and t_items / t_time or 0
+  C.ol_set_flush_subnormals(fp_prev)
   return res
 end
 
