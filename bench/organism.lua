@@ -97,13 +97,17 @@ local function token_loader(mc, B, T, kind)
   return l
 end
 
-local function bench(name, mc, B, T, loader, shards)
+-- o.prepare(ctx): changes the built model's parameters; o.flush: train.run's cfg.flush_subnormals
+local function bench(name, mc, B, T, loader, shards, o)
+  o = o or {}
   local peak = sgemm_peak()
   local ctx = ol.Context { seed = 1 }
   local m = models.build(ctx, mc)
+  if o.prepare then o.prepare(ctx) end
   local times = {}
   local prof = { 0, 0, 0 }
-  train.run { ctx = ctx, model = m, loader = loader, cfg = { steps = cfg.steps + 2, lr = 1e-4, progress = "off", shards = shards },
+  train.run { ctx = ctx, model = m, loader = loader, cfg = { steps = cfg.steps + 2, lr = 1e-4, progress = "off", shards = shards,
+                                                             flush_subnormals = o.flush or false },
               on_step = function(step)
                 -- steps 1-2 warm up; the profile covers the timed steps only
                 if step == 2 then C.ol_profile_reset() C.ol_profile_enable(1) end
@@ -142,6 +146,22 @@ if want("llama") then
   local r4 = bench("  with shards=4", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "lm"), 4)
   print(string.format("rank invariance (shards 4) on one rank: %.0f%% of the plain step's tokens/s (a switch: --shards=4)",
                       100 * r4.tok_s / r0.tok_s))
+  -- subnormals (docs/TRAINING.md, "Subnormals"): the same step with attention so sharp (the q and
+  -- k projections ×80: score spreads of hundreds) that most probabilities and their gradients
+  -- fall below FLT_MIN, in IEEE mode (the default) and with flush-to-zero
+  local function sharp(ctx)
+    for _, p in ipairs(ctx:params()) do
+      if require("ffi").string(p.name):match("attn%.[qk]_proj%.weight$") then
+        for i = 0, tonumber(p.numel) - 1 do p.data[i] = p.data[i] * 80 end
+      end
+    end
+  end
+  local ri = bench("  sharp, IEEE", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "lm"), nil, { prepare = sharp })
+  local rf = bench("  sharp, flushed", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "lm"), nil,
+                   { prepare = sharp, flush = true })
+  print(string.format("subnormal attention: flush-to-zero (--flush_subnormals) runs the step %.2f× as fast as IEEE " ..
+                      "(%.0f%% of the plain step's tokens/s without it, %.0f%% with it)",
+                      rf.tok_s / ri.tok_s, 100 * ri.tok_s / r0.tok_s, 100 * rf.tok_s / r0.tok_s))
 end
 if want("bert") then
   local p = E.BERT_MLM_PROFILES.default
