@@ -335,6 +335,22 @@ static void silu_bwd(const float *x, const float *g, float *da, int64_t n, int s
     else              OL_GRAD_LOOP(fresh, n, da, g[i] * silu_d(x[i]));
 }
 
+/* ---- GELU, erf form (BERT's and the ViT's): 0.5·x·(1 + erf(x/√2)), with libm's erff. Under
+ * grad the forward keeps 1 + erf(x/√2) of every element (nd->saved) for the backward, which
+ * would otherwise call erff again: the same float, so the same bits as un_fwd / un_bwd, one
+ * erff per element instead of two (tests/lua/test_train_kernels.lua checks both bit for bit). */
+static void gelu_erf_fwd(const float *x, float *o, float *keep, int64_t n) {
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float e1 = 1.0f + erff(x[i] * 0.7071067811865476f);
+        if (keep) keep[i] = e1;
+        o[i] = 0.5f * x[i] * e1;
+    }
+}
+static void gelu_erf_bwd(const float *x, const float *e1, const float *g, float *da, int64_t n, int fresh) {
+    OL_GRAD_LOOP(fresh, n, da, g[i] * (0.5f * e1[i] + x[i] * 0.3989422804014327f * expf(-0.5f * x[i] * x[i])));
+}
+
 static void unary_backward(ol_node *nd) {
     ol_tensor *a = nd->in[0], *y = nd->out;
     int op = nd->iarg[0];
@@ -344,6 +360,7 @@ static void unary_backward(ol_node *nd) {
     int fresh = ol__grad_first(a);
     if (op == OL_GELU_TANH) { gelu_tanh_bwd(x, g, da, n, fresh); return; }
     if (op == OL_SILU || op == OL_SIGMOID) { silu_bwd(x, g, da, n, op == OL_SIGMOID, fresh); return; }
+    if (op == OL_GELU_ERF && nd->saved) { gelu_erf_bwd(x, nd->saved, g, da, n, fresh); return; }
     if (fresh) {
         #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
         for (int64_t i = 0; i < n; i++) da[i] = 0.0f + g[i] * un_bwd(op, x[i], yv[i]);
@@ -362,16 +379,24 @@ ol_tensor *ol_unary(ol_tensor *a, int32_t op) {
     int64_t n = a->numel;
     const float *x = a->data;
     float *o = y->data;
+    int grad = ol__needs_grad(a->ctx, 1, &a);
+    float *keep = NULL;
+    if (op == OL_GELU_ERF && grad) {
+        keep = ol__step_alloc(a->ctx, n * 4, "gelu_erf");
+        if (!keep) return NULL;
+    }
     if (op == OL_GELU_TANH) gelu_tanh_fwd(x, o, n);
+    else if (op == OL_GELU_ERF) gelu_erf_fwd(x, o, keep, n);
     else if (op == OL_SILU || op == OL_SIGMOID) silu_fwd(x, o, n, op == OL_SIGMOID);
     else {
         #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
         for (int64_t i = 0; i < n; i++) o[i] = un_fwd(op, x[i]);
     }
-    if (ol__needs_grad(a->ctx, 1, &a)) {
+    if (grad) {
         ol_node *nd = ol__record(name, unary_backward, y, 1, &a);
         if (!nd) return NULL;
         nd->iarg[0] = op;
+        nd->saved = keep;
         nd->write_first = 1;
     }
     return y;

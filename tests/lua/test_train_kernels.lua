@@ -109,4 +109,45 @@ for _, case in ipairs {
   t.ok(e2 < 1e-2, name .. " backward vs central finite differences", "max error " .. tostring(e2))
 end
 
+-- GELU, erf form (BERT, ViT): the forward keeps 1 + erf(x/√2) for the backward (one erff per
+-- element instead of two, engine/ops_elementwise.c). It must be the libm formula bit for bit:
+-- 0.5·x·(1 + erff(x/√2)) and its derivative 0.5·(1 + erff(x/√2)) + x·φ(x), emulated here in float
+-- arithmetic (a + − × of two floats done in double and rounded to float is the correctly
+-- rounded float result) with libm's erff and expf through the FFI.
+local ffi = require "ffi"
+ffi.cdef "float erff(float); float expf(float);"
+local fbuf = ffi.new("float[1]")
+local function F(v) fbuf[0] = v return fbuf[0] end
+local C1, C2 = F(0.7071067811865476), F(0.3989422804014327)
+for _, grad_mode in ipairs { true, false } do
+  ctx:reset()
+  ctx:zero_grad()
+  local ye, RE
+  if grad_mode then
+    ye = x:gelu("erf")
+    RE = ctx:tensor({ n }):uniform_(-1, 1, 7)
+    ;(ye * RE):sum_all():backward()
+  else
+    ctx:no_grad(function() ye = x:gelu("erf") end)
+  end
+  local bad
+  for i = 1, n do
+    local xi = x.data[i - 1]
+    local e1 = F(1 + ffi.C.erff(F(xi * C1)))
+    local ry = F(F(0.5 * xi) * e1)
+    if ye.data[i - 1] ~= ry then bad = string.format("y at x = %.9g: %.9g, formula %.9g", xi, ye.data[i - 1], ry) break end
+    if grad_mode then
+      local ex = ffi.C.expf(F(F(-0.5 * xi) * xi))
+      local d = F(F(0.5 * e1) + F(F(xi * C2) * ex))
+      local rg = F(RE.data[i - 1] * d)
+      if g[i - 1] ~= rg then bad = string.format("dy/dx at x = %.9g: %.9g, formula %.9g", xi, g[i - 1], rg) break end
+    end
+  end
+  t.ok(bad == nil, string.format("gelu erf %s equals the libm formula in float bit for bit on %d values",
+                                 grad_mode and "forward and backward (grad)" or "forward (no grad)", n), bad)
+end
+ctx:reset()
+local e3 = gradcheck.check(ctx, function(a) return a:gelu("erf") end, { xp })
+t.ok(e3 < 1e-2, "gelu erf backward vs central finite differences", "max error " .. tostring(e3))
+
 return t.done()
