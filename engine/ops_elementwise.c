@@ -347,8 +347,19 @@ static void gelu_erf_fwd(const float *x, float *o, float *keep, int64_t n) {
         o[i] = 0.5f * x[i] * e1;
     }
 }
+static inline float gelu_erf_d(float x, float e1) {
+    return 0.5f * e1 + x * 0.3989422804014327f * expf(-0.5f * x * x);
+}
+/* (not OL_GRAD_LOOP: its `simd` makes GCC pack lanes around each scalar expf call, which was
+ * slower than the plain loop) */
 static void gelu_erf_bwd(const float *x, const float *e1, const float *g, float *da, int64_t n, int fresh) {
-    OL_GRAD_LOOP(fresh, n, da, g[i] * (0.5f * e1[i] + x[i] * 0.3989422804014327f * expf(-0.5f * x[i] * x[i])));
+    if (fresh) {
+        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) da[i] = 0.0f + g[i] * gelu_erf_d(x[i], e1[i]);
+    } else {
+        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) da[i] += g[i] * gelu_erf_d(x[i], e1[i]);
+    }
 }
 
 static void unary_backward(ol_node *nd) {
