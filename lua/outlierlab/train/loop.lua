@@ -565,8 +565,11 @@ function M.run(a)
     prog:step(rec)
     log(rec)
     if a.val_loader and cfg.eval_every > 0 and step % cfg.eval_every == 0 and step < cfg.steps then evaluate(step) end
-    if a.ckpt and cfg.ckpt_every > 0 and step % cfg.ckpt_every == 0 and step < cfg.steps then save(step) end
+    -- on_step before the step's checkpoint: what it records for this step (the runner's tracked
+    -- phenomena) is on disk before a checkpoint says the step is done, so a run killed between
+    -- the two redoes the step from the previous checkpoint instead of skipping its record
     if a.on_step then a.on_step(step, rec) end
+    if a.ckpt and cfg.ckpt_every > 0 and step % cfg.ckpt_every == 0 and step < cfg.steps then save(step) end
     if dist and dist.signal_pending and step < cfg.steps and dist.signal_pending() > 0 then
       prog:note(string.format("signal received: saving a checkpoint at step %d and stopping", step))
       res.stopped_by_signal = step
