@@ -55,18 +55,24 @@ const char *ol__shape_str(const ol_tensor *t, char *buf) {
 _Atomic int ol__fp_flush = 0;        /* the requested mode */
 _Atomic unsigned ol__fp_gen = 0;     /* bumped at every change (the pool's workers compare) */
 
-void ol__fp_apply(int on) {
+/* the control register that holds the mode and its flush-to-zero bit (0: no such mode here) */
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned csr = _mm_getcsr();
-    _mm_setcsr(on ? (csr | _MM_FLUSH_ZERO_ON) : (csr & ~(unsigned)_MM_FLUSH_ZERO_ON));
+#define FP_FZ ((uint64_t)_MM_FLUSH_ZERO_ON)
+static uint64_t fp_reg(void) { return _mm_getcsr(); }
+static void fp_reg_set(uint64_t r) { _mm_setcsr((unsigned)r); }
 #elif defined(__aarch64__)
-    uint64_t fpcr;
-    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
-    fpcr = on ? (fpcr | ((uint64_t)1 << 24)) : (fpcr & ~((uint64_t)1 << 24));   /* FPCR.FZ */
-    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr));
+#define FP_FZ ((uint64_t)1 << 24)   /* FPCR.FZ */
+static uint64_t fp_reg(void) { uint64_t r; __asm__ volatile("mrs %0, fpcr" : "=r"(r)); return r; }
+static void fp_reg_set(uint64_t r) { __asm__ volatile("msr fpcr, %0" : : "r"(r)); }
 #else
-    (void)on;
+#define FP_FZ ((uint64_t)0)
+static uint64_t fp_reg(void) { return 0; }
+static void fp_reg_set(uint64_t r) { (void)r; }
 #endif
+
+void ol__fp_apply(int on) {
+    uint64_t r = fp_reg();
+    fp_reg_set(on ? (r | FP_FZ) : (r & ~FP_FZ));
 }
 
 static void fp_apply_team(int n, int on) {
@@ -82,17 +88,7 @@ void ol_set_flush_subnormals(int on) {
     fp_apply_team(ol_get_num_threads(), on);
 }
 
-int ol_flushes_subnormals(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    return (_mm_getcsr() & _MM_FLUSH_ZERO_ON) != 0;
-#elif defined(__aarch64__)
-    uint64_t fpcr;
-    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
-    return (int)((fpcr >> 24) & 1);
-#else
-    return 0;
-#endif
-}
+int ol_flushes_subnormals(void) { return FP_FZ != 0 && (fp_reg() & FP_FZ) != 0; }
 
 /* ---------------------------------------------------------------- threads */
 static int g_threads = 0;

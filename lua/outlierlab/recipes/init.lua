@@ -180,6 +180,17 @@ function M.ckpt_every(steps)
   return math.floor(steps / M.CKPT_PARTS)
 end
 
+-- train.run's cfg of a spec: its train settings, plain progress lines every tenth of the steps
+-- and the checkpoint cadence above, unless the spec sets them
+local function train_cfg(spec)
+  local tcfg = {}
+  for k, v in pairs(spec.train) do tcfg[k] = v end
+  tcfg.progress = tcfg.progress or "plain"
+  tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
+  tcfg.ckpt_every = tcfg.ckpt_every or M.ckpt_every(spec.train.steps)
+  return tcfg
+end
+
 -- the trainer of an image spec (a ViT on the synthetic images, outlierlab.data.images)
 local function image_trainer(run, spec)
   return function(dir, ckpt)
@@ -188,11 +199,7 @@ local function image_trainer(run, spec)
     local train = require "outlierlab.train.loop"
     local ctx = ol.Context{ seed = spec.seed }
     local m = models.build(ctx, model_cfg(spec))
-    local tcfg = {}
-    for k, v in pairs(spec.train) do tcfg[k] = v end
-    tcfg.progress = tcfg.progress or "plain"
-    tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
-    tcfg.ckpt_every = tcfg.ckpt_every or M.ckpt_every(spec.train.steps)
+    local tcfg = train_cfg(spec)
     run:log("%s, %d steps of %d images", m:describe(), spec.train.steps, spec.batch.B)
     -- every ViT records its sinks, drains, massive activations and kurtosis as it trains
     local track = M.tracker(spec, dir, function(n, first) return M.measure_vit_phenomena(ctx, m, spec, n, first) end)
@@ -224,11 +231,7 @@ function M.fit(run, spec)
     local tr = batcher.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed,
                                    shard = true })
     local va = batcher.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed, split = "val" })
-    local tcfg = {}
-    for k, v in pairs(spec.train) do tcfg[k] = v end
-    tcfg.progress = tcfg.progress or "plain"
-    tcfg.log_every = tcfg.log_every or math.max(1, math.floor(spec.train.steps / 10))
-    tcfg.ckpt_every = tcfg.ckpt_every or M.ckpt_every(spec.train.steps)
+    local tcfg = train_cfg(spec)
     run:log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, spec.batch.B, spec.batch.T)
     -- every model records its sinks, drains, massive activations and kurtosis as it trains
     local track = M.tracker(spec, dir, function(n, first) return M.measure_phenomena(ctx, m, corpus, spec, 16, n, first) end)

@@ -220,34 +220,34 @@ function Run:sweep(items, fn)
   return out
 end
 
+-- spec.train with key = value added when the spec does not set key itself: in place (a new
+-- train table: a shared profile table stays untouched), because the trainer closure reads this
+-- very spec; a run option that changes the weights so enters the model's spec and cache key
+local function set_train_key(spec, key, value)
+  if type(spec.train) ~= "table" or spec.train[key] ~= nil then return end
+  local tr = {}
+  for k, v in pairs(spec.train) do tr[k] = v end
+  tr[key] = value
+  spec.train = tr
+end
+
 -- an imported model (--model=DIR, outlierlab.pretrained) stands in for every trained one
 local train_or_cache = Run.model
 function Run:model(spec, trainer)
   if self.pretrained then return self.pretrained:handle() end
   -- --shards=S: rank-invariant data parallelism (train.run's cfg.shards) for every model the
-  -- run trains; it changes the weights, so it enters the model's spec (and its cache key). A
-  -- spec that sets its own shards keeps them; S = 0 (the default) leaves the spec untouched.
+  -- run trains. A spec that sets its own shards keeps them; S = 0 (the default) leaves the spec
+  -- untouched.
   if (self.shards or 0) > 0 and type(spec.train) == "table" and spec.train.shards == nil then
     if (spec.train.accum or 1) > 1 then
       error(string.format("--shards=%d: this model trains with gradient accumulation (accum = %d), which shards do not support",
                           self.shards, spec.train.accum), 0)
     end
-    -- in place (a new train table: a shared profile table stays untouched), because the
-    -- trainer closure reads this very spec
-    local tr = {}
-    for k, v in pairs(spec.train) do tr[k] = v end
-    tr.shards = self.shards
-    spec.train = tr
+    set_train_key(spec, "shards", self.shards)
   end
   -- --flush_subnormals: every model the run trains does so with flush-to-zero (train.run's
-  -- cfg.flush_subnormals, docs/TRAINING.md "Subnormals"); it changes the weights wherever a
-  -- subnormal occurs, so it enters the spec the same way
-  if self.flush_subnormals and type(spec.train) == "table" and spec.train.flush_subnormals == nil then
-    local tr = {}
-    for k, v in pairs(spec.train) do tr[k] = v end
-    tr.flush_subnormals = true
-    spec.train = tr
-  end
+  -- cfg.flush_subnormals, docs/TRAINING.md "Subnormals")
+  if self.flush_subnormals then set_train_key(spec, "flush_subnormals", true) end
   return train_or_cache(self, spec, trainer)
 end
 
