@@ -120,6 +120,90 @@ do
   t.ok(masked / targets > 0.65 and masked / targets < 0.92, "about 80 % of the targets are [MASK]", masked / targets)
 end
 
+-- MLM rows of several segments (sep_every: BERT's [CLS] A [SEP] B [SEP] layout)
+do
+  t.throws(function() org.task{ vocab_size = 128, sep_every = 2 } end, "sep_every", "sep_every = 2 leaves no room for a segment")
+  local base = { vocab_size = 128, n_triggers = 24, groups = 6, n_delim = 3, p_delim = 0.15 }
+  local seg = {}
+  for k, v in pairs(base) do seg[k] = v end
+  seg.sep_every = 24
+  local ts = org.task(seg)
+  local plain = org.MLMLoader{ task = org.task(base), B = 8, T = 64, seed = 3 }:next(ctx)
+  local zero = {}
+  for k, v in pairs(base) do zero[k] = v end
+  zero.sep_every = 0
+  local pz = org.MLMLoader{ task = org.task(zero), B = 8, T = 64, seed = 3 }:next(ctx)
+  local same = true
+  for i = 0, 8 * 64 - 1 do
+    if plain.ids.idata[i] ~= pz.ids.idata[i] or plain.targets.idata[i] ~= pz.targets.idata[i] or pz.token_type.idata[i] ~= 0 then same = false end
+  end
+  t.ok(same, "sep_every = 0 gives the one-segment rows, token_type 0")
+  local mb = org.MLMLoader{ task = ts, B = 8, T = 64, seed = 3 }:next(ctx)
+  local sp = ts.special
+  local layout, types, sep_targets, inner_sep = true, true, 0, 0
+  for r = 0, 7 do
+    local ids, tg, tt = mb.ids.idata + r * 64, mb.targets.idata + r * 64, mb.token_type.idata + r * 64
+    for p = 0, 63 do
+      local want = p == 0 and sp.cls or ((p == 23 or p == 47 or p == 63) and sp.sep or nil)
+      if want and ids[p] ~= want then layout = false end
+      if not want and (ids[p] == sp.sep or ids[p] == sp.cls) then inner_sep = inner_sep + 1 end
+      if want and tg[p] ~= -100 then sep_targets = sep_targets + 1 end
+      -- segment 0: [CLS] .. 23, segment 1: 24 .. 47 (type 1), segment 2: 48 .. 63
+      local want_type = (p >= 24 and p <= 47) and 1 or 0
+      if tt[p] ~= want_type then types = false end
+    end
+  end
+  t.ok(layout, "[CLS] at 0 and a [SEP] at 23, 47 and 63 in every row")
+  t.is(inner_sep, 0, "no other [CLS] or [SEP] in the rows")
+  t.is(sep_targets, 0, "[CLS] and the [SEP]s are never targets")
+  t.ok(types, "token_type alternates by segment: 0, 1, 0")
+  -- each segment is a chain of its own: segment 1 is chain seq * 3 + 1, unmasked where not a target
+  local buf = ffi.new("int32_t[?]", 65)
+  ts.chain(3 * 7919 + 17, 2 * 3 + 1, 23, buf)   -- row 2 of the first train batch, segment 1: positions 24 .. 46
+  local agree = true
+  for p = 24, 46 do
+    local id, tg = mb.ids.idata[2 * 64 + p], mb.targets.idata[2 * 64 + p]
+    local x = tg ~= -100 and tg or id
+    if x ~= buf[p - 24] then agree = false end
+  end
+  t.ok(agree, "a segment's tokens are its own chain (chain index seq * n_segments + k)")
+  -- segment_cls: packed rows, [CLS] A [SEP] [CLS] B [SEP] ...
+  t.throws(function() org.task{ vocab_size = 128, segment_cls = 1 } end, "segment_cls must be true or false", "segment_cls is a boolean")
+  t.throws(function() org.task{ vocab_size = 128, segment_cls = true } end, "segment_cls needs sep_every", "segment_cls without segments is an error")
+  seg.segment_cls = true
+  local tp = org.task(seg)
+  local pb = org.MLMLoader{ task = tp, B = 8, T = 64, seed = 3 }:next(ctx)
+  local packed, p_targets, p_types = true, 0, true
+  for r = 0, 7 do
+    local ids, tg, tt = pb.ids.idata + r * 64, pb.targets.idata + r * 64, pb.token_type.idata + r * 64
+    for p = 0, 63 do
+      local want = (p == 0 or p == 24 or p == 48) and sp.cls or ((p == 23 or p == 47 or p == 63) and sp.sep or nil)
+      if (want and ids[p] ~= want) or (not want and (ids[p] == sp.sep or ids[p] == sp.cls)) then packed = false end
+      if want and tg[p] ~= -100 then p_targets = p_targets + 1 end
+      if tt[p] ~= ((p >= 24 and p <= 47) and 1 or 0) then p_types = false end
+    end
+  end
+  t.ok(packed, "segment_cls: [CLS] at 0, 24, 48 and [SEP] at 23, 47, 63, nowhere else")
+  t.is(p_targets, 0, "segment_cls: no [CLS] or [SEP] is a target")
+  t.ok(p_types, "segment_cls: token_type 0, 1, 0 by segment, its [CLS] included")
+  ts.chain(3 * 7919 + 17, 2 * 3 + 1, 22, buf)   -- row 2, segment 1 after its [CLS]: positions 25 .. 46
+  agree = true
+  for p = 25, 46 do
+    local id, tg = pb.ids.idata[2 * 64 + p], pb.targets.idata[2 * 64 + p]
+    if (tg ~= -100 and tg or id) ~= buf[p - 25] then agree = false end
+  end
+  t.ok(agree, "segment_cls: a later segment's chain starts after its [CLS]")
+  local batcher = require "outlierlab.data.batcher"
+  t.throws(function() batcher.data_spec{ data = "corpus", sep_every = 24, data_seed = 1, n_tokens = 10, vocab_size = 64 } end,
+    "--sep_every=24 needs the organism's data", "sep_every with the text corpus is an error")
+  t.throws(function() batcher.data_spec{ data = "corpus", sep_every = 0, segment_cls = true, data_seed = 1, n_tokens = 10, vocab_size = 64 } end,
+    "--segment_cls needs the organism's data", "segment_cls with the text corpus is an error")
+  local d = batcher.data_spec{ data = "organism", sep_every = 0, vocab_size = 128, n_triggers = 24, groups = 6, alpha = 0.1,
+    p_trigger = 0.12, n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1 }
+  t.is(d.sep_every, nil, "sep_every = 0 stays out of the data spec (older models keep their hash)")
+  t.is(d.segment_cls, nil, "segment_cls unset stays out of the data spec")
+end
+
 -- ---------------------------------------------------------------- flat images
 do
   local data = require "outlierlab.data"

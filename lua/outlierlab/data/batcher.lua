@@ -148,7 +148,14 @@ function M.data_spec(cfg)
     if (cfg.n_recall or 0) > 0 then d.n_recall, d.p_recall = cfg.n_recall, cfg.p_recall end
     if (cfg.n_pointer or 0) > 0 then d.n_pointer, d.p_pointer, d.pointer_hops = cfg.n_pointer, cfg.p_pointer, cfg.pointer_hops end
     if cfg.loop_free then d.loop_free = true end
+    -- BERT's segment layout (a [SEP] every sep_every positions; MLM rows only)
+    if (cfg.sep_every or 0) > 0 then d.sep_every = cfg.sep_every end
+    if cfg.segment_cls then d.segment_cls = true end
     return d
+  end
+  if (cfg.sep_every or 0) > 0 or cfg.segment_cls then
+    error(string.format("settings: --sep_every=%s%s needs the organism's data (--data=organism), not --data=%s",
+      tostring(cfg.sep_every), cfg.segment_cls and " --segment_cls" or "", tostring(cfg.data)), 0)
   end
   return { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size }
 end

@@ -43,7 +43,7 @@ local DELIM_NAMES = { ".", ",", ";", ":", "!", "?", "\n", "-" }
 
 M.defaults = { vocab_size = 64, n_triggers = 8, groups = 1, alpha = 0.1, p_trigger = 0, n_delim = 0, p_delim = 0.1,
                n_weak = 0, p_weak = 0.1, n_recall = 0, p_recall = 0.05, n_pointer = 0, p_pointer = 0.05,
-               pointer_hops = 1, loop_free = false, seed = 1 }
+               pointer_hops = 1, loop_free = false, seed = 1, sep_every = 0, segment_cls = false }
 
 local function check_int(v, lo, hi, what)
   if type(v) ~= "number" or v ~= math.floor(v) or v < lo or (hi and v > hi) then
@@ -104,7 +104,10 @@ function M.task(o)
   check_int(t.n_recall, 0, V, "n_recall")
   check_int(t.n_pointer, 0, V, "n_pointer")
   check_int(t.pointer_hops, 1, 8, "pointer_hops")
+  if t.sep_every ~= 0 then check_int(t.sep_every, 3, 2 ^ 20, "sep_every (0 = one [SEP] at the end, else >= 3)") end
   if type(t.loop_free) ~= "boolean" then error("data.organism: loop_free must be true or false, got " .. tostring(t.loop_free), 2) end
+  if type(t.segment_cls) ~= "boolean" then error("data.organism: segment_cls must be true or false, got " .. tostring(t.segment_cls), 2) end
+  if t.segment_cls and t.sep_every == 0 then error("data.organism: segment_cls needs sep_every > 0 (the segments it opens)", 2) end
   check_int(t.seed, 0, 2 ^ 52, "seed")
   if type(t.alpha) ~= "number" or t.alpha <= 0 then error("data.organism: alpha must be > 0, got " .. tostring(t.alpha), 2) end
   for _, k in ipairs { "p_delim", "p_weak", "p_trigger", "p_recall", "p_pointer" } do
@@ -330,6 +333,12 @@ end
 -- MLM batches (BERT-style encoders): [CLS] x_1 .. x_{T-2} [SEP]; each chain position is a
 -- prediction target with probability mask_prob (0.15): 80 % become [MASK], 10 % a random chain
 -- token, 10 % stay (BERT §3.1); other targets are -100. token_type 0, pad_mask 1.
+-- With the task's sep_every = S > 0 a row holds several segments, as BERT's sentence pairs
+-- ([CLS] A [SEP] B [SEP]) do: a [SEP] closes a segment at every position p with (p + 1) % S == 0
+-- and at T - 1, each segment is a chain of its own (chain index seq * n_segments + k), and
+-- segment k (its [SEP] included) has token_type k % 2. segment_cls = true also opens every
+-- later segment with a [CLS] (packed rows: [CLS] A [SEP] [CLS] B [SEP] ...). sep_every = 0: one
+-- segment, the rows above (the same numbers as before the option existed).
 local MLM = { kind = "mlm", min_T = 3 }
 MLM.__index = MLM
 MLM.state, MLM.set_state = state, set_state
@@ -348,16 +357,37 @@ function MLM:next(ctx)
   local tg = ctx:tensor({ rows, T }, { dtype = "i32", name = "targets" })
   local sp, buf = M.special, self.buf
   local n_chain, first = task.n_chain, FIRST
+  local S = task.sep_every
+  local segmented = S > 0 and S < T
+  local tt = ctx:tensor({ rows, T }, { dtype = "i32", name = "token_type" }):fill_(0)
+  local nseg = segmented and math.ceil(T / S) or 1
   for b = 0, rows - 1 do
     local g = self.first + b
     local seq = self.step * B + g
-    task.chain(self.stream, seq, T - 2, buf)
     local row_i, row_t = ids.idata + b * T, tg.idata + b * T
     row_i[0], row_t[0] = sp.cls, -100
-    row_i[T - 1], row_t[T - 1] = sp.sep, -100
+    if segmented then
+      local k, start = 0, 1
+      for p = 1, T - 1 do
+        if (p + 1) % S == 0 or p == T - 1 then   -- [SEP] at p closes segment k: positions start .. p - 1
+          local c = start
+          if k > 0 and task.segment_cls and p - start >= 2 then row_i[start], row_t[start], c = sp.cls, -100, start + 1 end
+          task.chain(self.stream, seq * nseg + k, p - c, buf)
+          for t = c, p - 1 do row_i[t] = buf[t - c] end
+          row_i[p], row_t[p] = sp.sep, -100
+          if k % 2 == 1 then for t = start, p do tt.idata[b * T + t] = 1 end end
+          k, start = k + 1, p + 1
+        end
+      end
+    else
+      task.chain(self.stream, seq, T - 2, buf)
+      for t = 1, T - 2 do row_i[t] = buf[t - 1] end
+      row_i[T - 1], row_t[T - 1] = sp.sep, -100
+    end
     local ms = self.stream + 1
     for t = 1, T - 2 do
-      local x = buf[t - 1]
+      local x = row_i[t]
+      if x == sp.sep or x == sp.cls then goto continue end
       row_i[t], row_t[t] = x, -100
       local u = C.ol_rand_uniform(ms, seq * T + t)
       if u < self.mask_prob then
@@ -366,11 +396,11 @@ function MLM:next(ctx)
         if u2 < 0.8 then row_i[t] = sp.mask
         elseif u2 < 0.9 then row_i[t] = first + math.floor(C.ol_rand_uniform(ms + 1, seq * T + t) * n_chain) % n_chain end
       end
+      ::continue::
     end
   end
   self.step = self.step + 1
-  return { ids = ids, targets = tg,
-           token_type = ctx:tensor({ rows, T }, { dtype = "i32", name = "token_type" }):fill_(0),
+  return { ids = ids, targets = tg, token_type = tt,
            pad_mask = ctx:tensor({ rows, T }, { dtype = "i32", name = "pad_mask" }):fill_(1) }
 end
 

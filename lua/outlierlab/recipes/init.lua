@@ -83,16 +83,16 @@ end
 M.BERT_MLM_PROFILES = {
   quick = with_task({ preset = "bert-quick", data = "organism", n_tokens = 40000, seq_len = 32, batch = 8,
             steps = 20, lr = 3e-3, warmup = 2, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-            dropout = 0.0, eval_batches = 2, seed = 1, n_layer = 0 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
+            dropout = 0.0, eval_batches = 2, seed = 1, n_layer = 0, sep_every = 0, segment_cls = false }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
   default = with_task({ preset = "bert-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
               steps = 2500, lr = 3e-3, warmup = 200, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-              dropout = 0.0, eval_batches = 16, seed = 1, n_layer = 0 }),
+              dropout = 0.0, eval_batches = 16, seed = 1, n_layer = 0, sep_every = 0, segment_cls = false }),
   long = with_task({ preset = "bert-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
               steps = 10000, lr = 3e-3, warmup = 200, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-              dropout = 0.0, eval_batches = 16, seed = 1, n_layer = 0 }),
+              dropout = 0.0, eval_batches = 16, seed = 1, n_layer = 0, sep_every = 0, segment_cls = false }),
   paper = with_task({ preset = "bert-base", data = "corpus", n_tokens = 100000000, vocab_size = 30522, seq_len = 128,
             batch = 256, steps = 1000000, lr = 1e-4, warmup = 10000, schedule = "linear", weight_decay = 0.01,
-            beta2 = 0.999, dropout = 0.1, eval_batches = 64, seed = 1, n_layer = 0 }),
+            beta2 = 0.999, dropout = 0.1, eval_batches = 64, seed = 1, n_layer = 0, sep_every = 0, segment_cls = false }),
 }
 
 -- SO's nanoGPT recipe (AdamW β (0.9, 0.95), wd 0.1, warmup + cosine, clip 1) for the
