@@ -193,6 +193,7 @@ do
     if (tg ~= -100 and tg or id) ~= buf[p - 25] then agree = false end
   end
   t.ok(agree, "segment_cls: a later segment's chain starts after its [CLS]")
+  t.throws(function() org.LMLoader{ task = ts, B = 2, T = 16 } end, "LM rows have no segments", "sep_every with LM rows is an error")
   local batcher = require "outlierlab.data.batcher"
   t.throws(function() batcher.data_spec{ data = "corpus", sep_every = 24, data_seed = 1, n_tokens = 10, vocab_size = 64 } end,
     "--sep_every=24 needs the organism's data", "sep_every with the text corpus is an error")

@@ -311,6 +311,9 @@ LM.state, LM.set_state = state, set_state
 function M.LMLoader(o)
   local self = setmetatable({}, LM)
   loader_common(self, o or {}, "data.organism.LMLoader")
+  if (self.task.sep_every or 0) > 0 then
+    error("data.organism.LMLoader: the task's sep_every (" .. self.task.sep_every .. ") lays out MLM rows; LM rows have no segments", 2)
+  end
   return self
 end
 function LM:next(ctx)
@@ -357,7 +360,7 @@ function MLM:next(ctx)
   local tg = ctx:tensor({ rows, T }, { dtype = "i32", name = "targets" })
   local sp, buf = M.special, self.buf
   local n_chain, first = task.n_chain, FIRST
-  local S = task.sep_every
+  local S = task.sep_every or 0
   local segmented = S > 0 and S < T
   local tt = ctx:tensor({ rows, T }, { dtype = "i32", name = "token_type" }):fill_(0)
   local nseg = segmented and math.ceil(T / S) or 1
