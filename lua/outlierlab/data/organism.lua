@@ -360,32 +360,26 @@ function MLM:next(ctx)
   local tg = ctx:tensor({ rows, T }, { dtype = "i32", name = "targets" })
   local sp, buf = M.special, self.buf
   local n_chain, first = task.n_chain, FIRST
-  local S = task.sep_every or 0
-  local segmented = S > 0 and S < T
+  -- one segment (sep_every 0) is the row's only [SEP] at T - 1 and chain index seq
+  local S = (task.sep_every or 0) > 0 and task.sep_every or T
+  local nseg = math.ceil(T / S)
   local tt = ctx:tensor({ rows, T }, { dtype = "i32", name = "token_type" }):fill_(0)
-  local nseg = segmented and math.ceil(T / S) or 1
   for b = 0, rows - 1 do
     local g = self.first + b
     local seq = self.step * B + g
     local row_i, row_t = ids.idata + b * T, tg.idata + b * T
     row_i[0], row_t[0] = sp.cls, -100
-    if segmented then
-      local k, start = 0, 1
-      for p = 1, T - 1 do
-        if (p + 1) % S == 0 or p == T - 1 then   -- [SEP] at p closes segment k: positions start .. p - 1
-          local c = start
-          if k > 0 and task.segment_cls and p - start >= 2 then row_i[start], row_t[start], c = sp.cls, -100, start + 1 end
-          task.chain(self.stream, seq * nseg + k, p - c, buf)
-          for t = c, p - 1 do row_i[t] = buf[t - c] end
-          row_i[p], row_t[p] = sp.sep, -100
-          if k % 2 == 1 then for t = start, p do tt.idata[b * T + t] = 1 end end
-          k, start = k + 1, p + 1
-        end
+    local k, start = 0, 1
+    for p = 1, T - 1 do
+      if (p + 1) % S == 0 or p == T - 1 then   -- [SEP] at p closes segment k: positions start .. p - 1
+        local c = start
+        if k > 0 and task.segment_cls and p - start >= 2 then row_i[start], row_t[start], c = sp.cls, -100, start + 1 end
+        task.chain(self.stream, seq * nseg + k, p - c, buf)
+        for t = c, p - 1 do row_i[t] = buf[t - c] end
+        row_i[p], row_t[p] = sp.sep, -100
+        if k % 2 == 1 then for t = start, p do tt.idata[b * T + t] = 1 end end
+        k, start = k + 1, p + 1
       end
-    else
-      task.chain(self.stream, seq, T - 2, buf)
-      for t = 1, T - 2 do row_i[t] = buf[t - 1] end
-      row_i[T - 1], row_t[T - 1] = sp.sep, -100
     end
     local ms = self.stream + 1
     for t = 1, T - 2 do
