@@ -46,6 +46,13 @@ local KNOBS = {
   embed_wd = function(c, v) c.embed_weight_decay = v end,
   width = function(c, v) c.d_model = v; c.d_ff = 4 * v end,
   heads = function(c, v) c.n_head = v end,
+  -- the ViT's images (docs/ORGANISM.md, "The ViT's recipe map"): side in pixels at the same
+  -- patch size, number of shape classes, background style (flat or textured), per-patch labels
+  -- (dense=1: every patch token labelled object class or background, models/vit.lua)
+  image = function(c, v) c.image = v end,
+  classes = function(c, v) c.classes = v end,
+  style = function(c, v) c.style = v end,
+  dense = function(c, v) c.dense = v ~= 0 end,
   -- the remedies' optimizer (adamw, muon, orthoadam) and single-scale RMSNorm (norm_gain=single)
   optimizer = function(c, v) c.optimizer = v end,
   norm_gain = function(c, v) c.norm_gain = v end,
@@ -53,7 +60,9 @@ local KNOBS = {
 -- hops: pointers of 1 .. v hops (at least v pointer tokens, the pointer knob's masses)
 KNOBS.hops = function(c, v) KNOBS.pointer(c, math.max(c.n_pointer or 0, v)); c.pointer_hops = v end
 -- the knobs whose value is a name, not a number
-local NAMED = { attention = true, optimizer = true, norm_gain = true }
+local NAMED = { attention = true, optimizer = true, norm_gain = true, style = true }
+-- the knobs that only the ViT's profiles have
+local IMAGE_ONLY = { image = true, classes = true, style = true, dense = true }
 
 -- GPT-2 on the decoder's task and recipe, in the LLaMA organism's shape (4 layers, d 64, 2 heads,
 -- F 256 at default): learned absolute positions, LayerNorm and GELU instead of RoPE, RMSNorm and
@@ -87,8 +96,11 @@ local function members(cfg, profile)
         local names = {}
         for n in pairs(KNOBS) do if not NAMED[n] then names[#names + 1] = n end end
         table.sort(names)
-        error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>, optimizer=<name>, norm_gain=single", fam,
+        error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>, optimizer=<name>, norm_gain=single, style=flat|textured", fam,
           tostring(kv), table.concat(names, ", ")), 0)
+      end
+      if IMAGE_ONLY[k] and fam ~= "vit" then
+        error(string.format("organism: --%s_vary entry '%s': the knob %s is the ViT's (images), not %s's", fam, kv, k, fam), 0)
       end
       out[#out + 1] = { family = fam, knob = k, value = value, label = string.format("%s %s=%s", fam, k, v) }
     end
@@ -285,7 +297,7 @@ return {
              llama_vary = { "lr=0.003", "lr=0.03", "weight_decay=0", "weight_decay=0.3", "depth=2", "depth=6", "groups=1", "groups=3", "seed=2", "seed=3", "attention=softmax1" },
              gpt2_vary = { "seed=2", "seed=3" },
              bert_vary = { "lr=0.003", "weight_decay=0", "depth=2", "groups=1", "seed=2", "seed=3" },
-             vit_vary = { "lr=0.0003", "weight_decay=0", "depth=2", "seed=2", "seed=3" } },
+             vit_vary = { "lr=0.0003", "weight_decay=0", "depth=2", "depth=8", "classes=8", "style=textured", "image=48", "dense=1", "seed=2", "seed=3" } },
   },
   stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", plot } },
   summary = summary,

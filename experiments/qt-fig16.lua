@@ -15,6 +15,7 @@ local ptq = require "outlierlab.ptq"
 local data = require "outlierlab.data"
 local probes = require "outlierlab.analysis.probes"
 local figure = require "outlierlab.figure"
+local thresholds = require "outlierlab.analysis.thresholds"
 local inspect = require "outlierlab.analysis.inspect"
 
 local MODEL_SEED = 1   -- qt-table2's first seed: the same cached vanilla ViT as qt-fig3
@@ -159,16 +160,24 @@ end
 
 local function summary(run)
   local v = figure.values(FIG, run.out.analyze)
-  local holds
-  if v.outlier_patches > 0 then holds = v.background_share > v.background_patches and v.enrichment > 1 and v.value_ratio < 1 end
+  -- the verdict with margins (analysis.thresholds.vit_checks, as qt-fig3's)
+  local n = v.outlier_patches
+  local cs, holds = thresholds.vit_checks{
+    n = n, background = { k = n > 0 and math.floor(v.background_share * n + 0.5) or 0, p = v.background_patches },
+    head = "the next layer's chosen heads'", enrichment = v.enrichment, value_ratio = v.value_ratio }
+  local lines = {}
+  for _, c in ipairs(cs) do
+    lines[#lines + 1] = string.format("- %s: %s", c[1], c[2] == nil and "not testable (too few outlier patches)" or c[2] and "yes" or "**no**")
+  end
   return {
     paper = "ViT-S/16 layers #10 and #11 on eight ImageNet images: outliers at background patches near the border; head #1 of the next layer puts its cumulative attention on a few of them (vertical stripes); outlier patches have smaller values (Fig. 3: ~0.5 against ~2–2.5; the appendix figures vary by image)",
     reproduced = v.outlier_patches > 0 and string.format("%d outlier patches over the shown images and layers, %.0f %% background (background is %.0f %% of the patches); the chosen heads' attention on outlier patches is %.2f × their share; mean ‖v‖ of outlier patches = %.2f × the other patches'",
       v.outlier_patches, 100 * v.background_share, 100 * v.background_patches, v.enrichment, v.value_ratio)
       or string.format("no 6σ outlier patch over the shown images and layers (background is %.0f %% of the patches)", 100 * v.background_patches),
     holds = holds,
-    notes = "Criterion: outlier patches are background more often than patches in general, the next layer's chosen head attends to them more than their share, and their values are smaller." ..
-      (v.outlier_patches == 0 and " No 6σ outlier in the shown layers: the outlier panels say so and the verdict is inconclusive." or ""),
+    notes = string.format("Criterion (with margins): outlier patches are background more often than patches in general beyond chance, the next layer's chosen head attends to them at least %g × their share, and their values are at most %g × the other patches'; with fewer than %d outlier patches the verdict is inconclusive.",
+      thresholds.VIT.enrichment, thresholds.VIT.value_ratio, thresholds.VIT.min_patches) .. "\n\n" .. table.concat(lines, "\n") ..
+      (v.outlier_patches == 0 and "\n\nNo 6σ outlier in the shown layers: the outlier panels say so and the verdict is inconclusive." or ""),
   }
 end
 

@@ -376,4 +376,44 @@ do
   t.throws(function() analysis.summarize(two, { kurtosis = "nope" }) end, "kurtosis must be one of", "summarize: unknown form")
 end
 
+-- ---------------------------------------------------------------- binomial tail (hand cases)
+do
+  local bt = analysis.binomial_tail
+  local function near(a, b) return math.abs(a - b) <= 1e-12 * math.max(1, math.abs(b)) end
+  t.ok(near(bt(2, 2, 0.958), 0.958 ^ 2), "binomial_tail(2, 2, 0.958) = 0.958² = 0.917764")
+  t.ok(near(bt(10, 3, 0.5), 968 / 1024), "binomial_tail(10, 3, 0.5) = 1 − (1 + 10 + 45)/1024")
+  t.ok(near(bt(5, 5, 0.2), 0.00032), "binomial_tail(5, 5, 0.2) = 0.2⁵")
+  t.ok(near(bt(20, 7, 0.3), 0.39199018779908), "binomial_tail(20, 7, 0.3) (upper sum)")
+  t.ok(near(bt(20, 3, 0.3), 1 - (0.7 ^ 20 + 20 * 0.3 * 0.7 ^ 19 + 190 * 0.09 * 0.7 ^ 18)), "binomial_tail(20, 3, 0.3) = 1 − P(X ≤ 2) (lower sum)")
+  t.is(bt(4, 0, 0.3), 1, "k = 0: 1")
+  t.is(bt(4, 5, 0.3), 0, "k > n: 0")
+  t.ok(math.abs(bt(3907, 3907, 0.972) / 0.972 ^ 3907 - 1) < 1e-9, "binomial_tail(3907, 3907, 0.972) = 0.972^3907 ≈ 6.5e-49 (no underflow in the sum)")
+  t.is(bt(100000, 10, 0.5), 1, "n = 100,000, k far below the mean: 1 (no overflow)")
+  t.throws(function() bt(10, 2.5, 0.5) end, "n and k must be integers", "binomial_tail: a fractional k is an error")
+  t.throws(function() bt(10, 2, 1.5) end, "p must be in [0, 1]", "binomial_tail: p outside [0, 1] is an error")
+end
+
+-- ---------------------------------------------------------------- the ViT verdicts' margins
+do
+  local th = require "outlierlab.analysis.thresholds"
+  local base = { n = 100, background = { k = 100, p = 0.9 }, border = { k = 90, p = 0.75 }, head = "layer 3 head 1",
+                 enrichment = 3, value_ratio = 0.4, inf = { peak_layer = 3, n_layers = 4, peak = 150, first_half_max = 60 } }
+  local function with(k, v) local o = {} for a, b in pairs(base) do o[a] = b end o[k] = v return o end
+  local cs, holds = th.vit_checks(base)
+  t.is(holds, true, "vit_checks: 100 outlier patches all at background (P = 0.9¹⁰⁰), enrichment 3, values 0.4, inf ×2.5: holds")
+  t.is(#cs, 6, "vit_checks: six checks with the border ring and the inf norm")
+  local _, h2 = th.vit_checks(with("n", 2))
+  t.is(h2, nil, "vit_checks: 2 outlier patches: inconclusive")
+  local _, h3 = th.vit_checks(with("enrichment", 1.5))
+  t.is(h3, false, "vit_checks: enrichment 1.5 < 2: does not hold")
+  local _, h4 = th.vit_checks(with("value_ratio", 0.67))
+  t.is(h4, false, "vit_checks: values 0.67 of the others > 0.5: does not hold")
+  local _, h5 = th.vit_checks(with("background", { k = 92, p = 0.9 }))
+  t.is(h5, false, "vit_checks: 92 of 100 at background against 0.9 (P ≈ 0.32): not beyond chance")
+  local _, h6 = th.vit_checks(with("inf", { peak_layer = 3, n_layers = 4, peak = 80, first_half_max = 60 }))
+  t.is(h6, false, "vit_checks: inf norm ×1.33 over the first half: no rise")
+  local _, h7 = th.vit_checks(with("border", nil))
+  t.is(h7, true, "vit_checks: without a border set (qt-fig16) the other checks decide")
+end
+
 return t.done()

@@ -330,6 +330,74 @@ do
   ctx:reset()
 end
 
+-- ---------------------------------------------------------------- ViT per-patch labels (dense)
+-- the loss of cfg.dense against a hand computation in double: [CLS]'s cross entropy plus the
+-- mean over the patches of the cross entropy of (dense_head · final-LN output) with the targets
+-- "the image's class at an object patch, K at a background patch"; its backward against finite
+-- differences through both heads
+do
+  local vit = require "outlierlab.models.vit"
+  local ctx = ol.Context({ seed = 3 })
+  local K, N, C, B = 3, 4, 8, 2
+  local cfg = models.config({ family = "vit", image_size = 4, patch_size = 2, n_classes = K, n_layer = 1, n_head = 2,
+                              d_model = C, d_ff = 12, dense = true })
+  local m = models.build(ctx, cfg)
+  t.is(m:num_params(), models.count_params(cfg), "dense ViT: the parameter count formula counts the patch head")
+  t.is(models.count_params(cfg) - models.count_params(models.config({ family = "vit", image_size = 4, patch_size = 2,
+    n_classes = K, n_layer = 1, n_head = 2, d_model = C, d_ff = 12 })), (C + 1) * (K + 1), "the patch head is C+1 by K+1")
+  for i, p in ipairs(m:parameters()) do
+    p:normal_(0, 0.4, 200 + i)
+    if p.ndim == 1 and ol.ffi.string(p.name):match("weight$") then p:fill_(1) end
+  end
+  local batch = { images = ctx:tensor({ B, 3, 4, 4 }, { persistent = true }):normal_(0, 1, 7),
+                  labels = ctx:tensor({ B }, { dtype = "i32", persistent = true }),
+                  patch_object = persistent_ids(ctx, B, N, function(b, p) return (b + p) % 3 == 0 and 1 or 0 end) }
+  batch.labels.idata[0], batch.labels.idata[1] = 2, 1
+  local tg = vit.dense_targets(ctx, batch.labels, batch.patch_object, K)
+  local want_t = { 2, 3, 3, 2, 3, 3, 1, 3 }   -- (b + p) % 3 == 0: object patch
+  local same = true
+  for i = 0, B * N - 1 do if tg.idata[i] ~= want_t[i + 1] then same = false end end
+  t.ok(same, "dense targets: the image's class at object patches, K at background patches")
+  local loss = m:loss(batch, { train = false })
+  local logits, x = m:forward_tokens(batch, { train = false })
+  local W, bias = m.dense_head.weight, m.dense_head.bias
+  local function ce(z, y)
+    local mx = -math.huge
+    for _, v in ipairs(z) do mx = math.max(mx, v) end
+    local s = 0
+    for _, v in ipairs(z) do s = s + math.exp(v - mx) end
+    return mx + math.log(s) - z[y + 1]
+  end
+  local want = 0
+  for b = 0, B - 1 do
+    local z = {}
+    for k = 0, K - 1 do z[k + 1] = logits.data[b * K + k] end
+    want = want + ce(z, batch.labels.idata[b]) / B
+  end
+  local dense = 0
+  for b = 0, B - 1 do for p = 0, N - 1 do
+    local z = {}
+    for k = 0, K do
+      local acc = bias.data[k]
+      for c = 0, C - 1 do acc = acc + W.data[k * C + c] * x.data[(b * (N + 1) + 1 + p) * C + c] end
+      z[k + 1] = acc
+    end
+    dense = dense + ce(z, want_t[b * N + p + 1]) / (B * N)
+  end end
+  want = want + dense
+  t.ok(math.abs(loss.data[0] - want) < 1e-5 * math.max(1, math.abs(want)),
+    string.format("dense ViT loss = [CLS] CE + mean patch CE by hand (%.6f vs %.6f)", loss.data[0], want))
+  ctx:reset()
+  local sel = {}
+  for i, p in ipairs(m:parameters()) do if i % 3 == 1 or p == W or p == bias then sel[#sel + 1] = p end end
+  local err, where = gradcheck.check(ctx, function() return (m:loss(batch, { train = false })) end, sel, { eps = 3e-3 })
+  t.ok(err < 1e-2, "dense ViT: backprop through both heads matches finite differences", string.format("%g at %s", err, where))
+  ctx:reset()
+  local nb = { images = batch.images, labels = batch.labels }
+  t.throws(function() m:loss(nb) end, "dense = true needs batch.patch_object", "dense ViT without patch_object: an error naming it")
+  ctx:reset()
+end
+
 -- ---------------------------------------------------------------- config errors
 t.throws(function() models.preset("gpt3-175b") end, "unknown preset 'gpt3-175b'", "unknown preset is an error listing the valid ones")
 t.throws(function() models.preset("gpt2-quick", { n_layers = 3 }) end, "unknown key 'n_layers'", "unknown key is an error")

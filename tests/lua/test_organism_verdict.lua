@@ -66,5 +66,9 @@ t.ok(j1.models and j2.models and j1.models[1] == j2.models[1], "one model hash i
      tostring(j1.models and j1.models[1]) .. " " .. tostring(j2.models and j2.models[1]))
 local sm = t.slurp(tmp .. "/out/organism/quick/summary.md") or ""
 t.ok(sm:find("| llama default | ", 1, true) and sm:find("final measurement", 1, true), "the map's summary judges the final measurement", sm)
+-- the ViT's image knobs: an error naming the knob and family on another family, before any training
+local o3, ok3 = t.sh(string.format(base, "organism") .. " --families=llama --llama_vary=image=20")
+t.ok(not ok3 and o3:find("the knob image is the ViT's", 1, true) and not o3:find("model %x+: training"),
+     "an image knob on the LLaMA map is an error naming it", o3)
 os.execute("rm -rf '" .. tmp .. "'")
 return t.done()

@@ -158,4 +158,25 @@ t.is(mu, 2, "mean of 1, 2, 3")
 t.is(sd, 1, "sample std of 1, 2, 3")
 t.is(ptq.pm({ 1, 2, 3 }, "%.1f"), "2.0 ± 1.0", "pm formatting")
 t.is(ptq.qt_gamma(-0.025, 128, 64), -0.05, "γ scaled to T = 64 keeps γ·T")
+-- ---------------------------------------------------------------- every ViT profile can run
+-- (the paper profile once asked for 12 classes of the 8 synthetic shapes: its loader refused)
+do
+  local config = require "outlierlab.config"
+  local batcher = require "outlierlab.data.batcher"
+  for _, name in ipairs({ "quick", "default", "long", "paper" }) do
+    local c = config.deep_copy(ptq.VIT_PROFILES[name])
+    local spec = ptq.vit_spec(c)
+    for _, split in ipairs({ "train", "val" }) do
+      local ok, e = pcall(batcher.image_loader, spec, split)
+      t.ok(ok, string.format("ViT %s profile: the %s image loader builds%s", name, split, ok and "" or ": " .. tostring(e)))
+    end
+    local ok, n = pcall(function() return models.count_params(models.preset(spec.model.preset, spec.model.overrides)) end)
+    t.ok(ok and n > 0, string.format("ViT %s profile: the model config builds (%s parameters)", name, tostring(n)))
+    t.is(spec.model.overrides.n_layer, nil, "ViT " .. name .. " profile: n_layer = 0 keeps the preset's depth out of the spec")
+  end
+  local c = config.deep_copy(ptq.VIT_PROFILES.default)
+  c.n_layer = 6
+  t.is(ptq.vit_spec(c).model.overrides.n_layer, 6, "ViT --vit_n_layer=6 sets the model's depth")
+end
+
 return t.done()

@@ -743,4 +743,44 @@ function analysis.ref.topk_abs(xs, k)
 end
 analysis.ref.median = median_of
 
+-- P(X >= k) for X ~ Binomial(n, p): the chance of k or more hits in n draws of probability p
+-- (the ViT verdicts' margin: are the outlier patches at the background beyond chance?). Summed
+-- in the direction in which the terms fall (the upper tail when k > n·p, else 1 − the lower
+-- tail), from the log of the first term, so that n in the hundreds of thousands neither
+-- overflows nor loses the small tails (they underflow to 0 below about 1e-308).
+function analysis.binomial_tail(n, k, p)
+  if type(n) ~= "number" or n < 0 or n ~= math.floor(n) or type(k) ~= "number" or k ~= math.floor(k) then
+    error(string.format("analysis.binomial_tail: n and k must be integers with n >= 0, got n = %s, k = %s", tostring(n), tostring(k)), 2)
+  end
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    error(string.format("analysis.binomial_tail: p must be in [0, 1], got %s", tostring(p)), 2)
+  end
+  if k <= 0 then return 1 end
+  if k > n then return 0 end
+  if p == 0 then return 0 end
+  if p == 1 then return 1 end
+  local function log_pmf(i)
+    local lc, m = 0, math.min(i, n - i)
+    for j = 1, m do lc = lc + math.log((n - m + j) / j) end
+    return lc + i * math.log(p) + (n - i) * math.log(1 - p)
+  end
+  local r = p / (1 - p)
+  if k > n * p then   -- terms fall from k upward
+    local t, sum = 1, 1
+    for i = k, n - 1 do
+      t = t * (n - i) / (i + 1) * r
+      sum = sum + t
+      if t < 1e-17 * sum then break end
+    end
+    return math.min(1, math.exp(log_pmf(k)) * sum)
+  end
+  local t, sum = 1, 1   -- 1 − P(X <= k − 1): terms fall from k − 1 downward
+  for i = k - 1, 1, -1 do
+    t = t * i / (n - i + 1) / r
+    sum = sum + t
+    if t < 1e-17 * sum then break end
+  end
+  return math.max(0, 1 - math.exp(log_pmf(k - 1)) * sum)
+end
+
 return analysis

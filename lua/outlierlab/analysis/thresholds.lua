@@ -20,6 +20,7 @@
 -- condition held ("reached on the way at step N"), reported separately; a condition met on the
 -- way and lost by the end is not reached.
 local stats = require("outlierlab.analysis.seeds").stats   -- one mean/sd
+local binomial_tail = require("outlierlab.analysis.metrics").binomial_tail
 
 local M = {}
 
@@ -107,6 +108,50 @@ function M.words(j, k)
     return string.format("not at the end (final %s); reached on the way at step %d", val, j.first[k])
   end
   return string.format("not reached (final %s)", val)
+end
+
+-- QT Fig. 3's ViT picture, judged with margins (qt-fig3, qt-fig16; docs/METRICS.md, "The ViT
+-- verdicts"): at least VIT.min_patches outlier patches (fewer: where they sit is not measurable,
+-- the verdict is inconclusive); more of them at background patches (and in the border ring)
+-- than chance, by a one-sided binomial test at level VIT.alpha over the outlier patches; the next
+-- layer's chosen head's attention on them at least VIT.enrichment × their share of the patches;
+-- their values at most VIT.value_ratio × the other patches'; where given, the inf norm peaking
+-- in the second half of the layers at VIT.inf_rise × the first half's largest or more.
+M.VIT = { min_patches = 10, alpha = 0.01, enrichment = 2, value_ratio = 0.5, inf_rise = 1.5 }
+
+-- o = { n = outlier patches, background = { k =, p = } (k of them at background, p the
+-- background share of all patches), border = { k =, p = } or nil, head = "layer 3 head 1" (words),
+-- enrichment =, value_ratio = (‖v‖ outlier / other), inf = { peak_layer =, n_layers =, peak =,
+-- first_half_max = } or nil } -> checks { { text, true | false | nil } }, holds (nil: inconclusive)
+function M.vit_checks(o)
+  local V = M.VIT
+  local enough = o.n >= V.min_patches
+  local function t(c) if enough then return c end return nil end
+  local function g(fmt, x) return x == x and string.format(fmt, x) or "n/a" end
+  local cs = { { string.format("at least %d outlier patches to locate (%d)", V.min_patches, o.n), enough } }
+  local function beyond_chance(what, set)
+    local pv = binomial_tail(o.n, set.k, set.p)
+    cs[#cs + 1] = { string.format("%s: %d of %d outlier patches (%s) against %.3f of all patches, binomial P(≥ %d) = %.2g ≤ %g",
+      what, set.k, o.n, o.n > 0 and string.format("%.3f", set.k / o.n) or "n/a", set.p, set.k, pv, V.alpha), t(pv <= V.alpha) }
+  end
+  beyond_chance("background", o.background)
+  if o.border then beyond_chance("border ring", o.border) end
+  cs[#cs + 1] = { string.format("%s attention enrichment on outlier patches %s ≥ %g", o.head, g("%.3f", o.enrichment), V.enrichment),
+                  t(o.enrichment >= V.enrichment) }
+  cs[#cs + 1] = { string.format("its ‖v‖ of outlier patches over the other patches' %s ≤ %g", g("%.3f", o.value_ratio), V.value_ratio),
+                  t(o.value_ratio <= V.value_ratio) }
+  if o.inf then
+    local i = o.inf
+    cs[#cs + 1] = { string.format("inf norm of h peaks in the second half of the layers (layer %d of %d) at ≥ %g × the first half's largest (%s × %.3g)",
+      i.peak_layer, i.n_layers, V.inf_rise, g("%.2f", i.peak / i.first_half_max), i.first_half_max),
+      i.peak_layer >= i.n_layers / 2 and i.peak >= V.inf_rise * i.first_half_max }
+  end
+  local holds
+  if enough then
+    holds = true
+    for _, c in ipairs(cs) do if c[2] == false then holds = false end end
+  end
+  return cs, holds
 end
 
 return M

@@ -50,7 +50,8 @@ local defaults = {
             clip_qkv = 0.0 },
   vit = { family = "vit", name = "vit", image_size = 224, patch_size = 16, channels = 3, n_classes = 1000,
           n_layer = 12, n_head = 6, d_model = 384, d_ff = 1536, norm_eps = 1e-6, act = "gelu_erf",
-          patch_ln = false, dropout = 0.0, attention = "softmax", seed = 1234 },
+          patch_ln = false, dropout = 0.0, attention = "softmax", seed = 1234,
+          dense = false },             -- true: per-patch labels beside [CLS]'s (models/vit.lua; the organism map)
 }
 M.defaults = defaults
 

@@ -5,6 +5,11 @@
 -- cfg.patch_ln); a learned [CLS] token is prepended and learned positions added; L pre-LN
 -- blocks (bidirectional attention, GELU(erf) MLP F = 4C, biases); a final LayerNorm; the
 -- classification head reads the [CLS] token. LayerNorm eps 1e-6 (timm).
+-- cfg.dense (the organism's per-patch labels, docs/ORGANISM.md "The ViT's recipe map"; off in
+-- QT's ViT): a second head labels every patch token with its object's class when the patch is
+-- an object patch (batch.patch_object) and with class n_classes ("background") otherwise; the
+-- loss adds the mean cross entropy over the patches to the [CLS] one, so that every token's
+-- output matters, as every position's does in a language model.
 -- Init: weights N(0, 0.02²), biases 0, [CLS] N(0, 1e-6²) (timm), positions N(0, 0.02²).
 --
 --   images (B,3,H,W) -> patches (B,N,3·P·P) -> x_p = patches·W_peᵀ + b (B,N,C) [LN]
@@ -44,6 +49,7 @@ function M.build(ctx, cfg)
   end
   self.norm = self:add_child(nn.LayerNorm(ctx, C, { name = "norm", eps = cfg.norm_eps }))
   self.head = self:add_child(common.linear(ctx, "head", C, cfg.n_classes, true, 0.02))
+  if cfg.dense then self.dense_head = self:add_child(common.linear(ctx, "dense_head", C, cfg.n_classes + 1, true, 0.02)) end
   return self
 end
 
@@ -61,8 +67,8 @@ function M.patchify(images, P)
   return x:view({ B, Hp * Wp, CH * P * P })
 end
 
--- batch.images (B,CH,H,W) f32 -> class logits (B,K)
-function ViT:forward(batch, opts)
+-- batch.images (B,CH,H,W) f32 -> class logits (B,K), and the final LayerNorm's output (B,N+1,C)
+function ViT:forward_tokens(batch, opts)
   opts = opts or {}
   local cfg, P = self.cfg, opts.probe
   local img = batch.images
@@ -87,14 +93,47 @@ function ViT:forward(batch, opts)
   for l, blk in ipairs(self.blocks) do x = blk:forward(x, self, l - 1, P) end
   x = self.norm:forward(x)
   if P then P("ln_f", cfg.n_layer, x) end
-  return self.head:forward(x:narrow(1, 0, 1):view({ B, C }))
+  return self.head:forward(x:narrow(1, 0, 1):view({ B, C })), x
+end
+-- batch.images (B,CH,H,W) f32 -> class logits (B,K)
+function ViT:forward(batch, opts) return (self:forward_tokens(batch, opts)) end
+
+-- the per-patch targets of cfg.dense: (B·N) int32, the image's label at an object patch, K at a
+-- background patch, -100 (ignored) where the image's label is
+function M.dense_targets(ctx, labels, patch_object, K)
+  if not ol.is_tensor(patch_object) or patch_object.dtype ~= ol.C.OL_I32 or patch_object.ndim ~= 2
+     or patch_object:size(0) ~= labels:size(0) then
+    error("models.vit: dense = true needs batch.patch_object, int32 (B, patches) (data.ImageLoader with patch =), got "
+      .. tostring(patch_object), 3)
+  end
+  local B, N = patch_object:size(0), patch_object:size(1)
+  local t = ctx:tensor({ B * N }, { dtype = "i32", name = "dense_targets" })
+  for b = 0, B - 1 do
+    local y = labels.idata[b]
+    for p = 0, N - 1 do
+      local i = b * N + p
+      t.idata[i] = y < 0 and -100 or (patch_object.idata[i] ~= 0 and y or K)
+    end
+  end
+  return t
 end
 
--- cross entropy on the labels (B) int32
+-- cross entropy on the labels (B) int32; with cfg.dense plus the mean over the patches of the
+-- cross entropy of the per-patch labels (M.dense_targets)
 function ViT:loss(batch, opts)
   common.check_ids(batch.labels, "labels", "vit", 1)
-  local logits = self:forward(batch, opts)
+  local logits, x = self:forward_tokens(batch, opts)
   local loss = logits:cross_entropy(batch.labels, -100)
+  if self.dense_head then
+    local B, N, K = x:size(0), x:size(1) - 1, self.cfg.n_classes
+    if batch.patch_object and batch.patch_object.ndim == 2 and batch.patch_object:size(1) ~= N then
+      error(string.format("models.vit: batch.patch_object %s has %d patches per image, the model %d",
+        tostring(batch.patch_object), batch.patch_object:size(1), N), 2)
+    end
+    local tgt = M.dense_targets(self.ctx, batch.labels, batch.patch_object, K)
+    local dl = self.dense_head:forward(x:narrow(1, 1, N)):view({ B * N, K + 1 })
+    loss = loss + dl:cross_entropy(tgt, -100)
+  end
   return loss, { ntokens = common.count_targets(batch.labels, -100), logits = logits }
 end
 
@@ -103,6 +142,7 @@ function M.count(cfg)
   local N = n_patches(cfg)
   return CH * P * P * C + C + (cfg.patch_ln and 2 * C or 0) + C + (N + 1) * C
        + L * (2 * 2 * C + 4 * (C * C + C) + 2 * C * F + F + C) + 2 * C + C * cfg.n_classes + cfg.n_classes
+       + (cfg.dense and (C + 1) * (cfg.n_classes + 1) or 0)
 end
 
 return M

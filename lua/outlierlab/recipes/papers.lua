@@ -112,15 +112,15 @@ M.family_cfg = family_cfg
 -- ViT on the synthetic images: the model organism's flat backgrounds at the default profiles
 M.VIT_PROFILES = {
   quick = { preset = "vit-quick", image = 16, patch = 4, classes = 4, images = 64, style = "flat", data_seed = 1, seed = 1,
-            batch = 4, steps = 4, lr = 1e-3, warmup = 1, schedule = "cosine", weight_decay = 0.03, beta2 = 0.999 },
+            batch = 4, steps = 4, lr = 1e-3, warmup = 1, schedule = "cosine", weight_decay = 0.03, beta2 = 0.999, n_layer = 0, dense = false },
   default = { preset = "vit-organism", image = 32, patch = 4, classes = 4, images = 4096, style = "flat", data_seed = 1, seed = 1,
-              batch = 32, steps = 2500, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99 },
+              batch = 32, steps = 2500, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99, n_layer = 0, dense = false },
   long = { preset = "vit-organism", image = 32, patch = 4, classes = 4, images = 4096, style = "flat", data_seed = 1, seed = 1,
-           batch = 32, steps = 10000, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99 },
+           batch = 32, steps = 10000, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99, n_layer = 0, dense = false },
   -- docs/EXPERIMENTS.md, paper-scale settings (ViT-S/16 300 epochs of ImageNet: here 300 epochs of a
   -- 102,400-image synthetic set at 224², batch 512 = 60k steps)
-  paper = { preset = "vit-s16", image = 224, patch = 16, classes = 12, images = 102400, style = "textured", data_seed = 1, seed = 1,
-            batch = 512, steps = 60000, lr = 1e-3, warmup = 5000, schedule = "cosine", weight_decay = 0.03, beta2 = 0.999 },
+  paper = { preset = "vit-s16", image = 224, patch = 16, classes = 8, images = 102400, style = "textured", data_seed = 1, seed = 1,
+            batch = 512, steps = 60000, lr = 1e-3, warmup = 5000, schedule = "cosine", weight_decay = 0.03, beta2 = 0.999, n_layer = 0, dense = false },
 }
 -- the ViT spec of a profile's settings (family_cfg(cfg, "vit", seed)) and an attention variant
 function M.vit_spec(c, attn)
@@ -129,7 +129,10 @@ function M.vit_spec(c, attn)
     { steps = c.steps, lr = c.lr, warmup = c.warmup, schedule = c.schedule,
       min_lr = c.schedule ~= "constant" and 0 or nil, weight_decay = c.weight_decay,
       betas = { 0.9, c.beta2 }, eps = 1e-8, clip = 1.0 }, c.seed)
-  if c.n_layer then spec.model.overrides.n_layer = c.n_layer end   -- the organism map's depth knob
+  -- the organism map's depth knob and the profiles' --vit_n_layer (0: the preset's depth)
+  if c.n_layer and c.n_layer > 0 then spec.model.overrides.n_layer = c.n_layer end
+  -- --vit_dense=true: per-patch labels beside [CLS]'s (models/vit.lua; off: not in the spec)
+  if c.dense then spec.model.overrides.dense = true end
   return spec
 end
 -- the organism experiment's ViT: a profile of M.VIT_PROFILES with its seed
