@@ -165,10 +165,7 @@ local function summary(run)
   local cs, holds = thresholds.vit_checks{
     n = n, background = { k = n > 0 and math.floor(v.background_share * n + 0.5) or 0, p = v.background_patches },
     head = "the next layer's chosen heads'", enrichment = v.enrichment, value_ratio = v.value_ratio }
-  local lines = {}
-  for _, c in ipairs(cs) do
-    lines[#lines + 1] = string.format("- %s: %s", c[1], c[2] == nil and "not testable (too few outlier patches)" or c[2] and "yes" or "**no**")
-  end
+  local lines = thresholds.vit_lines(cs)
   return {
     paper = "ViT-S/16 layers #10 and #11 on eight ImageNet images: outliers at background patches near the border; head #1 of the next layer puts its cumulative attention on a few of them (vertical stripes); outlier patches have smaller values (Fig. 3: ~0.5 against ~2–2.5; the appendix figures vary by image)",
     reproduced = v.outlier_patches > 0 and string.format("%d outlier patches over the shown images and layers, %.0f %% background (background is %.0f %% of the patches); the chosen heads' attention on outlier patches is %.2f × their share; mean ‖v‖ of outlier patches = %.2f × the other patches'",

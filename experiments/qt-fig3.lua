@@ -385,10 +385,7 @@ local function summary(run)
     enrichment = v.attention_enrichment[th], value_ratio = v.value_norm_outlier[th] / v.value_norm_other[th],
     inf = { peak_layer = v.inf_peak_layer, n_layers = L, peak = v.inf_norm_layer_output[v.inf_peak_layer + 1], first_half_max = first },
   }
-  local lines = {}
-  for _, c in ipairs(cs) do
-    lines[#lines + 1] = string.format("- %s: %s", c[1], c[2] == nil and "not testable (too few outlier patches)" or c[2] and "yes" or "**no**")
-  end
+  local lines = thresholds.vit_lines(cs)
   -- secondary (not part of the verdict): the top-q % patch tokens by max |x|
   local tt = v.top_set_head + 1
   local sec = string.format("Secondary, scale-free view (not in the verdict): the top %g %% patch tokens by max |x| at layer %d (max |x| >= %.3g; %d tokens): %.1f %% background (background = %.1f %% of patches), %.1f %% in the border ring (%.1f %% of patches); layer %d head %d (most concentrated) attention enrichment on them %s; its ‖v‖ %s for them vs %.3g for the other patches.",

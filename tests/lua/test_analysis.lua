@@ -414,6 +414,12 @@ do
   t.is(h6, false, "vit_checks: inf norm ×1.33 over the first half: no rise")
   local _, h7 = th.vit_checks(with("border", nil))
   t.is(h7, true, "vit_checks: without a border set (qt-fig16) the other checks decide")
+  local l1 = th.vit_lines(cs)
+  t.is(#l1, 6, "vit_lines: one line per check")
+  t.ok(l1[4]:find("^%- layer 3 head 1 attention enrichment on outlier patches 3%.000 ≥ 2: yes$"), "vit_lines: '- <check>: yes'", l1[4])
+  local l2 = th.vit_lines((th.vit_checks(with("n", 2))))
+  t.ok(l2[1]:find(": %*%*no%*%*$") and l2[2]:find(": not testable %(too few outlier patches%)$"),
+    "vit_lines: too few outlier patches: '**no**', then 'not testable'", l2[1] .. " / " .. l2[2])
 end
 
 return t.done()

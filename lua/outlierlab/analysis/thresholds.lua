@@ -122,7 +122,8 @@ M.VIT = { min_patches = 10, alpha = 0.01, enrichment = 2, value_ratio = 0.5, inf
 -- o = { n = outlier patches, background = { k =, p = } (k of them at background, p the
 -- background share of all patches), border = { k =, p = } or nil, head = "layer 3 head 1" (words),
 -- enrichment =, value_ratio = (‖v‖ outlier / other), inf = { peak_layer =, n_layers =, peak =,
--- first_half_max = } or nil } -> checks { { text, true | false | nil } }, holds (nil: inconclusive)
+-- first_half_max = } or nil } -> checks { { text, true | false | nil } }, holds (nil: inconclusive);
+-- M.vit_lines(checks) -> the summary's lines
 function M.vit_checks(o)
   local V = M.VIT
   local enough = o.n >= V.min_patches
@@ -152,6 +153,14 @@ function M.vit_checks(o)
     for _, c in ipairs(cs) do if c[2] == false then holds = false end end
   end
   return cs, holds
+end
+-- the checks of vit_checks as the summary's list lines ("- <check>: yes / **no** / not testable")
+function M.vit_lines(cs)
+  local lines = {}
+  for _, c in ipairs(cs) do
+    lines[#lines + 1] = string.format("- %s: %s", c[1], c[2] == nil and "not testable (too few outlier patches)" or c[2] and "yes" or "**no**")
+  end
+  return lines
 end
 
 return M
