@@ -161,9 +161,8 @@ end
 local function summary(run)
   local v = figure.values(FIG, run.out.analyze)
   -- the verdict with margins (analysis.thresholds.vit_checks, as qt-fig3's)
-  local n = v.outlier_patches
   local cs, holds = thresholds.vit_checks{
-    n = n, background = { k = n > 0 and math.floor(v.background_share * n + 0.5) or 0, p = v.background_patches },
+    n = v.outlier_patches, background = { share = v.background_share, p = v.background_patches },
     head = "the next layer's chosen heads'", enrichment = v.enrichment, value_ratio = v.value_ratio }
   local lines = thresholds.vit_lines(cs)
   return {

@@ -374,13 +374,11 @@ local function summary(run)
   local bg_el, bd_el = v.share_of_outlier_elements[1], v.share_of_outlier_elements[2]
   local bg_p, bd_p = v.share_of_patches[1], v.share_of_patches[2]
   -- the verdict with margins (analysis.thresholds.vit_checks), over the outlier patches (tokens)
-  local n = v.outlier_patch_tokens
-  local function count(share) return n > 0 and math.floor(share * n + 0.5) or 0 end
   local L, first = #d.coords.layer, 0
   for i = 1, L do if d.coords.layer[i] < L / 2 then first = math.max(first, v.inf_norm_layer_output[i]) end end
   local cs, holds = thresholds.vit_checks{
-    n = n, background = { k = count(v.background_share_outlier_patches), p = bg_p },
-    border = { k = count(v.border_share_outlier_patches), p = bd_p },
+    n = v.outlier_patch_tokens, background = { share = v.background_share_outlier_patches, p = bg_p },
+    border = { share = v.border_share_outlier_patches, p = bd_p },
     head = string.format("layer %d head %d (most concentrated)", v.attention_layer, v.top_head),
     enrichment = v.attention_enrichment[th], value_ratio = v.value_norm_outlier[th] / v.value_norm_other[th],
     inf = { peak_layer = v.inf_peak_layer, n_layers = L, peak = v.inf_norm_layer_output[v.inf_peak_layer + 1], first_half_max = first },

@@ -396,7 +396,7 @@ end
 -- ---------------------------------------------------------------- the ViT verdicts' margins
 do
   local th = require "outlierlab.analysis.thresholds"
-  local base = { n = 100, background = { k = 100, p = 0.9 }, border = { k = 90, p = 0.75 }, head = "layer 3 head 1",
+  local base = { n = 100, background = { share = 1, p = 0.9 }, border = { share = 0.9, p = 0.75 }, head = "layer 3 head 1",
                  enrichment = 3, value_ratio = 0.4, inf = { peak_layer = 3, n_layers = 4, peak = 150, first_half_max = 60 } }
   local function with(k, v) local o = {} for a, b in pairs(base) do o[a] = b end o[k] = v return o end
   local cs, holds = th.vit_checks(base)
@@ -408,7 +408,7 @@ do
   t.is(h3, false, "vit_checks: enrichment 1.5 < 2: does not hold")
   local _, h4 = th.vit_checks(with("value_ratio", 0.67))
   t.is(h4, false, "vit_checks: values 0.67 of the others > 0.5: does not hold")
-  local _, h5 = th.vit_checks(with("background", { k = 92, p = 0.9 }))
+  local _, h5 = th.vit_checks(with("background", { share = 0.92, p = 0.9 }))
   t.is(h5, false, "vit_checks: 92 of 100 at background against 0.9 (P ≈ 0.32): not beyond chance")
   local _, h6 = th.vit_checks(with("inf", { peak_layer = 3, n_layers = 4, peak = 80, first_half_max = 60 }))
   t.is(h6, false, "vit_checks: inf norm ×1.33 over the first half: no rise")

@@ -353,7 +353,7 @@ do
                   labels = ctx:tensor({ B }, { dtype = "i32", persistent = true }),
                   patch_object = persistent_ids(ctx, B, N, function(b, p) return (b + p) % 3 == 0 and 1 or 0 end) }
   batch.labels.idata[0], batch.labels.idata[1] = 2, 1
-  local tg = vit.dense_targets(ctx, batch.labels, batch.patch_object, K)
+  local tg = vit.dense_targets(ctx, batch.labels, batch.patch_object, K, N)
   local want_t = { 2, 3, 3, 2, 3, 3, 1, 3 }   -- (b + p) % 3 == 0: object patch
   local same = true
   for i = 0, B * N - 1 do if tg.idata[i] ~= want_t[i + 1] then same = false end end
@@ -395,6 +395,8 @@ do
   ctx:reset()
   local nb = { images = batch.images, labels = batch.labels }
   t.throws(function() m:loss(nb) end, "dense = true needs batch.patch_object", "dense ViT without patch_object: an error naming it")
+  local wrong = { images = batch.images, labels = batch.labels, patch_object = persistent_ids(ctx, B, N + 1, function() return 0 end) }
+  t.throws(function() m:loss(wrong) end, "has 5 patches per image, the model 4", "dense ViT with patch_object of another patch count: an error naming both")
   ctx:reset()
 end
 

@@ -119,8 +119,8 @@ end
 -- in the second half of the layers at VIT.inf_rise × the first half's largest or more.
 M.VIT = { min_patches = 10, alpha = 0.01, enrichment = 2, value_ratio = 0.5, inf_rise = 1.5 }
 
--- o = { n = outlier patches, background = { k =, p = } (k of them at background, p the
--- background share of all patches), border = { k =, p = } or nil, head = "layer 3 head 1" (words),
+-- o = { n = outlier patches, background = { share =, p = } (the share of them at background,
+-- p the background share of all patches), border = { share =, p = } or nil, head = "layer 3 head 1" (words),
 -- enrichment =, value_ratio = (‖v‖ outlier / other), inf = { peak_layer =, n_layers =, peak =,
 -- first_half_max = } or nil } -> checks { { text, true | false | nil } }, holds (nil: inconclusive);
 -- M.vit_lines(checks) -> the summary's lines
@@ -131,9 +131,10 @@ function M.vit_checks(o)
   local function g(fmt, x) return x == x and string.format(fmt, x) or "n/a" end
   local cs = { { string.format("at least %d outlier patches to locate (%d)", V.min_patches, o.n), enough } }
   local function beyond_chance(what, set)
-    local pv = binomial_tail(o.n, set.k, set.p)
+    local k = o.n > 0 and math.floor(set.share * o.n + 0.5) or 0   -- the count behind the share
+    local pv = binomial_tail(o.n, k, set.p)
     cs[#cs + 1] = { string.format("%s: %d of %d outlier patches (%s) against %.3f of all patches, binomial P(≥ %d) = %.2g ≤ %g",
-      what, set.k, o.n, o.n > 0 and string.format("%.3f", set.k / o.n) or "n/a", set.p, set.k, pv, V.alpha), t(pv <= V.alpha) }
+      what, k, o.n, o.n > 0 and string.format("%.3f", k / o.n) or "n/a", set.p, k, pv, V.alpha), t(pv <= V.alpha) }
   end
   beyond_chance("background", o.background)
   if o.border then beyond_chance("border ring", o.border) end

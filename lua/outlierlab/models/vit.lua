@@ -99,14 +99,18 @@ end
 function ViT:forward(batch, opts) return (self:forward_tokens(batch, opts)) end
 
 -- the per-patch targets of cfg.dense: (B·N) int32, the image's label at an object patch, K at a
--- background patch, -100 (ignored) where the image's label is
-function M.dense_targets(ctx, labels, patch_object, K)
+-- background patch, -100 (ignored) where the image's label is; N: the model's patches per image
+function M.dense_targets(ctx, labels, patch_object, K, N)
   if not ol.is_tensor(patch_object) or patch_object.dtype ~= ol.C.OL_I32 or patch_object.ndim ~= 2
      or patch_object:size(0) ~= labels:size(0) then
     error("models.vit: dense = true needs batch.patch_object, int32 (B, patches) (data.ImageLoader with patch =), got "
       .. tostring(patch_object), 3)
   end
-  local B, N = patch_object:size(0), patch_object:size(1)
+  if patch_object:size(1) ~= N then
+    error(string.format("models.vit: batch.patch_object %s has %d patches per image, the model %d",
+      tostring(patch_object), patch_object:size(1), N), 3)
+  end
+  local B = patch_object:size(0)
   local t = ctx:tensor({ B * N }, { dtype = "i32", name = "dense_targets" })
   for b = 0, B - 1 do
     local y = labels.idata[b]
@@ -126,11 +130,7 @@ function ViT:loss(batch, opts)
   local loss = logits:cross_entropy(batch.labels, -100)
   if self.dense_head then
     local B, N, K = x:size(0), x:size(1) - 1, self.cfg.n_classes
-    if batch.patch_object and batch.patch_object.ndim == 2 and batch.patch_object:size(1) ~= N then
-      error(string.format("models.vit: batch.patch_object %s has %d patches per image, the model %d",
-        tostring(batch.patch_object), batch.patch_object:size(1), N), 2)
-    end
-    local tgt = M.dense_targets(self.ctx, batch.labels, batch.patch_object, K)
+    local tgt = M.dense_targets(self.ctx, batch.labels, batch.patch_object, K, N)
     local dl = self.dense_head:forward(x:narrow(1, 1, N)):view({ B * N, K + 1 })
     loss = loss + dl:cross_entropy(tgt, -100)
   end
