@@ -187,6 +187,16 @@ do
   t.ok(not io.open(tmp .. "/ck.safetensors.tmp." .. dead), "checkpoint.save removes a killed writer's temporary next to it")
 end
 
+do   -- the one directory listing of the package (util/fs.list_dir): hidden names, a quote, sorted
+  local fs = require "outlierlab.util.fs"
+  local d = tmp .. "/list it's"
+  os.execute("mkdir -p \"" .. d .. "\"")
+  write(d .. "/b.nc", "x"); write(d .. "/.a", "x"); write(d .. "/a b", "x")
+  t.is(table.concat(fs.list_dir(d), "|"), ".a|a b|b.nc", "fs.list_dir: every name, hidden ones too, sorted, in a path with a quote")
+  t.is(#fs.list_dir(d .. "/b.nc"), 0, "fs.list_dir of a file: no names")
+  t.is(#fs.list_dir(tmp .. "/absent"), 0, "fs.list_dir of a missing directory: no names")
+end
+
 -- ---------------------------------------------------------------- results directory, MPI
 o, ok = sh(string.format("%s%s/bin/outlierlab run %s/exp.lua --out=%s/plain-file/results --cache=%s/cache",
                           env, root, tmp, tmp, tmp))

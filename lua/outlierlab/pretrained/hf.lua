@@ -105,13 +105,7 @@ local function engine_fail(where)
   C.ol_clear_error()
   error("hf: " .. where .. ": " .. (msg ~= "" and msg or "engine call failed"), 0)
 end
-local function list_dir(dir)
-  local out = {}
-  local p = io.popen("ls -A '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
-  for line in p:lines() do out[#out + 1] = line end
-  p:close()
-  return out
-end
+local list_dir = require("outlierlab.util.fs").list_dir
 
 -- ---------------------------------------------------------------- config.json <-> model config
 

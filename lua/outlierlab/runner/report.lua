@@ -101,13 +101,11 @@ local function copy_histories(run, hashes)
   -- a history another model of an earlier run left there (a changed profile or code) goes
   local keep = {}
   for _, h in ipairs(hashes) do keep[h .. ".nc"], keep[h .. ".png"] = true, true end
-  local p = io.popen("ls -1A -- '" .. (run.dir .. "/history"):gsub("'", "'\\''") .. "' 2>/dev/null")
-  for name in p:lines() do
+  for _, name in ipairs(fs.list_dir(run.dir .. "/history")) do
     if name:match("^%x+%.nc$") or name:match("^%x+%.png$") then
       if not keep[name] then os.remove(run.dir .. "/history/" .. name) end
     end
   end
-  p:close()
   for _, h in ipairs(hashes) do   -- every rank's models (model_list): sweep groups trained some of them
     local dir = run.cache_root .. "/models/" .. h
     -- written once per model, and again when the figure's contents changed (history.VERSION)

@@ -7,6 +7,7 @@
 --   local lk = fs.lock("cache/models/h/.lock", { wait = function(owner) ... end })  -- nil = held elsewhere
 --   lk:release()
 --   fs.remove_stale_temporaries("cache/models/h")     -- "<file>.tmp.<pid>[.<rank>]" of dead processes
+--   fs.list_dir("results/x/default/history")           -- the names in a directory, sorted ({} if none)
 --
 -- The lock is flock(2) on a file: the kernel holds it for the process and drops it when the
 -- process ends, however it ends (kill -9 included), so there is no stale lock to detect and
@@ -192,6 +193,17 @@ function M.lock(path, opts)
   end
 end
 
+-- the names in dir (hidden ones too, not "." and ".."), sorted; {} when dir is not a directory
+function M.list_dir(dir)
+  local out = {}
+  if not is_dir(dir) then return out end
+  local p = io.popen("ls -1A -- '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
+  for name in p:lines() do out[#out + 1] = name end
+  p:close()
+  table.sort(out)
+  return out
+end
+
 -- ---------------------------------------------------------------- temporaries
 -- The atomic writers (engine/io_safetensors.c, io_tokens.c, io_netcdf.c, plot.write_atomic)
 -- write "<file>.tmp.<pid>" or "<file>.tmp.<pid>.<rank>" and rename it; a writer killed
@@ -199,19 +211,15 @@ end
 -- opts.all, for a directory this process holds the lock of). Returns the names removed.
 function M.remove_stale_temporaries(dir, opts)
   opts = opts or {}
-  if not is_dir(dir) then return {} end
-  local q = "'" .. dir:gsub("'", "'\\''") .. "'"
-  local p = io.popen("ls -1A -- " .. q .. " 2>/dev/null")
   local removed = {}
   local me = M.pid()
-  for name in p:lines() do
+  for _, name in ipairs(M.list_dir(dir)) do
     local pid = name:match("%.tmp%.(%d+)$") or name:match("%.tmp%.(%d+)%.%d+$")
     pid = tonumber(pid)
     if pid and pid ~= me and (opts.all or not M.alive(pid)) then
       if os.remove(dir .. "/" .. name) then removed[#removed + 1] = name end
     end
   end
-  p:close()
   return removed
 end
 
