@@ -94,6 +94,11 @@ local h3 = trained(o3)
 t.ok(h3 and h3 ~= h1, "editing the variant's formula retrains under a new hash (" .. tostring(h1) .. " -> " .. tostring(h3) .. ")", o3)
 t.ok(o3:find("stage analyze\n", 1, true) and not o3:find("stage analyze: cached", 1, true),
      "the analysis of the retrained model is recomputed", o3)
+do   -- the first model's history does not stay beside the new one's (a reader would take it for this run's)
+  local hist = sh("ls " .. tmp .. "/results/cache-test/default/history")
+  t.ok(hist:find(tostring(h3) .. ".nc", 1, true) and hist:find(tostring(h3) .. ".png", 1, true) and
+       not hist:find(tostring(h1), 1, true), "history/ holds the retrained model's history alone", hist)
+end
 local spec = cjson.decode(slurp(tmp .. "/cache/models/" .. tostring(h3) .. "/spec.json") or "{}")
 t.ok(type(spec.code) == "string" and type(spec.sources) == "table" and tostring(spec.sources[1]):find("^variant%.lua:%x+"),
      "spec.json records the code hash and the variant's file", slurp(tmp .. "/cache/models/" .. tostring(h3) .. "/spec.json"))

@@ -98,6 +98,16 @@ end
 local function copy_histories(run, hashes)
   local history = require "outlierlab.runner.history"
   run.histories = {}
+  -- a history another model of an earlier run left there (a changed profile or code) goes
+  local keep = {}
+  for _, h in ipairs(hashes) do keep[h .. ".nc"], keep[h .. ".png"] = true, true end
+  local p = io.popen("ls -1A -- '" .. (run.dir .. "/history"):gsub("'", "'\\''") .. "' 2>/dev/null")
+  for name in p:lines() do
+    if name:match("^%x+%.nc$") or name:match("^%x+%.png$") then
+      if not keep[name] then os.remove(run.dir .. "/history/" .. name) end
+    end
+  end
+  p:close()
   for _, h in ipairs(hashes) do   -- every rank's models (model_list): sweep groups trained some of them
     local dir = run.cache_root .. "/models/" .. h
     -- written once per model, and again when the figure's contents changed (history.VERSION)
