@@ -88,27 +88,35 @@ local function members(cfg, profile)
   for _, fam in ipairs(cfg.families) do
     local F = FAMILIES[fam] or error("organism: unknown family '" .. tostring(fam) .. "'; valid: llama, gpt2, bert, vit", 0)
     local base = F.profiles[profile] or F.profiles.default
-    out[#out + 1] = { family = fam, knob = "base", value = 0, label = fam .. " default" }
+    out[#out + 1] = { family = fam, knobs = {}, knob = "base", value = 0, label = fam .. " default" }
     for _, kv in ipairs(cfg[fam .. "_vary"] or {}) do
-      local k, v = tostring(kv):match("^([%w_]+)=([%w%.%-_]+)$")
-      local value = k and (NAMED[k] and v or tonumber(v))
-      if not k or not KNOBS[k] or value == nil then
-        local names = {}
-        for n in pairs(KNOBS) do if not NAMED[n] then names[#names + 1] = n end end
-        table.sort(names)
-        error(string.format("organism: --%s_vary entry '%s' is not knob=number with a knob of %s, or attention=<kind>, optimizer=<name>, norm_gain=single, style=flat|textured", fam,
-          tostring(kv), table.concat(names, ", ")), 0)
+      -- an entry is knob=value, or several joined by "+" (groups=1+seed=2), applied in order
+      local knobs = {}
+      for part in (tostring(kv) .. "+"):gmatch("([^+]*)%+") do
+        local k, v = part:match("^([%w_]+)=([%w%.%-_]+)$")
+        local value = k and (NAMED[k] and v or tonumber(v))
+        if not k or not KNOBS[k] or value == nil then
+          local names = {}
+          for n in pairs(KNOBS) do if not NAMED[n] then names[#names + 1] = n end end
+          table.sort(names)
+          error(string.format("organism: --%s_vary entry '%s' is not knob=number (or several joined by +) with a knob of %s, or attention=<kind>, optimizer=<name>, norm_gain=single, style=flat|textured", fam,
+            tostring(kv), table.concat(names, ", ")), 0)
+        end
+        if IMAGE_ONLY[k] and fam ~= "vit" then
+          error(string.format("organism: --%s_vary entry '%s': the knob %s is the ViT's (images), not %s's", fam, kv, k, fam), 0)
+        end
+        knobs[#knobs + 1] = { k, value }
       end
-      if IMAGE_ONLY[k] and fam ~= "vit" then
-        error(string.format("organism: --%s_vary entry '%s': the knob %s is the ViT's (images), not %s's", fam, kv, k, fam), 0)
-      end
-      out[#out + 1] = { family = fam, knob = k, value = value, label = string.format("%s %s=%s", fam, k, v) }
+      local names = {}
+      for i, kn in ipairs(knobs) do names[i] = kn[1] end
+      out[#out + 1] = { family = fam, knobs = knobs, knob = table.concat(names, "+"), value = #knobs == 1 and knobs[1][2] or 0,
+                        label = string.format("%s %s", fam, kv) }
     end
     for _, m in ipairs(out) do
       if m.family == fam and not m.cfg then
         local c = config.deep_copy(base)
         if cfg.steps_scale ~= 1 then c.steps = math.max(1, math.floor(c.steps * cfg.steps_scale)) end
-        if m.knob ~= "base" then KNOBS[m.knob](c, m.value) end
+        for _, kv in ipairs(m.knobs) do KNOBS[kv[1]](c, kv[2]) end
         m.cfg = c
       end
     end

@@ -19,7 +19,9 @@
 --   multibos  n_bos start tokens; the one at position 0 tells x_1's id mod n_bos (a first token
 --             whose identity carries information, as in a window that starts anywhere)
 -- p_bos0 > 0: that share of the sequences use the bos layout instead.
--- Recipe knobs beyond the experiments': B (the batch), beta1, n_head, d_model/d_ff, vocab_size.
+-- Recipe knobs beyond the experiments': B (the batch), beta1, n_head, d_model/d_ff, vocab_size;
+-- preset=gpt2-quick trains the GPT-2 organism's shape instead (learned positions, LayerNorm,
+-- GELU), bias=false without its linear and LayerNorm biases (SO's GPT-2, nanoGPT's bias=False).
 -- Nothing here enters the model cache or the results: it prints its numbers.
 local ffi = require "ffi"
 local ol = require "outlierlab"
@@ -28,6 +30,7 @@ local cfg = require("outlierlab.config").get{
   n_head = 2, T = 64, B = 32, layout = "bos", doc_min = 16, doc_max = 96, p_bos0 = 0.0, prefix_max = 16, n_bos = 8,
   groups = 8, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3, vocab_size = 128, n_triggers = 24,
   n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, threads = 0, measure_every = 0, tag = "",
+  preset = "llama-organism", bias = true,
 }
 if cfg.threads > 0 then ol.set_num_threads(cfg.threads) end
 local org = require "outlierlab.data.organism"
@@ -111,9 +114,10 @@ function Loader:next(ctx)
   return { ids = ids, targets = tg }
 end
 
-local mcfg = models.preset("llama-organism", { vocab_size = V + (cfg.layout == "multibos" and cfg.n_bos or 0),
-  block_size = cfg.T, n_layer = cfg.n_layer, n_head = cfg.n_head, n_kv_head = cfg.n_head, d_model = cfg.d_model,
-  d_ff = cfg.d_ff, seed = cfg.seed })
+local over = { vocab_size = V + (cfg.layout == "multibos" and cfg.n_bos or 0), block_size = cfg.T,
+  n_layer = cfg.n_layer, n_head = cfg.n_head, d_model = cfg.d_model, d_ff = cfg.d_ff, seed = cfg.seed }
+if cfg.preset:match("^gpt2") then over.bias = cfg.bias else over.n_kv_head = cfg.n_head end
+local mcfg = models.preset(cfg.preset, over)
 local ctx = ol.Context{ seed = cfg.seed }
 local m = models.build(ctx, mcfg)
 

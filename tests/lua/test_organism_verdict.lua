@@ -70,5 +70,19 @@ t.ok(sm:find("| llama default | ", 1, true) and sm:find("final measurement", 1, 
 local o3, ok3 = t.sh(string.format(base, "organism") .. " --families=llama --llama_vary=image=20")
 t.ok(not ok3 and o3:find("the knob image is the ViT's", 1, true) and not o3:find("model %x+: training"),
      "an image knob on the LLaMA map is an error naming it", o3)
+-- several knobs in one entry (+): one model with both settings, labelled by the entry
+local o4, ok4 = t.sh(string.format(base, "organism") .. " --families=llama --llama_vary=lr=0.003+seed=2")
+local s4 = t.slurp(tmp .. "/out/organism/quick/summary.md") or ""
+t.ok(ok4 and s4:find("| llama lr=0.003+seed=2 | ", 1, true), "a combined entry is one member of the map", o4 .. s4)
+local j4 = cjson.decode(t.slurp(tmp .. "/out/organism/quick/run.json") or "{}")
+local spec4
+for _, h in ipairs(j4.models or {}) do
+  if h ~= j1.models[1] then spec4 = cjson.decode(t.slurp(tmp .. "/cache/models/" .. h .. "/spec.json") or "{}") end
+end
+t.ok(spec4 and spec4.spec and spec4.spec.seed == 2 and spec4.spec.train and spec4.spec.train.lr == 0.003,
+     "both knobs are in its spec (seed 2, lr 0.003)", cjson.encode(spec4 or {}))
+local o5, ok5 = t.sh(string.format(base, "organism") .. " --families=llama --llama_vary=lr=0.003+bogus=1")
+t.ok(not ok5 and o5:find("entry 'lr=0.003+bogus=1'", 1, true) and not o5:find("model %x+: training"),
+     "an unknown knob inside a combined entry is an error naming the entry", o5)
 os.execute("rm -rf '" .. tmp .. "'")
 return t.done()
