@@ -88,10 +88,10 @@ local function members(cfg, profile)
   for _, fam in ipairs(cfg.families) do
     local F = FAMILIES[fam] or error("organism: unknown family '" .. tostring(fam) .. "'; valid: llama, gpt2, bert, vit", 0)
     local base = F.profiles[profile] or F.profiles.default
-    out[#out + 1] = { family = fam, knobs = {}, knob = "base", label = fam .. " default" }
+    out[#out + 1] = { family = fam, knobs = {}, base = true, label = fam .. " default" }
     for _, kv in ipairs(cfg[fam .. "_vary"] or {}) do
       -- an entry is knob=value, or several joined by "+" (groups=1+seed=2), applied in order
-      local knobs, keys = {}, {}
+      local knobs = {}
       for part in (tostring(kv) .. "+"):gmatch("([^+]*)%+") do
         local k, v = part:match("^([%w_]+)=([%w%.%-_]+)$")
         local value = k and (NAMED[k] and v or tonumber(v))
@@ -105,9 +105,9 @@ local function members(cfg, profile)
         if IMAGE_ONLY[k] and fam ~= "vit" then
           error(string.format("organism: --%s_vary entry '%s': the knob %s is the ViT's (images), not %s's", fam, kv, k, fam), 0)
         end
-        knobs[#knobs + 1], keys[#keys + 1] = { k, value }, k
+        knobs[#knobs + 1] = { k, value }
       end
-      out[#out + 1] = { family = fam, knobs = knobs, knob = table.concat(keys, "+"), label = string.format("%s %s", fam, kv) }
+      out[#out + 1] = { family = fam, knobs = knobs, label = string.format("%s %s", fam, kv) }
     end
     for _, m in ipairs(out) do
       if m.family == fam and not m.cfg then
@@ -133,10 +133,10 @@ local function train(run)
       local msg = type(h) == "table" and tostring(h.message) or tostring(h)
       if not msg:find("diverged", 1, true) then error(h, 0) end
       run:log("%s: %s", m.label, msg)
-      return { family = m.family, knob = m.knob, label = m.label, curve = {}, diverged = msg }
+      return { family = m.family, base = m.base, label = m.label, curve = {}, diverged = msg }
     end
     local info = h.info or {}
-    return { family = m.family, knob = m.knob, label = m.label, curve = info.curve or {},
+    return { family = m.family, base = m.base, label = m.label, curve = info.curve or {},
              steps = info.steps, val_loss = info.val_loss, seconds = info.train_seconds, hash = h.hash,
              describe = info.describe }
   end)
@@ -154,7 +154,7 @@ end
 local function analyze(run)
   local out = { members = {} }
   for i, m in ipairs(run.out.train) do
-    local e = { family = m.family, knob = m.knob, label = m.label, steps = m.steps,
+    local e = { family = m.family, base = m.base, label = m.label, steps = m.steps,
                 val_loss = m.val_loss, seconds = m.seconds, curve = m.curve, diverged = m.diverged }
     -- the one verdict (analysis/thresholds): the final measurement, and the first step on the way
     local j = thresholds.judge(m.curve)
@@ -250,7 +250,7 @@ local function summary(run)
         thresholds.words(j, "sink"), thresholds.words(j, "massive"), thresholds.words(j, "kurtosis"),
         m.val_loss or 0 / 0, m.seconds or 0 / 0)
     end
-    if m.knob == "base" then base_ok[m.family] = m.reached_all == true end
+    if m.base then base_ok[m.family] = m.reached_all == true end
   end
   local reached, fams = {}, {}
   for fam, ok in pairs(base_ok) do fams[#fams + 1] = fam if ok then reached[#reached + 1] = fam end end

@@ -33,59 +33,61 @@ lr_varies = (STATS_max > 0.5)
 stats in index 0 using 8 nooutput
 has_inf = (STATS_max > 0.5)
 set datafile missing "NaN"
+# index 4 is one row: a value recorded as NaN (e.g. no sink, so no sink value) leaves stats without a
+# valid point and STATS_max undefined; it is kept as NaN
 stats in index 4 using 1 nooutput
-th_sink = STATS_max
+th_sink = exists("STATS_max") ? STATS_max : NaN
 stats in index 4 using 2 nooutput
-th_value = STATS_max
+th_value = exists("STATS_max") ? STATS_max : NaN
 stats in index 4 using 3 nooutput
-th_massive = STATS_max
+th_massive = exists("STATS_max") ? STATS_max : NaN
 stats in index 4 using 4 nooutput
-th_kurt = STATS_max
+th_kurt = exists("STATS_max") ? STATS_max : NaN
 # the final window and its means: NaN (no phenomena) reads as invalid, kept as NaN
 fin_from = NaN; fin_to = NaN; f_sink = NaN; f_value = NaN; f_massive = NaN; f_kurt = NaN; f_rate = NaN; lr_last = NaN
 if (has_curve) {
   stats in index 4 using 5 nooutput
-  fin_from = STATS_max
+  fin_from = exists("STATS_max") ? STATS_max : NaN
   stats in index 4 using 6 nooutput
-  fin_to = STATS_max
+  fin_to = exists("STATS_max") ? STATS_max : NaN
 }
 if (has_phen) {
   stats in index 4 using 7 nooutput
-  f_sink = STATS_max
+  f_sink = exists("STATS_max") ? STATS_max : NaN
   stats in index 4 using 8 nooutput
-  f_value = STATS_max
+  f_value = exists("STATS_max") ? STATS_max : NaN
   stats in index 4 using 9 nooutput
-  f_massive = STATS_max
+  f_massive = exists("STATS_max") ? STATS_max : NaN
 }
 if (has_curve) {
   stats in index 4 using 10 nooutput
-  f_kurt = STATS_max
+  f_kurt = exists("STATS_max") ? STATS_max : NaN
 }
 if (has_rate) {
   stats in index 4 using 11 nooutput
-  f_rate = STATS_max
+  f_rate = exists("STATS_max") ? STATS_max : NaN
 }
 if (has_train) {
   stats in index 4 using 12 nooutput
-  lr_last = STATS_max
+  lr_last = exists("STATS_max") ? STATS_max : NaN
 }
 # the log-scale ranges of the phenomena panels (runner/history.lua: the curve and the threshold)
 stats in index 4 using 13 nooutput
-v_lo = STATS_max
+v_lo = exists("STATS_max") ? STATS_max : NaN
 stats in index 4 using 14 nooutput
-v_hi = STATS_max
+v_hi = exists("STATS_max") ? STATS_max : NaN
 stats in index 4 using 15 nooutput
-m_lo = STATS_max
+m_lo = exists("STATS_max") ? STATS_max : NaN
 stats in index 4 using 16 nooutput
-m_hi = STATS_max
+m_hi = exists("STATS_max") ? STATS_max : NaN
 stats in index 4 using 17 nooutput
-k_lo = STATS_max
+k_lo = exists("STATS_max") ? STATS_max : NaN
 stats in index 4 using 18 nooutput
-k_hi = STATS_max
+k_hi = exists("STATS_max") ? STATS_max : NaN
 stats in index 4 using 19 nooutput
-i_lo = STATS_max
+i_lo = exists("STATS_max") ? STATS_max : NaN
 stats in index 4 using 20 nooutput
-i_hi = STATS_max
+i_hi = exists("STATS_max") ? STATS_max : NaN
 verdict(v, th, above) = (v != v) ? "" : ((above ? v >= th : v <= th) ? " — reached" : " — not reached")
 # a panel's title: the quantity, then its final mean and the verdict when it was recorded
 ttl(base, fmt, v, th, above) = (v != v) ? base : sprintf("%s (final %s%s)", base, sprintf(fmt, v), verdict(v, th, above))
@@ -155,7 +157,17 @@ if (has_phen) {
 
 set title ttl("value drain: sink value norm / median value norm", "%.2f", f_value, th_value, 0)
 set ylabel "value norm ratio (log scale)"
+# the ratio is NaN at a step with no sink head; a model that never had one has no curve to draw
+has_value = 0
 if (has_phen) {
+  stats in index 3 using 5 nooutput
+  has_value = exists("STATS_max")
+}
+if (has_phen && !has_value) {
+  set label 1 "no sink head at any tracked step: no sink value to measure" at graph 0.5, 0.5 center
+  plot [0:1][0:1] NaN notitle
+  unset label 1
+} else { if (has_phen) {
   set logscale y
   set yrange [v_lo : v_hi]
   plot in index 3 using 1:5 with linespoints pt 7 ps 0.7 lw 1.5 lc rgb "#1b9e77" title "value ratio of the sink head", \
@@ -165,7 +177,7 @@ if (has_phen) {
   set label 1 "not recorded by this trainer" at graph 0.5, 0.5 center
   plot [0:1][0:1] NaN notitle
   unset label 1
-}
+} }
 
 set title ttl("massive activation: top-1 / median |h| at the sink token", "%.0f", f_massive, th_massive, 1)
 set ylabel "top-1 / median |h| (log scale)"

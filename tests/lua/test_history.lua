@@ -86,6 +86,17 @@ local dir3 = model("nocurve", { losses = l, lrs = lr, gnorms = g })
 history.write(dir3, nil, {})
 t.ok(#(t.slurp(dir3 .. "/history.png") or "") > 10000, "a model without a curve still has a figure")
 
+-- a model that never had a sink head (QT's clipped BERT that did not train): the value ratio is
+-- NaN at every tracked step, so the final window's mean is NaN too; the figure is still drawn
+local nosink = {}
+for i = 0, 20 do nosink[#nosink + 1] = pt(i * 150, 0, 0 / 0, 4, 3, 0) end
+l, lr, g = steps(3000, function() return 0.003 end)
+local dir4 = model("nosink", { losses = l, lrs = lr, gnorms = g, val = { { step = 3000, loss = 4.4 } }, curve = nosink })
+history.write(dir4, nil, {})
+local last4 = t.slurp(dir4 .. "/history.dat"):match("\n([^\n]+)%s*$")
+t.ok(last4 and last4:match("^0%.8 0%.2 100 30 2700 3000 0 NaN "), "no sink: the final value ratio is NaN in the data", last4)
+t.ok(#(t.slurp(dir4 .. "/history.png") or "") > 10000, "no sink at any step: the figure is drawn (the value panel says so)")
+
 -- ensure: an older history is rewritten once, a current one is kept
 fs.write_atomic(dir3 .. "/history.version", "1\n")
 t.is(history.ensure(dir3, {}), true, "ensure rewrites a history of an older version")

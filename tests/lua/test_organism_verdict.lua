@@ -24,7 +24,7 @@ local function curve(massive_at)
   return c
 end
 local function run_of(massive_at)
-  local run = { out = { train = { { family = "llama", knob = "base", value = 0, label = "llama default", steps = 3000,
+  local run = { out = { train = { { family = "llama", base = true, label = "llama default", steps = 3000,
                                     val_loss = 2.9, seconds = 60, curve = curve(massive_at) } } } }
   run.out.analyze = stage.analyze(run)
   return run, exp.summary(run)

@@ -118,7 +118,7 @@ M.LLAMA_LM_PROFILES = {
             steps = 20, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
             eval_batches = 2, seed = 1 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
   default = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
-              steps = 4500, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
+              steps = 6000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
               eval_batches = 16, seed = 1 }, DECODER_TASK),
   long = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
               steps = 18000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,

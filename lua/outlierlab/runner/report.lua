@@ -111,7 +111,7 @@ local function copy_histories(run, hashes)
     -- written once per model, and again when the figure's contents changed (history.VERSION)
     local ok, err = pcall(history.ensure, dir, { id = run.id, profile = run.profile, seed = run.seed,
                                                  config = { model_hash = h } })
-    if not ok then run:log("model %s: no training history (%s)", h, tostring(err)) end
+    if not ok then run:log("model %s: its training history could not be written (%s)", h, tostring(err)) end
     for _, ext in ipairs({ "nc", "png" }) do
       local text = read_file(dir .. "/history." .. ext)
       if text then
