@@ -58,5 +58,39 @@ do
   t.ok(out:find("| blog-noop | | (not run) |", 1, true), "results-table: an experiment without run.json is listed as not run", out)
   t.ok(out:find("Total: 171 s (0.0 h) over 2 experiments at commit(s) abcdef0", 1, true), "results-table: the total time and the commit", out)
 end
+-- scripts/timings.lua: each model's training time once, in the first experiment (id order) that
+-- uses it; per preset min / median / max; the total and the wall time at N models at a time; a
+-- resumed model flagged, a model missing from the cache named (a results root and a cache made here)
+do
+  local dir = os.tmpname(); os.remove(dir)
+  local function put(path, text)
+    os.execute("mkdir -p '" .. (dir .. "/" .. path):match("^(.*)/[^/]+$") .. "'")
+    local f = io.open(dir .. "/" .. path, "w")
+    f:write(text)
+    f:close()
+  end
+  local function model(h, preset, steps, secs, resumed)
+    put("cache/models/" .. h .. "/spec.json", string.format('{"code":"x","spec":{"model":{"preset":"%s"},"train":{"steps":%d}}}', preset, steps))
+    put("cache/models/" .. h .. "/done.lua", string.format("return {[\"train_seconds\"]=%s,[\"resumed\"]=%s}", secs, tostring(resumed)))
+  end
+  model("aa01", "llama-organism", 6000, 300, false)
+  model("aa02", "llama-organism", 6000, 340, false)
+  model("aa03", "llama-organism", 6000, 400, true)
+  model("bb01", "bert-organism", 2500, 180, false)
+  -- so-fig10 comes first in id order: it adds aa01 and aa02; so-fig11 adds aa03 and bb01 (aa01 again: not counted)
+  put("results/so-fig10/default/run.json", '{"models":["aa01","aa02"],"seconds":350}')
+  put("results/so-fig11/default/run.json", '{"models":["aa01","aa03","bb01","cc09"],"seconds":12}')
+  local out = sh("cd " .. root .. " && bin/outlierlab run scripts/timings.lua --results=" .. dir .. "/results --cache=" ..
+                 dir .. "/cache --profile=default --ranks=2")
+  os.execute("rm -rf '" .. dir .. "'")
+  t.ok(out:find("| so-fig10 | 2 | 2 | 640 s (52 %) | 350 s |", 1, true), "timings: the first experiment that uses a model counts it", out)
+  t.ok(out:find("| so-fig11 | 4 | 2 | 580 s (48 %) | 12 s |", 1, true), "timings: a model counted once (aa01 not again)", out)
+  t.ok(out:find("| llama-organism, 6000 steps | 3 | 300 / 340 / 400 s |", 1, true), "timings: per preset min / median / max", out)
+  t.ok(out:find("| bert-organism, 2500 steps | 1 | 180 / 180 / 180 s |", 1, true), "timings: a preset of one model", out)
+  t.ok(out:find("Total: 4 distinct models, 1220 s of training (0.3 h); at 2 models at a time about 610 s (0.2 h)", 1, true),
+       "timings: the total and the wall time over the ranks", out)
+  t.ok(out:find("1 model(s) resumed from a checkpoint", 1, true), "timings: a resumed model is flagged", out)
+  t.ok(out:find("not in the cache: so-fig11:cc09", 1, true), "timings: a model missing from the cache is named", out)
+end
 
 return t.done()
