@@ -87,6 +87,19 @@ local h1 = trained(o1)
 t.ok(ok1 and h1, "first run trains the model", o1)
 local o2 = run("--profile=default")
 t.ok(cached(o2) == h1 and o2:find("stage analyze: cached", 1, true), "unchanged code and settings: model and analysis reused", o2)
+do   -- what the reused work cost: the stage's seconds when it was computed, the models' training
+  local rj = cjson.decode(slurp(tmp .. "/results/cache-test/default/run.json") or "{}")
+  local an = rj.stages and rj.stages[2] or {}
+  t.ok(an.name == "analyze" and an.cached == true and type(an.computed_seconds) == "number" and an.computed_seconds >= 0,
+       "run.json: a cached stage records the seconds it took when computed", cjson.encode(rj.stages or {}))
+  local done = slurp(tmp .. "/cache/models/" .. tostring(h1) .. "/done.lua") or ""
+  local ts = tonumber(done:match('%["train_seconds"%]=([%d.e+-]+)'))
+  t.ok(ts and rj.models_train_seconds and math.abs(rj.models_train_seconds - ts) < 1e-6,
+       "run.json: models_train_seconds is the cached model's training time", tostring(rj.models_train_seconds) .. " vs " .. tostring(ts))
+  local sm = slurp(tmp .. "/results/cache-test/default/summary.md") or ""
+  t.ok(sm:find("analyze [%d.]+ s %(cached; computed in [%d.]+ s%)") and sm:find("- Models: 1, %d+ s of training in all"),
+       "summary.md: the cached stage's computed time and the models' training", sm)
+end
 
 variant("0.5")   -- the variant's formula changes: its weights would differ
 local o3 = run("--profile=default")

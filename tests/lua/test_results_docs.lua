@@ -49,12 +49,15 @@ do
   put("so-fig3", '{"paper":"SO Fig. 3","paper_result":"top-1 in the thousands","reproduced":"ratio 87 | at bos",' ..
                  '"verdict":"does not hold","seconds":71.4,"git_commit":"abcdef0123","settings":{"seed":1}}')
   put("so-fig11", '{"paper":"SO Fig. 11","paper_result":"x","reproduced":"y","verdict":"inconclusive","seconds":100,' ..
-                  '"git_commit":"abcdef0123","settings":{"n_seeds":3}}')
+                  '"git_commit":"abcdef0123","settings":{"n_seeds":3},"models_train_seconds":2400.4,' ..
+                  '"stages":[{"name":"train","seconds":1,"cached":false},{"name":"analyze","seconds":0.01,"cached":true,' ..
+                  '"computed_seconds":95.6},{"name":"plot","seconds":2.2,"cached":false}]}')
   local out = sh("cd " .. root .. " && bin/outlierlab run scripts/results-table.lua --results=" .. dir .. " --profile=default")
   os.execute("rm -rf '" .. dir .. "'")
   t.ok(out:find("| so-fig3 | SO Fig. 3: top-1 in the thousands | ratio 87 \\| at bos | does not hold | 1 seed | 71 s |", 1, true),
        "results-table: a run.json becomes its row (the | in a cell escaped)", out)
-  t.ok(out:find("| so-fig11 |", 1, true) and out:find("| 3 seeds | 100 s |", 1, true), "results-table: n_seeds from the settings", out)
+  t.ok(out:find("| so-fig11 |", 1, true) and out:find("| 3 seeds | 100 s (models' training 2400 s, analysis 98 s) |", 1, true),
+       "results-table: n_seeds from the settings; what the run reused (models' training, the cached analysis's computed time)", out)
   t.ok(out:find("| blog-noop | | (not run) |", 1, true), "results-table: an experiment without run.json is listed as not run", out)
   t.ok(out:find("Total: 171 s (0.0 h) over 2 experiments at commit(s) abcdef0", 1, true), "results-table: the total time and the commit", out)
 end

@@ -10,7 +10,8 @@
 --   share a model train it once); otherwise trainer(dir, ckpt_path) runs: it trains with
 --   train.run{ckpt = ckpt_path}, which resumes from the checkpoint an interrupted run left,
 --   and returns a table of training facts (losses...), stored in done.lua.
---   A stage marked cache = true stores its return value in cache/stages/<id>/<stage>-<hash>.lua,
+--   A stage marked cache = true stores its return value in cache/stages/<id>/<stage>-<hash>.lua
+--   (and the seconds it took in <that file>.seconds, which summary.md and run.json report when reused),
 --   hash of (settings, engine version, code hash, experiment file text, the hashes of the models
 --   the run used): a rerun with the same inputs skips it, a changed setting, file or model
 --   recomputes it. --retrain trains every model of the run anew; --reanalyze recomputes the

@@ -26,7 +26,20 @@ local function verdict(s)
   return "the claim is **inconclusive** at this scale"
 end
 
-local function write_summary(run, s, timings)
+-- the training seconds of the models a run used, from their cache entries (done.lua's
+-- train_seconds, trained now or earlier): what the run costs from an empty cache, one model at a
+-- time; nil when the run used none
+local function models_train_seconds(run, models)
+  if not models or #models == 0 or not run.cache_root then return nil end
+  local load_data, sum = require("outlierlab.runner.cache").load_data, 0
+  for _, h in ipairs(models) do
+    local info = load_data(run.cache_root .. "/models/" .. h .. "/done.lua")
+    sum = sum + (info and tonumber(info.train_seconds) or 0)
+  end
+  return sum
+end
+
+local function write_summary(run, s, timings, models)
   local src = run.exp.source
   local lines = {
     "# " .. run.id .. " — " .. run.exp.title, "",
@@ -50,9 +63,15 @@ local function write_summary(run, s, timings)
   lines[#lines + 1] = "- Command: `" .. results.command_line() .. "`"
   local parts = {}
   for _, t in ipairs(timings) do
-    parts[#parts + 1] = string.format("%s %.1f s%s", t.name, t.seconds, t.cached and " (cached)" or "")
+    parts[#parts + 1] = string.format("%s %.1f s%s", t.name, t.seconds, not t.cached and "" or
+      t.computed_seconds and string.format(" (cached; computed in %.1f s)", t.computed_seconds) or " (cached)")
   end
   lines[#lines + 1] = "- Stages: " .. table.concat(parts, ", ")
+  local mts = models_train_seconds(run, models)
+  if mts then
+    lines[#lines + 1] = string.format("- Models: %d, %.0f s of training in all (their cache entries; trained now or by an earlier run)",
+                                      #models, mts)
+  end
   local files = {}
   for _, f in ipairs(run.files) do
     local base = f:match("([^/]+)$")
@@ -134,13 +153,16 @@ local function write_run_json(run, s, timings, seconds, models)
   end
   files[#files + 1] = "summary.md"
   local stages = {}
-  for i, t in ipairs(timings) do stages[i] = { name = t.name, seconds = t.seconds, cached = t.cached } end
+  for i, t in ipairs(timings) do
+    stages[i] = { name = t.name, seconds = t.seconds, cached = t.cached, computed_seconds = t.computed_seconds }
+  end
   local rec = {
     id = run.id, title = run.exp.title, paper = src.paper, figure = src.figure, claim = src.claim,
     profile = run.profile, seed = run.seed, settings = run.cfg,
     paper_result = s.paper and tostring(s.paper) or nil, reproduced = s.reproduced and tostring(s.reproduced) or nil,
     verdict = verdict_word(s), criterion_met = s.criterion_met,
     seconds = seconds, stages = stages, files = files, models = models,
+    models_train_seconds = models_train_seconds(run, models),
     histories = run.histories, engine = ol.version(), git_commit = results.git_commit(),
     date = results.timestamp(), mpi_ranks = results.mpi_ranks(), command = results.command_line(),
   }

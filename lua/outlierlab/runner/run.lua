@@ -30,7 +30,8 @@
 --   share a model train it once); otherwise trainer(dir, ckpt_path) runs: it trains with
 --   train.run{ckpt = ckpt_path}, which resumes from the checkpoint an interrupted run left,
 --   and returns a table of training facts (losses...), stored in done.lua.
---   A stage marked cache = true stores its return value in cache/stages/<id>/<stage>-<hash>.lua,
+--   A stage marked cache = true stores its return value in cache/stages/<id>/<stage>-<hash>.lua
+--   (and the seconds it took in <that file>.seconds, which summary.md and run.json report when reused),
 --   hash of (settings, engine version, code hash, experiment file text, the hashes of the models
 --   the run used): a rerun with the same inputs skips it, a changed setting, file or model
 --   recomputes it. --retrain trains every model of the run anew; --reanalyze recomputes the
@@ -418,6 +419,7 @@ function M.run_file(exp, file)
       local v = not run.reanalyze and load_data(cpath) or nil
       if v ~= nil then run.out[st.name] = v; cached = true end
     end
+    local computed   -- a cached stage: the seconds it took when it was computed (<entry>.seconds)
     if not cached then
       run:log("stage %s", st.name)
       local v = st.fn(run)
@@ -425,11 +427,13 @@ function M.run_file(exp, file)
       if st.cache and v ~= nil and progress.is_rank0() then
         mkdir(cpath:match("^(.*)/"))
         save_data(cpath, v)
+        fs.write_atomic(cpath .. ".seconds", string.format("%.3f\n", progress.now() - t0))
       end
     else
-      run:log("stage %s: cached", st.name)
+      computed = tonumber((read_file(cpath .. ".seconds") or ""):match("[%d.]+") or "")
+      run:log("stage %s: cached%s", st.name, computed and string.format(" (computed in %.1f s)", computed) or "")
     end
-    timings[#timings + 1] = { name = st.name, seconds = progress.now() - t0, cached = cached }
+    timings[#timings + 1] = { name = st.name, seconds = progress.now() - t0, cached = cached, computed_seconds = computed }
   end
   local s = exp.summary and exp.summary(run) or {}
   if pretrained then s = pretrained:summary(run, s) end
@@ -439,7 +443,7 @@ function M.run_file(exp, file)
   local models = model_list(run)   -- a collective under MPI: every rank calls it
   if progress.is_rank0() then
     copy_histories(run, models)
-    write_summary(run, s, timings)
+    write_summary(run, s, timings, models)
     write_run_json(run, s, timings, progress.now() - t_all, models)
   end
   run:log("done in %.1f s: %s/summary.md — %s", progress.now() - t_all, run.dir,
