@@ -9,7 +9,8 @@
 -- that uses it in id order (the order `make reproduce-all` runs them), so the per-experiment
 -- column says what that experiment adds from an empty cache. The wall time at --ranks models at a
 -- time is the training time over the ranks (each model on one rank, as `RANKS=N` trains them).
--- A model that resumed from its checkpoint records only its last run's time (flagged).
+-- A model resumed from its checkpoint counts the time to that checkpoint too (train_clock.lua);
+-- one resumed before the clock existed recorded only its last run's time (flagged).
 -- Nothing is measured here: every number is a field the runner wrote.
 local ol = require "outlierlab"
 local fs = require "outlierlab.util.fs"
@@ -48,7 +49,8 @@ for _, id in ipairs(ids) do
           by_preset[key] = by_preset[key] or {}
           table.insert(by_preset[key], s)
           new, secs, n_models, total = new + 1, secs + s, n_models + 1, total + s
-          if info.resumed then resumed = resumed + 1 end
+          -- a model resumed by a version without train_clock.lua recorded its last run's time only
+          if info.resumed and not fs.read_file(dir .. "/train_clock.lua") then resumed = resumed + 1 end
         end
       end
     end

@@ -74,8 +74,19 @@ os.execute("sleep 0.5")
 t.ok(killed, "the second run wrote a checkpoint before its end and was killed (kill -9)", slurp(tmp .. "/b1.log"))
 t.ok(dir_b and not slurp(dir_b .. "done.lua"), "the killed run left no finished model (done.lua)", slurp(tmp .. "/b1.log"))
 
+-- the killed run's clock (train_clock.lua) says when it started; moved 100 s earlier, as if it had
+-- trained 100 s longer before its checkpoint: the resumed model's train_seconds must count them
+local clock = dir_b and cache.load_data(dir_b .. "train_clock.lua")
+t.ok(clock and tonumber(clock.start) and clock.before == 0, "the interrupted run left its clock (start, nothing before)",
+     slurp((dir_b or "") .. "train_clock.lua"))
+if clock then
+  clock.start = clock.start - 100
+  cache.save_data(dir_b .. "train_clock.lua", clock)
+end
 -- run again: it resumes and finishes
+local t_b = os.time()
 local out_b, ok_b = sh("timeout 300 " .. command("b"))
+local took_b = os.time() - t_b
 t.ok(ok_b, "the same command run again ends", out_b)
 t.ok(out_b:find("resuming from its checkpoint", 1, true), "the runner says it resumes from the checkpoint", out_b)
 local at = tonumber(out_b:match("resumed from [^\n]- at step (%d+)"))
@@ -91,6 +102,10 @@ if dir_a and dir_b then
        "the phenomena tracked during training are the same, point for point")
   local da, db = cache.load_data(dir_a .. "done.lua"), cache.load_data(dir_b .. "done.lua")
   t.ok(da and db and db.resumed == true and da.resumed == false, "done.lua says which run was resumed")
+  t.ok(db and db.train_seconds >= 100 and db.train_seconds <= 100 + took_b + 3,
+       "the resumed model's train_seconds holds the time to its checkpoint (100 s) and the resumed run's",
+       string.format("%s s (the resumed run took %d s)", tostring(db and db.train_seconds), took_b))
+  t.ok(da and da.train_seconds < 100, "the uninterrupted model's train_seconds is its run's", tostring(da and da.train_seconds))
   local same = da and db and #da.losses == 1000 and #db.losses == 1000
   for i = 1, same and 1000 or 0 do if da.losses[i] ~= db.losses[i] then same = false break end end
   t.ok(same, "the training losses of all 1,000 steps are the same (the killed run's steps kept in the checkpoint)")

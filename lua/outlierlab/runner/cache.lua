@@ -213,6 +213,20 @@ function M.model(self, spec, trainer)
   if lead then fs.write_atomic(dir .. "/spec.json", key .. "\n") end
   local resumed = read_file(ckpt) ~= nil
   self:log("model %s: %s", hash, resumed and "resuming from its checkpoint" or "training")
+  -- the training time the checkpoint holds (train_clock.lua: when the interrupted run started and
+  -- what came before it; the checkpoint's mtime: how far it got), so that a resumed model's
+  -- train_seconds is its whole training, not its last run's
+  local before = 0
+  if lead then
+    local c = resumed and load_data(dir .. "/train_clock.lua")
+    if c and tonumber(c.start) then
+      local p = io.popen("stat -c %Y -- " .. quote(ckpt) .. " 2>/dev/null")
+      local m = p:read("*n")
+      p:close()
+      before = (tonumber(c.before) or 0) + (m and math.max(0, m - c.start) or 0)
+    end
+    save_data(dir .. "/train_clock.lua", { start = os.time(), before = before })
+  end
   local t0 = progress.now()
   local ok, info = pcall(trainer, dir, ckpt)
   -- the lock is released only after done.lua is written (a waiting run then finds the model
@@ -229,7 +243,7 @@ function M.model(self, spec, trainer)
       "model %s: stopped by a signal at step %s with its checkpoint saved; run again to resume", hash,
       tostring(info.stopped_by_signal)) }, 0)
   end
-  info.train_seconds = (info.train_seconds or 0) + (progress.now() - t0)
+  info.train_seconds = (info.train_seconds or 0) + before + (progress.now() - t0)
   info.resumed = resumed
   if lead then save_data(dir .. "/done.lua", info) end
   unlock()
