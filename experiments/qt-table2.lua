@@ -16,7 +16,9 @@
 -- outlierlab.analysis.quant on the same models and held-out batches — RTN W8A8, W4A8, W4A4
 -- (per-channel weights, per-token dynamic activations), W4A4 after a Walsh–Hadamard rotation
 -- (the llama family's RMSNorm decoder only: not applicable to post-LN BERT, the LayerNorm ViT and
--- QT's per-head gate) and W4A4 after SmoothQuant (α = 0.5, n_calib calibration batches).
+-- QT's per-head gate) and W4A4 after SmoothQuant (α = 0.5, n_calib calibration batches); and
+-- where the W8A8 loss comes from: W8 alone, A8 alone and A8 at one kind of op at a time
+-- (ptq.W8A8_PARTS), the rest in full precision.
 local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.analysis.seeds"
 local figure = require "outlierlab.figure"
@@ -80,6 +82,17 @@ for _, q in ipairs({
 }) do
   vars[#vars + 1] = { q[1], dims = q[2], long_name = q[3] .. QUANT_NA, units = "1" }
 end
+-- the parts of the W8A8 error one at a time (ptq.W8A8_PARTS), not in the paper
+for _, q in ipairs({
+  { "part_degradation", { "family", "variant", "w8a8_part", "seed" }, "degradation when only this part of W8A8 is quantised (the rest in full precision), per seed; same units as w8a8_degradation" },
+  { "part_degradation_mean", { "family", "variant", "w8a8_part" }, "degradation when only this part of W8A8 is quantised, mean over seeds" },
+  { "part_degradation_sd", { "family", "variant", "w8a8_part" }, "degradation when only this part of W8A8 is quantised, sample standard deviation over seeds" },
+}) do
+  vars[#vars + 1] = { q[1], dims = q[2], long_name = q[3], units = "1" }
+end
+panels[#panels + 1] = { kind = "bars", x = "w8a8_part", series = "variant", y = "part_degradation_mean", err = "part_degradation_sd",
+                        each = "family", values = "%.3g", title = "{family}: where the W8A8 loss comes from (not in the paper)",
+                        ylabel = "degradation (ppl; ViT: top-1 %)", note = "one part quantised, the rest in full precision; mean ± sd over {=n_seeds} seed(s)" }
 vars[#vars + 1] = { "quant_applicable", dims = { "family", "variant", "quant_setting" }, units = "1", type = "int",
                     long_name = "1 when the quantisation setting applies to the model, 0 when it does not (the rotation needs the llama family's RMSNorm pre-norm blocks)" }
 panels[#panels + 1] = { kind = "bars", x = "quant_setting", series = "variant", y = "quant_degradation_mean", err = "quant_degradation_sd",
@@ -93,6 +106,7 @@ local FIG = figure.declare{
     { "seed", long_name = "training seed" },
     { "quantity", long_name = "quantity of QT Table 2", labels = true },
     { "quant_setting", long_name = "4-bit era post-training quantisation setting, not in the paper: RTN per-channel weights and per-token dynamic activations, with a Walsh-Hadamard rotation or SmoothQuant", labels = true },
+    { "w8a8_part", long_name = "the part of W8A8 quantised alone, the rest in full precision (ptq.W8A8_PARTS): the weights, the activations, or the activations of one kind of op", labels = true },
   },
   vars = vars,
   panels = panels,
@@ -131,6 +145,19 @@ local function analyze(run)
             t.seed, r.fp, r.max_inf_norm, r.avg_kurtosis, r.q, r.sites)
     -- the 4-bit era's settings on the same model and held-out batches (a fresh copy of the model)
     local ctx, m, L = ptq.load(t.spec, t.handle)
+    -- where the W8A8 loss comes from: one part quantised at a time, the rest in full precision
+    -- (W8A8 restores the model after each)
+    r.parts = {}
+    for pi, part in ipairs(ptq.W8A8_PARTS) do
+      local q = ptq.w8a8(ctx, m, { metric = L.metric, loader = L.val, n = cfg.n_eval, calib_loader = L.calib,
+                                   n_calib = cfg.n_calib, wbits = part.wbits, abits = 8, kinds = part.kinds,
+                                   weight_range = t.family == "opt" and "mse" or "minmax",
+                                   estimator = t.family == "opt" and "percentile" or "running_minmax", percentile = 99.999 })
+      r.parts[pi] = degradation(t.family, r.fp, q.value)
+    end
+    local pw = {}
+    for pi, part in ipairs(ptq.W8A8_PARTS) do pw[pi] = string.format("%s %+.3g", part.name, r.parts[pi]) end
+    run:log("%s %-8s seed %d, W8A8 one part at a time: %s", t.family, t.variant, t.seed, table.concat(pw, ", "))
     r.quant = quant.measure(ctx, m, L, { n_eval = cfg.n_eval, n_calib = cfg.n_calib, metric = L.metric, log = function(fmt, ...)
       run:log("%s %-8s seed %d: " .. fmt, t.family, t.variant, t.seed, ...) end })
     run:log("%s %-8s seed %d, 4-bit era (RTN per channel / per token): %s", t.family, t.variant, t.seed, quant.describe(r.quant))
@@ -180,12 +207,28 @@ local function analyze(run)
       end
     end
   end
+  -- the parts of W8A8 one at a time: per (family, variant, part) over seeds
+  v.part_degradation, v.part_degradation_mean, v.part_degradation_sd = {}, {}, {}
+  for fi, fam in ipairs(fams) do
+    v.part_degradation[fi], v.part_degradation_mean[fi], v.part_degradation_sd[fi] = {}, {}, {}
+    for vi, var in ipairs(VARIANTS) do
+      local per, mu, sd = {}, {}, {}
+      for pi = 1, #ptq.W8A8_PARTS do
+        per[pi] = {}
+        for k, s in ipairs(sl) do per[pi][k] = (ptq.values(rows, { family = fam, variant = var, seed = s }, "parts"))[1][pi] end
+        mu[pi], sd[pi] = seeds.stats(per[pi])
+      end
+      v.part_degradation[fi][vi], v.part_degradation_mean[fi][vi], v.part_degradation_sd[fi][vi] = per, mu, sd
+    end
+  end
+  local pn = {}
+  for i, part in ipairs(ptq.W8A8_PARTS) do pn[i] = part.short end
   local fn, vn, qn = {}, {}, {}
   for i, f in ipairs(fams) do fn[i] = FAMILY_NAME[f] end
   for i, x in ipairs(VARIANTS) do vn[i] = VARIANT_NAME[x] end
   for i, st in ipairs(quant.SETTINGS) do qn[i] = st.label end
   return { coords = { family = fn, variant = vn, seed = sl, quantity = { "FP metric", "max inf norm", "avg kurtosis", "W8A8 metric" },
-                      quant_setting = qn },
+                      quant_setting = qn, w8a8_part = pn },
            vars = v, attrs = { quant_not_applicable = quant.not_applicable_lines(na) } }
 end
 
@@ -214,6 +257,38 @@ local function quant_table(run, v, a, fams)
   parts[#parts + 1] = ""
   parts[#parts + 1] = a.attrs.quant_not_applicable
   return table.concat(parts, "\n")
+end
+
+-- the third table: where the W8A8 loss comes from (one part quantised at a time; not in the paper)
+local function parts_table(v, fams)
+  local ns = v.n_seeds
+  local head = { "model", "attention", "W8A8 (all)" }
+  for _, part in ipairs(ptq.W8A8_PARTS) do head[#head + 1] = part.label end
+  local out = { "### Where the W8A8 loss comes from, not in the paper", "",
+    "The same models, batches and quantisers as the W8A8 column, with one part quantised and the rest in full precision: the weights alone, the activations alone, or the activations at the outputs of one kind of op (ptq.W8A8_PARTS; the final head stays in full precision). Each cell: the degradation (perplexity; ViT: top-1 points), mean ± sd over " .. ns .. " seed(s). The parts do not add up: rounding errors compound through the layers.",
+    "", "| " .. table.concat(head, " | ") .. " |", "|" .. string.rep("---|", #head) }
+  local largest = {}
+  for fi, fam in ipairs(fams) do
+    for vi, var in ipairs(VARIANTS) do
+      local cells = { FAMILY_NAME[fam], VARIANT_NAME[var], seeds.pm_of(v.w8a8_degradation_mean(fi, vi), v.w8a8_degradation_sd(fi, vi), ns, "%+.3g") }
+      local best, bi = -math.huge, nil
+      for pi, part in ipairs(ptq.W8A8_PARTS) do
+        local mu = v.part_degradation_mean(fi, vi, pi)
+        cells[#cells + 1] = seeds.pm_of(mu, v.part_degradation_sd(fi, vi, pi), ns, "%+.3g")
+        -- the largest single kind of activation (not the weights or all activations together)
+        if pi > 2 and mu == mu and mu > best then best, bi = mu, pi end
+      end
+      out[#out + 1] = "| " .. table.concat(cells, " | ") .. " |"
+      if vi == 1 and bi then
+        local all = v.w8a8_degradation_mean(fi, vi)
+        largest[#largest + 1] = string.format("%s vanilla: W8 alone %+.3g, A8 alone %+.3g of the full %+.3g; the largest single kind: %s (%+.3g)",
+          FAMILY_NAME[fam], v.part_degradation_mean(fi, vi, 1), v.part_degradation_mean(fi, vi, 2), all, ptq.W8A8_PARTS[bi].label, best)
+      end
+    end
+  end
+  out[#out + 1] = ""
+  out[#out + 1] = table.concat(largest, ". ") .. "."
+  return table.concat(out, "\n")
 end
 
 local function summary(run)
@@ -319,6 +394,8 @@ local function summary(run)
     "Settings: clipped softmax γ: " .. table.concat(gammas, ", ") .. "; gated attention: linear gate per head, π_init = 0.5. W8A8: weights symmetric per tensor (min-max; MSE for OPT), activations asymmetric per tensor from " .. run.cfg.n_calib .. " calibration batches (running min-max, momentum 0.9; 99.999th percentile for OPT); see docs/COMPRESSION.md.",
     "",
     quant_table(run, v, a, fams),
+    "",
+    parts_table(v, fams),
   }, "\n")
   return {
     paper = "clipped softmax and gated attention cut max inf norm and kurtosis (BERT 735 → 21.5 / 39.2) and keep W8A8 close to FP (BERT W8A8 ppl 1294 → 4.52 / 4.65)",

@@ -122,6 +122,21 @@ local _, s3 = F3:render_plan({ coords = { setting = { "FP", "50 % sparse, per la
 t.ok(s3:find("''50 %% sparse, per layer'' 1", 1, true), "a tick label: % doubled (a label is a format)", s3)
 _, s3 = F3:render_plan({ coords = { setting = { "a", "b", "c", "d", "e", "50 % sparse, per layer" } }, vars = { ppl = { 1, 2, 3, 4, 5, 6 } } }, F3.panels)
 t.ok(s3:find([["50 %%\nsparse,\nper layer" 5]], 1, true), "six labels: the long one broken at spaces into lines", s3)
+-- an apostrophe in a rotated label: double-quoted, and the command gnuplot evaluates reads back
+_, s3 = F3:render_plan({ coords = { setting = { "W8 alone", "A8 alone", "A8 at sums", "A8 at linear outputs", "q·kᵀ",
+                                                "softmax", "norms", "SiLU", "SwiGLU's silu(gate)·up" } },
+                         vars = { ppl = { 1, 2, 3, 4, 5, 6, 7, 8, 9 } } }, F3.panels)
+local xcmd = s3:match("\n(xtics_cmd = 'set xtics[^\n]+)")
+t.ok(xcmd and xcmd:find([["SwiGLU''s silu(gate)·up" 8]], 1, true), "a label with an apostrophe goes in double quotes", xcmd)
+do
+  local gp = os.tmpname()
+  local f = io.open(gp, "w")
+  f:write((xcmd or "") .. "\neval xtics_cmd\nprint 'tics read'\n")
+  f:close()
+  local out = t.sh("gnuplot " .. gp .. " 2>&1")
+  os.remove(gp)
+  t.ok(out:find("tics read", 1, true) and not out:find("unexpected", 1, true), "gnuplot reads the tick command with the apostrophe", out)
+end
 -- a constant heat map keeps its value (its colour scale does not centre on it)
 local F4 = figure.declare{ title = "x", dims = { { "r" }, { "c" } },
   vars = { { "z", dims = { "r", "c" }, long_name = "z", units = "1" } }, panels = { { kind = "heatmap", z = "z" } } }

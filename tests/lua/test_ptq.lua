@@ -100,6 +100,32 @@ do
   for _, A in ipairs(ptq.attention_modules(m)) do t.ok(not A.use_reference, "fused attention back after w8a8") end
   t.is(ol.activation_hook(), nil, "no hook left installed")
 
+  -- one part at a time (ptq.W8A8_PARTS): no weights and no kinds is the FP model; one kind
+  -- quantises its sites alone; the W4 weights alone change the loss
+  local none = ptq.w8a8(ctx, m, { metric = "ppl", n = 2, n_calib = 2, loader = o.loader, calib_loader = o.calib_loader,
+                                  wbits = 32, abits = 4, kinds = {} })
+  t.ok(none.sites == 0 and math.abs(none.loss - fp.loss) < 2e-5, "kinds = {} and wbits 32: nothing quantised, the FP loss",
+       string.format("sites %d fp %.6f q %.6f", none.sites, fp.loss, none.loss))
+  local lin = ptq.w8a8(ctx, m, { metric = "ppl", n = 2, n_calib = 2, loader = o.loader, calib_loader = o.calib_loader,
+                                 wbits = 32, abits = 4, kinds = { linear = true } })
+  local sums = ptq.w8a8(ctx, m, { metric = "ppl", n = 2, n_calib = 2, loader = o.loader, calib_loader = o.calib_loader,
+                                  wbits = 32, abits = 4, kinds = { __add = true } })
+  local all = ptq.w8a8(ctx, m, { metric = "ppl", n = 2, n_calib = 2, loader = o.loader, calib_loader = o.calib_loader,
+                                 wbits = 32, abits = 4 })
+  t.ok(lin.sites > 0 and sums.sites > 0 and lin.sites + sums.sites < all.sites,
+       "kinds: the linear outputs and the sums are each a part of the quantised sites",
+       string.format("linear %d, sums %d, all %d", lin.sites, sums.sites, all.sites))
+  t.ok(math.abs(lin.loss - fp.loss) > 1e-4 and math.abs(lin.loss - all.loss) > 1e-4, "A4 at the linear outputs alone: a loss of its own",
+       string.format("fp %.6f linear %.6f all %.6f", fp.loss, lin.loss, all.loss))
+  local w4 = ptq.w8a8(ctx, m, { metric = "ppl", n = 2, n_calib = 2, loader = o.loader, calib_loader = o.calib_loader,
+                                wbits = 4, abits = 8, kinds = {} })
+  t.ok(w4.sites == 0 and math.abs(w4.loss - fp.loss) > 1e-4, "W4 alone (kinds = {}): the weights' error, no activation site",
+       string.format("sites %d fp %.6f w4 %.6f", w4.sites, fp.loss, w4.loss))
+  t.ok(same_params(ctx, ref, n), "weights restored after the parts")
+  local names = {}
+  for _, part in ipairs(ptq.W8A8_PARTS) do names[#names + 1] = part.name end
+  t.is(table.concat(names, " "), "weights activations sums linear attention softmax norms mlp_act products", "W8A8_PARTS: the parts measured")
+
   -- weight-only: pruning 50 % of the block linears, then restore
   local r = ptq.weight_only(ctx, m, { metric = "ppl", n = 2, loader = o.loader, only = ptq.LINEAR_ONLY,
                                       fn = function(ps) return compress.prune(ps, { sparsity = 0.5 }) end })

@@ -6,8 +6,12 @@
 --   local fp = ptq.evaluate(ctx, m, { metric = "ppl"|"acc", loader = fn() -> fresh loader, n = 8 })
 --   local q  = ptq.w8a8(ctx, m, { metric =, loader =, n =, calib_loader = fn() -> loader,
 --                                 n_calib = 16, wbits = 8, abits = 8, weight_range = "minmax"|"mse",
---                                 estimator = "running_minmax"|"percentile", percentile = 99.999 })
---   -- q = { value = metric, loss =, sites = quantised activation sites, weights = n tensors }
+--                                 estimator = "running_minmax"|"percentile", percentile = 99.999,
+--                                 kinds = nil | { linear = true, __add = true, ... } })
+--   -- q = { value = metric, loss =, sites = quantised activation sites, weights = n tensors };
+--   -- kinds quantises only the activations of those op kinds (ol.set_activation_hook's), wbits
+--   -- >= 32 leaves the weights in full precision: the parts of the W8A8 error one at a time
+--   -- (ptq.W8A8_PARTS)
 --   local r  = ptq.weight_only(ctx, m, { fn = function(params) compress.absmax(params, ...) end, ... })
 --   local s  = ptq.outlier_stats(ctx, m, { loader =, n =, points = {"ffn_out", "ln2"} })
 --   -- s = { max_inf_norm, avg_kurtosis, n } over the hooked tensors (QT tables, docs/METRICS.md)
@@ -163,6 +167,22 @@ local function with_snapshot(ctx, fn)
   return unpack(res, 2)
 end
 
+-- The parts of W8A8 measured one at a time (the rest in full precision): weights alone,
+-- activations alone, and the activations of one kind of op (the hook's kinds, ol.set_activation_hook);
+-- short: a figure's axis label, label: a table's column
+M.W8A8_PARTS = {
+  { name = "weights", short = "W8", label = "W8 alone", wbits = 8, kinds = {} },
+  { name = "activations", short = "A8", label = "A8 alone", wbits = 32 },
+  { name = "sums", short = "A8 sums", label = "A8 at sums (residual stream, embeddings)", wbits = 32, kinds = { __add = true, __sub = true } },
+  { name = "linear", short = "A8 linear", label = "A8 at linear outputs", wbits = 32, kinds = { linear = true } },
+  { name = "attention", short = "A8 q·kᵀ, P·V", label = "A8 at q·kᵀ and P·V", wbits = 32, kinds = { matmul = true } },
+  { name = "softmax", short = "A8 softmax", label = "A8 at softmax outputs", wbits = 32, kinds = { softmax = true } },
+  { name = "norms", short = "A8 norms", label = "A8 at norm outputs", wbits = 32, kinds = { layernorm = true, rmsnorm = true } },
+  { name = "mlp_act", short = "A8 MLP act.", label = "A8 at the MLP activation (GELU, SiLU)", wbits = 32, kinds = { gelu = true, relu = true, silu = true } },
+  -- (RoPE is one engine op, not hooked: its products are not activations here)
+  { name = "products", short = "A8 products", label = "A8 at elementwise products (the SwiGLU's x_down = silu(gate)·up, the gated attention output)", wbits = 32, kinds = { __mul = true } },
+}
+
 -- Static post-training quantisation WxAy (QT §5): quantise the weights, calibrate the
 -- activation ranges on n_calib batches (weights already quantised, as in a quantisation
 -- simulator), evaluate with every calibrated site quantised, restore.
@@ -175,7 +195,7 @@ function M.w8a8(ctx, m, o)
         compress.quantize_weights(params, { bits = o.wbits or 8, range = o.weight_range or "minmax" })
       end
       local q = compress.ActivationQuantizer{ bits = o.abits or 8, estimator = o.estimator or "running_minmax",
-                                              momentum = o.momentum or 0.9, percentile = o.percentile }
+                                              momentum = o.momentum or 0.9, percentile = o.percentile, kinds = o.kinds }
       local cl = o.calib_loader()
       ctx:no_grad(function()
         for _ = 1, o.n_calib or 16 do

@@ -415,7 +415,9 @@ local function tics(labels, max_n)
   local parts = {}
   for i = 1, n, step do
     local l = labels[i]:gsub("%%", "%%%%")   -- an explicit tick label is a format: % would format the position
-    local q = l:find("\n", 1, true) and ('"' .. l:gsub("\\", "\\\\"):gsub('"', '\\"'):gsub("\n", "\\n") .. '"') or gq(l)
+    -- a label with a line break or an apostrophe goes in double quotes: the tick command is itself
+    -- a single-quoted string, and gnuplot cannot read a doubled quote ('') inside one ('''')
+    local q = l:find("[\n']") and ('"' .. l:gsub("\\", "\\\\"):gsub('"', '\\"'):gsub("\n", "\\n") .. '"') or gq(l)
     parts[#parts + 1] = q .. " " .. (i - 1)
   end
   return "(" .. table.concat(parts, ", ") .. ")"
