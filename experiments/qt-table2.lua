@@ -130,15 +130,22 @@ end
 
 local function degradation(fam, fp, q) return fam == "vit" and fp - q or q - fp end
 
+-- QT's W8A8 quantisers of a family (QT App. C): MSE weight ranges and percentile activation
+-- ranges for OPT, min-max for BERT and ViT; the W8A8 column and its parts use the same
+local function w8a8_ranges(family)
+  local opt = family == "opt"
+  return { weight_range = opt and "mse" or "minmax", estimator = opt and "percentile" or "running_minmax", percentile = 99.999 }
+end
+
 -- 2. FP metric, outlier statistics and W8A8 metric of every model
 local function analyze(run)
   local cfg = run.cfg
   local rows = {}
   for _, t in ipairs(run.out.train) do
+    local ranges = w8a8_ranges(t.family)
     local r = ptq.qt_row(t.spec, t.handle, t.family, {
       n_eval = cfg.n_eval, n_calib = cfg.n_calib, n_stats = cfg.n_stats,
-      weight_range = t.family == "opt" and "mse" or "minmax",
-      estimator = t.family == "opt" and "percentile" or "running_minmax", percentile = 99.999 })
+      weight_range = ranges.weight_range, estimator = ranges.estimator, percentile = ranges.percentile })
     r.family, r.variant, r.seed = t.family, t.variant, t.seed
     r.deg = degradation(t.family, r.fp, r.q)
     run:log("%s %-8s seed %d: FP %.4g, max inf norm %.4g, kurtosis %.4g, W8A8 %.4g (%d sites)", t.family, t.variant,
@@ -148,15 +155,14 @@ local function analyze(run)
     -- where the W8A8 loss comes from: one part quantised at a time, the rest in full precision
     -- (W8A8 restores the model after each)
     r.parts = {}
+    local pw = {}
     for pi, part in ipairs(ptq.W8A8_PARTS) do
       local q = ptq.w8a8(ctx, m, { metric = L.metric, loader = L.val, n = cfg.n_eval, calib_loader = L.calib,
                                    n_calib = cfg.n_calib, wbits = part.wbits, abits = 8, kinds = part.kinds,
-                                   weight_range = t.family == "opt" and "mse" or "minmax",
-                                   estimator = t.family == "opt" and "percentile" or "running_minmax", percentile = 99.999 })
+                                   weight_range = ranges.weight_range, estimator = ranges.estimator, percentile = ranges.percentile })
       r.parts[pi] = degradation(t.family, r.fp, q.value)
+      pw[pi] = string.format("%s %+.3g", part.name, r.parts[pi])
     end
-    local pw = {}
-    for pi, part in ipairs(ptq.W8A8_PARTS) do pw[pi] = string.format("%s %+.3g", part.name, r.parts[pi]) end
     run:log("%s %-8s seed %d, W8A8 one part at a time: %s", t.family, t.variant, t.seed, table.concat(pw, ", "))
     r.quant = quant.measure(ctx, m, L, { n_eval = cfg.n_eval, n_calib = cfg.n_calib, metric = L.metric, log = function(fmt, ...)
       run:log("%s %-8s seed %d: " .. fmt, t.family, t.variant, t.seed, ...) end })
@@ -213,9 +219,11 @@ local function analyze(run)
     v.part_degradation[fi], v.part_degradation_mean[fi], v.part_degradation_sd[fi] = {}, {}, {}
     for vi, var in ipairs(VARIANTS) do
       local per, mu, sd = {}, {}, {}
+      local by_seed = {}   -- each seed's parts, looked up once
+      for k, s in ipairs(sl) do by_seed[k] = (ptq.values(rows, { family = fam, variant = var, seed = s }, "parts"))[1] end
       for pi = 1, #ptq.W8A8_PARTS do
         per[pi] = {}
-        for k, s in ipairs(sl) do per[pi][k] = (ptq.values(rows, { family = fam, variant = var, seed = s }, "parts"))[1][pi] end
+        for k = 1, #sl do per[pi][k] = by_seed[k][pi] end
         mu[pi], sd[pi] = seeds.stats(per[pi])
       end
       v.part_degradation[fi][vi], v.part_degradation_mean[fi][vi], v.part_degradation_sd[fi][vi] = per, mu, sd

@@ -39,7 +39,7 @@ local function models_train_seconds(run, models)
   return sum
 end
 
-local function write_summary(run, s, timings, models)
+local function write_summary(run, s, timings, models, mts)
   local src = run.exp.source
   local lines = {
     "# " .. run.id .. " — " .. run.exp.title, "",
@@ -67,7 +67,6 @@ local function write_summary(run, s, timings, models)
       t.computed_seconds and string.format(" (cached; computed in %.1f s)", t.computed_seconds) or " (cached)")
   end
   lines[#lines + 1] = "- Stages: " .. table.concat(parts, ", ")
-  local mts = models_train_seconds(run, models)
   if mts then
     lines[#lines + 1] = string.format("- Models: %d, %.0f s of training in all (their cache entries; trained now or by an earlier run)",
                                       #models, mts)
@@ -144,7 +143,7 @@ local function copy_histories(run, hashes)
 end
 
 -- run.json: what the results gallery (outlierlab.runner.gallery) reads about one run
-local function write_run_json(run, s, timings, seconds, models)
+local function write_run_json(run, s, timings, seconds, models, mts)
   local src = run.exp.source
   local files = {}
   for _, f in ipairs(run.files) do
@@ -162,12 +161,13 @@ local function write_run_json(run, s, timings, seconds, models)
     paper_result = s.paper and tostring(s.paper) or nil, reproduced = s.reproduced and tostring(s.reproduced) or nil,
     verdict = verdict_word(s), criterion_met = s.criterion_met,
     seconds = seconds, stages = stages, files = files, models = models,
-    models_train_seconds = models_train_seconds(run, models),
+    models_train_seconds = mts,
     histories = run.histories, engine = ol.version(), git_commit = results.git_commit(),
     date = results.timestamp(), mpi_ranks = results.mpi_ranks(), command = results.command_line(),
   }
   plot.write_atomic(run.dir .. "/run.json", results.canonical_json(rec) .. "\n")
 end
 M.model_list, M.copy_histories, M.write_summary, M.write_run_json = model_list, copy_histories, write_summary, write_run_json
+M.models_train_seconds = models_train_seconds
 
 return M

@@ -443,8 +443,9 @@ function M.run_file(exp, file)
   local models = model_list(run)   -- a collective under MPI: every rank calls it
   if progress.is_rank0() then
     copy_histories(run, models)
-    write_summary(run, s, timings, models)
-    write_run_json(run, s, timings, progress.now() - t_all, models)
+    local mts = report.models_train_seconds(run, models)   -- the models' training, read once for both
+    write_summary(run, s, timings, models, mts)
+    write_run_json(run, s, timings, progress.now() - t_all, models, mts)
   end
   run:log("done in %.1f s: %s/summary.md — %s", progress.now() - t_all, run.dir,
           s.no_verdict and M.NO_VERDICT or ("claim " .. verdict_word(s)))
