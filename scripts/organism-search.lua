@@ -18,10 +18,16 @@
 --   nobos     [chain …]: position 0 is an ordinary token
 --   multibos  n_bos start tokens; the one at position 0 tells x_1's id mod n_bos (a first token
 --             whose identity carries information, as in a window that starts anywhere)
+--   text      [<bos>, T words of a real English text from a random place]: the King James Bible
+--             (Debian's bible-kjv, or --text_path=FILE), lower-cased, cut into words and the
+--             punctuation . , ; : ? ! ( ); the vocab_size − 3 most frequent kept, the rest one
+--             unknown id; the last 5 % of the words are held out. Categories: <bos> initial, the
+--             punctuation delimiter, the --n_weak most frequent words weak (SO's weak tokens)
 -- p_bos0 > 0: that share of the sequences use the bos layout instead.
 -- Recipe knobs beyond the experiments': B (the batch), beta1, n_head, d_model/d_ff, vocab_size;
 -- preset=gpt2-quick trains the GPT-2 organism's shape instead (learned positions, LayerNorm,
--- GELU), bias=false without its linear and LayerNorm biases (SO's GPT-2, nanoGPT's bias=False).
+-- GELU), bias=false without its linear and LayerNorm biases (SO's GPT-2, nanoGPT's bias=False);
+-- tie=true ties the LLaMA organism's head to its token embedding (GPT-2's and many small LLMs' head).
 -- Nothing here enters the model cache or the results: it prints its numbers.
 local ffi = require "ffi"
 local ol = require "outlierlab"
@@ -29,8 +35,8 @@ local cfg = require("outlierlab.config").get{
   steps = 3000, lr = 1e-2, wd = 0.1, beta1 = 0.9, beta2 = 0.99, seed = 1, d_model = 64, d_ff = 256, n_layer = 4,
   n_head = 2, T = 64, B = 32, layout = "bos", doc_min = 16, doc_max = 96, p_bos0 = 0.0, prefix_max = 16, n_bos = 8,
   groups = 8, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3, vocab_size = 128, n_triggers = 24,
-  n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, threads = 0, measure_every = 0, tag = "",
-  preset = "llama-organism", bias = true,
+  n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, text_path = "", threads = 0, measure_every = 0, tag = "",
+  preset = "llama-organism", bias = true, tie = false,
 }
 if cfg.threads > 0 then ol.set_num_threads(cfg.threads) end
 local org = require "outlierlab.data.organism"
@@ -45,17 +51,59 @@ local task = org.task{ vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers,
   p_trigger = cfg.p_trigger, n_pointer = cfg.n_pointer, p_pointer = cfg.p_pointer, pointer_hops = cfg.pointer_hops,
   n_delim = cfg.n_delim, p_delim = cfg.p_delim, n_weak = cfg.n_weak, p_weak = cfg.p_weak, seed = cfg.data_seed }
 local BOS, V = org.special.bos, cfg.vocab_size
-local LAYOUTS = { bos = true, packed = true, prefix = true, nobos = true, multibos = true }
-if not LAYOUTS[cfg.layout] then error("organism-search: --layout must be bos, packed, prefix, nobos or multibos, got " .. tostring(cfg.layout), 0) end
+local LAYOUTS = { bos = true, packed = true, prefix = true, nobos = true, multibos = true, text = true }
+if not LAYOUTS[cfg.layout] then error("organism-search: --layout must be bos, packed, prefix, nobos, multibos or text, got " .. tostring(cfg.layout), 0) end
 local function is_bos(id) return id == BOS or id >= V end
 -- the start tokens of multibos count as initial for the project's measurement
 local function category(id) if id >= V then return "initial" end return task.category(id) end
+
+-- the text layout: a word-level view of a real text (ids 0 pad, 1 <bos>, 2 unknown, 3.. words)
+local text
+if cfg.layout == "text" then
+  local path = cfg.text_path
+  if path == "" then
+    path = os.tmpname()
+    if not os.execute("bible -f gen1:1-rev22:21 </dev/null > " .. path .. " 2>/dev/null") then
+      error("organism-search: --layout=text needs Debian's bible-kjv (make deps) or --text_path=FILE", 0)
+    end
+  end
+  local f = io.open(path, "rb") or error("organism-search: cannot open " .. path, 0)
+  local s = ("\n" .. f:read("*a")):gsub("\n%S+:%d+ ", "\n"):lower()   -- the verse references ("Ge1:1 ")
+  f:close()
+  if cfg.text_path == "" then os.remove(path) end
+  local words, count = {}, {}
+  for w, p in s:gmatch("([%a']*)%s*([%.,;:%?!%(%)]?)") do
+    if w ~= "" then words[#words + 1] = w; count[w] = (count[w] or 0) + 1 end
+    if p ~= "" then words[#words + 1] = p; count[p] = (count[p] or 0) + 1 end
+  end
+  local order = {}
+  for w in pairs(count) do order[#order + 1] = w end
+  table.sort(order, function(a, b) if count[a] ~= count[b] then return count[a] > count[b] end return a < b end)
+  local id, cat, names = {}, { [1] = "initial" }, { [0] = "<pad>", [1] = "<bos>", [2] = "<unk>" }
+  local nw = 0
+  for i = 1, math.min(#order, V - 3) do
+    local w = order[i]
+    id[w], names[i + 2] = i + 2, w
+    if w:match("^[%.,;:%?!%(%)]$") then cat[i + 2] = "delimiter"
+    elseif nw < cfg.n_weak then cat[i + 2], nw = "weak", nw + 1 end
+  end
+  local n = #words
+  local toks = ffi.new("int32_t[?]", n)
+  local unk = 0
+  for i = 1, n do toks[i - 1] = id[words[i]] or 2; if not id[words[i]] then unk = unk + 1 end end
+  text = { toks = toks, n = n, split = math.floor(n * 0.95), names = names }
+  category = function(i) return cat[i] or "other" end
+  local ws = {}
+  for i = 3, math.min(V - 1, 22) do ws[#ws + 1] = names[i] .. "(" .. (cat[i] or "o"):sub(1, 1) .. ")" end
+  print(string.format("text: %d words, %d distinct, %d kept (%.1f %% of the words unknown); most frequent: %s",
+    n, #order, math.min(#order, V - 3), 100 * unk / n, table.concat(ws, " ")))
+end
 
 -- ---------------------------------------------------------------- the layouts
 local Loader = {}
 Loader.__index = Loader
 local function loader(split, seed, B)
-  return setmetatable({ step = 0, B = B, T = cfg.T, stream = seed * 7919 + (split == "train" and 17 or 104729),
+  return setmetatable({ step = 0, val = split ~= "train", B = B, T = cfg.T, stream = seed * 7919 + (split == "train" and 17 or 104729),
                         buf = ffi.new("int32_t[?]", 4096), doc = ffi.new("int32_t[?]", 4096),
                         out = ffi.new("int32_t[?]", cfg.T + 1) }, Loader)
 end
@@ -65,6 +113,14 @@ local U = function(s, i) return ol.C.ol_rand_uniform(s, i) end
 -- n + 1 tokens of sequence `seq` into out; returns how many leading tokens are not predicted
 function Loader:fill(seq, out, n)
   local L, buf = cfg.layout, self.buf
+  if L == "text" then
+    local lo, hi = 0, text.split - n
+    if self.val then lo, hi = text.split, text.n - n end
+    local off = lo + math.floor(U(self.stream + 7, seq) * (hi - lo))
+    out[0] = BOS
+    for t = 1, n do out[t] = text.toks[off + t - 1] end
+    return 0
+  end
   if L == "bos" or (cfg.p_bos0 > 0 and U(self.stream + 5, seq) < cfg.p_bos0) then
     out[0] = BOS
     task.chain(self.stream, seq, n, buf)
@@ -116,7 +172,7 @@ end
 
 local over = { vocab_size = V + (cfg.layout == "multibos" and cfg.n_bos or 0), block_size = cfg.T,
   n_layer = cfg.n_layer, n_head = cfg.n_head, d_model = cfg.d_model, d_ff = cfg.d_ff, seed = cfg.seed }
-if cfg.preset:match("^gpt2") then over.bias = cfg.bias else over.n_kv_head = cfg.n_head end
+if cfg.preset:match("^gpt2") then over.bias = cfg.bias else over.n_kv_head = cfg.n_head; over.tie_embeddings = cfg.tie end
 local mcfg = models.preset(cfg.preset, over)
 local ctx = ol.Context{ seed = cfg.seed }
 local m = models.build(ctx, mcfg)

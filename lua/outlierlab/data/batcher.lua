@@ -25,6 +25,9 @@ function M.corpus(d, run)
   if not corpora[key] and d.kind == "organism" then
     corpora[key] = M.organism_task(d)
   end
+  if not corpora[key] and d.kind == "words" then   -- a real text, word by word (outlierlab.data.words)
+    corpora[key] = require("outlierlab.data.words").corpus{ source = d.source, vocab_size = d.vocab_size, n_weak = d.n_weak }
+  end
   if not corpora[key] then
     if (d.n_tokens or 0) >= M.CORPUS_FILE_TOKENS then
       -- paper scale: generated once into a token file under the cache, mapped by every rank
@@ -137,8 +140,8 @@ function M.organism_batcher(task, o)
   return L{ task = task, B = o.B, T = o.T, seed = o.seed or 1, split = o.split or "train", shard = o.shard }
 end
 
--- The data settings of a spec from a profile: cfg.data = "organism" (the default profiles)
--- or "corpus" (the generated text corpus; the paper profiles).
+-- The data settings of a spec from a profile: cfg.data = "organism" (the default profiles),
+-- "corpus" (the generated text corpus; the paper profiles) or "kjv" (a real text, word by word).
 function M.data_spec(cfg)
   if cfg.data == "organism" then
     local d = { kind = "organism", vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups,
@@ -156,6 +159,18 @@ function M.data_spec(cfg)
   if (cfg.sep_every or 0) > 0 or cfg.segment_cls then
     error(string.format("settings: --sep_every=%s%s needs the organism's data (--data=organism), not --data=%s",
       tostring(cfg.sep_every), cfg.segment_cls and " --segment_cls" or "", tostring(cfg.data)), 0)
+  end
+  -- a real English text, word by word (outlierlab.data.words): the King James Bible with its
+  -- vocab_size − 7 most frequent words and marks (--vocab_size=1024 keeps 90 % of the words)
+  if cfg.data == "kjv" then
+    if (cfg.vocab_size or 0) < 256 then
+      error(string.format("settings: --data=kjv needs --vocab_size of at least 256 (1024 keeps 90 %% of the words; got %s)",
+        tostring(cfg.vocab_size)), 0)
+    end
+    return { kind = "words", source = "kjv", vocab_size = cfg.vocab_size, n_weak = 16 }
+  end
+  if cfg.data ~= "corpus" then
+    error("settings: --data must be organism, corpus or kjv, got " .. tostring(cfg.data), 0)
   end
   return { seed = cfg.data_seed, n_tokens = cfg.n_tokens, vocab_size = cfg.vocab_size }
 end
