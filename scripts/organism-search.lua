@@ -18,11 +18,9 @@
 --   nobos     [chain …]: position 0 is an ordinary token
 --   multibos  n_bos start tokens; the one at position 0 tells x_1's id mod n_bos (a first token
 --             whose identity carries information, as in a window that starts anywhere)
---   text      [<bos>, T words of a real English text from a random place]: the King James Bible
---             (Debian's bible-kjv, or --text_path=FILE), lower-cased, cut into words and the
---             punctuation . , ; : ? ! ( ); the vocab_size − 3 most frequent kept, the rest one
---             unknown id; the last 5 % of the words are held out. Categories: <bos> initial, the
---             punctuation delimiter, the --n_weak most frequent words weak (SO's weak tokens)
+--   text      [<bos>, T tokens of a real English text from a random place]: the King James Bible
+--             of outlierlab.data.words (--data=kjv's text, docs/DATA.md; --vocab_size=1024 and
+--             --n_weak words weak); the last 5 % of the text is held out
 -- p_bos0 > 0: that share of the sequences use the bos layout instead.
 -- Recipe knobs beyond the experiments': B (the batch), beta1, n_head, d_model/d_ff, vocab_size;
 -- preset=gpt2-quick trains the GPT-2 organism's shape instead (learned positions, LayerNorm,
@@ -35,7 +33,7 @@ local cfg = require("outlierlab.config").get{
   steps = 3000, lr = 1e-2, wd = 0.1, beta1 = 0.9, beta2 = 0.99, seed = 1, d_model = 64, d_ff = 256, n_layer = 4,
   n_head = 2, T = 64, B = 32, layout = "bos", doc_min = 16, doc_max = 96, p_bos0 = 0.0, prefix_max = 16, n_bos = 8,
   groups = 8, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3, vocab_size = 128, n_triggers = 24,
-  n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, text_path = "", threads = 0, measure_every = 0, tag = "",
+  n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, threads = 0, measure_every = 0, tag = "",
   preset = "llama-organism", bias = true, tie = false,
 }
 if cfg.threads > 0 then ol.set_num_threads(cfg.threads) end
@@ -57,46 +55,16 @@ local function is_bos(id) return id == BOS or id >= V end
 -- the start tokens of multibos count as initial for the project's measurement
 local function category(id) if id >= V then return "initial" end return task.category(id) end
 
--- the text layout: a word-level view of a real text (ids 0 pad, 1 <bos>, 2 unknown, 3.. words)
+-- the text layout: the project's word-level King James Bible (outlierlab.data.words, --data=kjv);
+-- its <bos> is the organism's id 1, its categories replace the task's
 local text
 if cfg.layout == "text" then
-  local path = cfg.text_path
-  if path == "" then
-    path = os.tmpname()
-    if not os.execute("bible -f gen1:1-rev22:21 </dev/null > " .. path .. " 2>/dev/null") then
-      error("organism-search: --layout=text needs Debian's bible-kjv (make deps) or --text_path=FILE", 0)
-    end
-  end
-  local f = io.open(path, "rb") or error("organism-search: cannot open " .. path, 0)
-  local s = ("\n" .. f:read("*a")):gsub("\n%S+:%d+ ", "\n"):lower()   -- the verse references ("Ge1:1 ")
-  f:close()
-  if cfg.text_path == "" then os.remove(path) end
-  local words, count = {}, {}
-  for w, p in s:gmatch("([%a']*)%s*([%.,;:%?!%(%)]?)") do
-    if w ~= "" then words[#words + 1] = w; count[w] = (count[w] or 0) + 1 end
-    if p ~= "" then words[#words + 1] = p; count[p] = (count[p] or 0) + 1 end
-  end
-  local order = {}
-  for w in pairs(count) do order[#order + 1] = w end
-  table.sort(order, function(a, b) if count[a] ~= count[b] then return count[a] > count[b] end return a < b end)
-  local id, cat, names = {}, { [1] = "initial" }, { [0] = "<pad>", [1] = "<bos>", [2] = "<unk>" }
-  local nw = 0
-  for i = 1, math.min(#order, V - 3) do
-    local w = order[i]
-    id[w], names[i + 2] = i + 2, w
-    if w:match("^[%.,;:%?!%(%)]$") then cat[i + 2] = "delimiter"
-    elseif nw < cfg.n_weak then cat[i + 2], nw = "weak", nw + 1 end
-  end
-  local n = #words
-  local toks = ffi.new("int32_t[?]", n)
-  local unk = 0
-  for i = 1, n do toks[i - 1] = id[words[i]] or 2; if not id[words[i]] then unk = unk + 1 end end
-  text = { toks = toks, n = n, split = math.floor(n * 0.95), names = names }
-  category = function(i) return cat[i] or "other" end
-  local ws = {}
-  for i = 3, math.min(V - 1, 22) do ws[#ws + 1] = names[i] .. "(" .. (cat[i] or "o"):sub(1, 1) .. ")" end
-  print(string.format("text: %d words, %d distinct, %d kept (%.1f %% of the words unknown); most frequent: %s",
-    n, #order, math.min(#order, V - 3), 100 * unk / n, table.concat(ws, " ")))
+  local c = require("outlierlab.data.words").corpus{ vocab_size = V, n_weak = cfg.n_weak }
+  text = { toks = c.tokens, n = c.n, split = math.floor(c.n * 0.95) }
+  assert(c.special.bos == BOS, "organism-search: the text's <bos> must be the organism's")
+  category = c.category
+  print(string.format("text: %d tokens, %d distinct words and marks, %d kept (%.1f %% unknown)", c.n, c.n_distinct, V - 7,
+    100 * c.unknown_share))
 end
 
 -- ---------------------------------------------------------------- the layouts

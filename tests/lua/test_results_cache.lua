@@ -143,6 +143,8 @@ end
 t.is(E.results_dir("R", "qt-fig1", { profile = "quick" }), "R/qt-fig1/quick", "results_dir: <id>/<profile>")
 t.is(E.results_dir("R", "qt-fig1", { profile = "default", model = "/data/bert base/" }), "R/qt-fig1/bert_base-default",
      "results_dir: an imported model gets <id>/<model name>-<profile>")
+t.is(E.results_dir("R", "so-fig3", { profile = "default", data = "kjv" }), "R/so-fig3/kjv-default",
+     "results_dir: a run on the real text gets <id>/kjv-<profile> (the organism's results stay)")
 
 -- the code hash follows the package's folders (outlierlab.runner.cache): the engine's numerics
 -- and nn/ models/ data/ train/ recipes/ util/ for a trained model, never a file that only writes

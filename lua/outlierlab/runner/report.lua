@@ -83,10 +83,12 @@ end
 -- ---------------------------------------------------------------- results directory, run.json
 -- Where a run's files go: <results root>/<id>/<profile>/, so that runs of different profiles
 -- never overwrite each other; a run on an imported model (o.model = its name or directory)
--- goes to <results root>/<id>/<model name>-<profile>/.
+-- goes to <results root>/<id>/<model name>-<profile>/, a run on a real text (o.data = "kjv",
+-- --data=kjv) to <results root>/<id>/kjv-<profile>/.
 function M.results_dir(root, id, o)
   o = o or {}
   local leaf = o.profile or "default"
+  if o.data and o.data ~= "" then leaf = o.data .. "-" .. leaf end
   if o.model and o.model ~= "" then
     local name = tostring(o.model):gsub("/+$", ""):match("([^/]+)$") or "model"
     leaf = name:gsub("[^%w%-_%.]", "_") .. "-" .. leaf

@@ -394,7 +394,8 @@ function M.run_file(exp, file)
 
   local run = setmetatable({
     id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
-    dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name }),
+    dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name,
+                                            data = not pretrained and cfg.data == "kjv" and "kjv" or nil }),
     results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
     sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze,
     shards = opts.shards, model_ranks = opts.model_ranks, flush_subnormals = opts.flush_subnormals, out = {}, files = {},
