@@ -34,13 +34,6 @@ t.throws(function() words.corpus{ source = "quran" } end, "unknown source 'quran
 t.throws(function() words.corpus{ n_weak = 2000, vocab_size = 1024 } end, "n_weak must be", "more weak words than the vocabulary")
 t.throws(function() batcher.data_spec{ data = "kjv", vocab_size = 128 } end, "needs --vocab_size of at least 256", "--data=kjv with the organism's 128 tokens")
 t.throws(function() batcher.data_spec{ data = "text", vocab_size = 1024 } end, "must be organism, corpus or kjv, got text", "an unknown --data")
-do
-  local d = batcher.data_spec{ data = "kjv", vocab_size = 1024, data_seed = 1, n_tokens = 5 }
-  local keys = {}
-  for k, v in pairs(d) do keys[#keys + 1] = k .. "=" .. tostring(v) end
-  table.sort(keys)
-  t.is(table.concat(keys, " "), "kind=words n_weak=16 source=kjv vocab_size=1024", "--data=kjv: the spec names the text, not the corpus settings")
-end
 
 -- ---------------------------------------------------------------- the King James Bible
 local p = io.popen("command -v bible")
@@ -51,6 +44,20 @@ if not has then
   return t.done()
 end
 
+do
+  local d = batcher.data_spec{ data = "kjv", vocab_size = 1024, data_seed = 1, n_tokens = 5 }
+  local keys = {}
+  for k, v in pairs(d) do keys[#keys + 1] = k .. "=" .. tostring(v) end
+  table.sort(keys)
+  local fs = require "outlierlab.util.fs"
+  local q = io.popen("bible -f gen1:1-rev22:21 </dev/null 2>/dev/null")
+  local text = q:read("*a")
+  q:close()
+  t.is(table.concat(keys, " "), "kind=words n_weak=16 source=kjv text_hash=" .. fs.hash(text) .. " vocab_size=1024",
+       "--data=kjv: the spec names the text and its content hash, not the corpus settings")
+  local other = { kind = "words", source = "kjv", vocab_size = 1024, n_weak = 16, text_hash = "0123456789abcdef" }
+  t.throws(function() batcher.corpus(other) end, "is not the one of the spec (0123456789abcdef)", "a spec made from another edition of the text is refused")
+end
 local c = words.corpus{ vocab_size = 1024 }
 t.is(c.n, 913424 + 31102, "the whole book: 913,424 words and marks and 31,102 verse ends")
 t.is(c.n_distinct, 12832, "12,832 distinct words and marks")
@@ -78,9 +85,10 @@ end
 t.diag(string.format("KJV: %.1f %% of the tokens delimiters, %.1f %% weak words", 100 * n_delim / c.n, 100 * n_weak / c.n))
 t.ok(n_delim / c.n > 0.15 and n_delim / c.n < 0.25, "delimiters are frequent (15-25 % of the tokens)", n_delim / c.n)
 t.is(c.vocab[c.tokens[0]] .. " " .. c.vocab[c.tokens[1]] .. " " .. c.vocab[c.tokens[2]], "in the beginning", "the text starts at Genesis 1:1")
-local cached = batcher.corpus{ kind = "words", source = "kjv", vocab_size = 1024, n_weak = 16 }
+local spec_d = batcher.data_spec{ data = "kjv", vocab_size = 1024 }
+local cached = batcher.corpus(spec_d)
 t.is(cached.n, c.n, "the batcher builds the same corpus from the spec")
-t.ok(batcher.corpus{ kind = "words", source = "kjv", vocab_size = 1024, n_weak = 16 } == cached, "memoised: read once per process")
+t.ok(batcher.corpus(batcher.data_spec{ data = "kjv", vocab_size = 1024 }) == cached, "memoised: read once per process")
 
 local ctx = ol.Context{ seed = 1 }
 do   -- LM rows: <bos> then running text, targets shifted by one

@@ -26,7 +26,12 @@ function M.corpus(d, run)
     corpora[key] = M.organism_task(d)
   end
   if not corpora[key] and d.kind == "words" then   -- a real text, word by word (outlierlab.data.words)
-    corpora[key] = require("outlierlab.data.words").corpus{ source = d.source, vocab_size = d.vocab_size, n_weak = d.n_weak }
+    local words = require "outlierlab.data.words"
+    if d.text_hash and d.text_hash ~= words.digest(d.source) then
+      error(string.format("data: the %s text on this machine (hash %s) is not the one of the spec (%s): another edition of its package",
+        d.source, words.digest(d.source), d.text_hash), 0)
+    end
+    corpora[key] = words.corpus{ source = d.source, vocab_size = d.vocab_size, n_weak = d.n_weak }
   end
   if not corpora[key] then
     if (d.n_tokens or 0) >= M.CORPUS_FILE_TOKENS then
@@ -167,7 +172,8 @@ function M.data_spec(cfg)
       error(string.format("settings: --data=kjv needs --vocab_size of at least 256 (1024 keeps 90 %% of the words; got %s)",
         tostring(cfg.vocab_size)), 0)
     end
-    return { kind = "words", source = "kjv", vocab_size = cfg.vocab_size, n_weak = 16 }
+    return { kind = "words", source = "kjv", vocab_size = cfg.vocab_size, n_weak = 16,
+             text_hash = require("outlierlab.data.words").digest("kjv") }
   end
   if cfg.data ~= "corpus" then
     error("settings: --data must be organism, corpus or kjv, got " .. tostring(cfg.data), 0)

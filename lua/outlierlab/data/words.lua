@@ -5,6 +5,7 @@
 --   local words = require "outlierlab.data.words"
 --   local c = words.corpus{ source = "kjv", vocab_size = 1024, n_weak = 16 }
 --   c.tokens (int32 ffi array), c.n, c.vocab[id], c.vocab_size, c.special, c.category(id)
+--   words.digest("kjv")   -- the content hash of the text (the spec's text_hash)
 --
 -- The text is lower-cased and cut into words ([a-z']+) and the punctuation . , ; : ? ! ( ) as
 -- tokens of their own; every verse ends in a "\n" token (its reference, "Ge1:1", is dropped).
@@ -26,7 +27,9 @@ M.defaults = { source = "kjv", vocab_size = 1024, n_weak = 16 }
 local MARK = "^[%.,;:%?!%(%)]$"
 
 -- the source's text: a string (bible-kjv's output), or an error naming the missing package
+local texts = {}   -- read once per process
 local function read_source(source)
+  if texts[source] then return texts[source] end
   local cmd = M.SOURCES[source]
   if not cmd then error("data.words: unknown source '" .. tostring(source) .. "' (known: kjv)", 3) end
   local p = io.popen(cmd, "r")
@@ -36,8 +39,13 @@ local function read_source(source)
     error("data.words: the King James text (--data=kjv) needs Debian's bible-kjv: `make deps`, or apt-get install bible-kjv"
       .. " (the command `bible` printed " .. #s .. " bytes)", 3)
   end
+  texts[source] = s
   return s
 end
+
+-- The content hash of the source's text (util.fs.hash): --data=kjv's spec carries it, so that
+-- another edition of the package names other models in the cache instead of reusing these.
+function M.digest(source) return require("outlierlab.util.fs").hash(read_source(source or M.defaults.source)) end
 
 -- Tokens of one text: an array of strings (words, marks and "\n" per verse)
 function M.split(s)
