@@ -60,7 +60,7 @@ local function analyze(run)
   local ctx, m = exp_runner.load_model(spec, run.out.train)
   local L, C = m.cfg.n_layer, m.cfg.d_model
   local layers = { L - 2, L - 1 }
-  local stats = analysis.LayerStats{ T = cfg.seq_len, C = C, V = cfg.vocab_size,
+  local stats = analysis.LayerStats{ T = cfg.seq_len, C = C, V = m.cfg.vocab_size,
                                      rule = analysis.QT_6SIGMA, category = corpus.category }
   local P = probes.new{ points = { "ffn_out" }, layers = layers }
   P:attach("ffn_out", stats)

@@ -65,7 +65,7 @@ local function analyze(run)
   local apos, tpos, acat, tcat, na, nt, iw = {}, {}, {}, {}, {}, {}, {}
   local with = 0
   for k, n in ipairs(lengths) do
-    local stats = analysis.LayerStats{ T = n, C = m.cfg.d_model, V = cfg.vocab_size, topk = 1, category = corpus.category,
+    local stats = analysis.LayerStats{ T = n, C = m.cfg.d_model, V = m.cfg.vocab_size, topk = 1, category = corpus.category,
                                        rule = analysis.rule{ kind = "tau_mean", tau = cfg.tau, scope = "sequence" } }
     local la = analysis.LayerAttn{ T = n, NH = m.cfg.n_head, rule = "code", frac = 0.1, category = corpus.category }
     local P = probes.new{ points = { "h", "attn_probs" } }

@@ -102,7 +102,7 @@ local function analyze(run)
   local C = m.cfg.d_model
   local function layer_stats(tau)
     -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/METRICS.md)
-    return analysis.LayerStats{ T = cfg.seq_len, C = C, V = cfg.vocab_size, topk = 3, category = corpus.category, median = "lower",
+    return analysis.LayerStats{ T = cfg.seq_len, C = C, V = m.cfg.vocab_size, topk = 3, category = corpus.category, median = "lower",
                                 rule = analysis.rule{ kind = "tau_mean", tau = tau, scope = "sequence" } }
   end
   local stats, loose = layer_stats(cfg.tau), layer_stats(cfg.tau / LOOSE)

@@ -62,7 +62,7 @@ local function analyze(run)
   local ctx, m = exp_runner.load_model(spec, run.out.train)
   local rule = analysis.rule{ kind = "tau_mean", tau = cfg.tau, scope = "sequence" }
   local F = m.cfg.d_ff
-  local stats = analysis.LayerStats{ T = cfg.seq_len, C = F, V = cfg.vocab_size, topk = 3, rule = rule,
+  local stats = analysis.LayerStats{ T = cfg.seq_len, C = F, V = m.cfg.vocab_size, topk = 3, rule = rule,
                                      category = corpus.category }
   local P = probes.new{ points = { "x_down" } }
   P:attach("x_down", stats)

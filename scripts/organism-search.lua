@@ -21,6 +21,8 @@
 --   text      [<bos>, T tokens of a real English text from a random place]: the King James Bible
 --             of outlierlab.data.words (--data=kjv's text, docs/DATA.md; --vocab_size=1024 and
 --             --n_weak words weak); the last 5 % of the text is held out
+--   mix       a share --p_text (0.5) of the sequences text rows (its --text_vocab ids after the
+--             task's, <bos> shared), the rest bos rows of the task: idle heads and real words
 -- p_bos0 > 0: that share of the sequences use the bos layout instead.
 -- Recipe knobs beyond the experiments': B (the batch), beta1, n_head, d_model/d_ff, vocab_size;
 -- preset=gpt2-quick trains the GPT-2 organism's shape instead (learned positions, LayerNorm,
@@ -33,7 +35,7 @@ local cfg = require("outlierlab.config").get{
   steps = 3000, lr = 1e-2, wd = 0.1, beta1 = 0.9, beta2 = 0.99, seed = 1, d_model = 64, d_ff = 256, n_layer = 4,
   n_head = 2, T = 64, B = 32, layout = "bos", doc_min = 16, doc_max = 96, p_bos0 = 0.0, prefix_max = 16, n_bos = 8,
   groups = 8, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3, vocab_size = 128, n_triggers = 24,
-  n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, threads = 0, measure_every = 0, tag = "",
+  n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, p_text = 0.5, text_vocab = 1024, threads = 0, measure_every = 0, tag = "",
   preset = "llama-organism", bias = true, tie = false,
 }
 if cfg.threads > 0 then ol.set_num_threads(cfg.threads) end
@@ -49,22 +51,35 @@ local task = org.task{ vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers,
   p_trigger = cfg.p_trigger, n_pointer = cfg.n_pointer, p_pointer = cfg.p_pointer, pointer_hops = cfg.pointer_hops,
   n_delim = cfg.n_delim, p_delim = cfg.p_delim, n_weak = cfg.n_weak, p_weak = cfg.p_weak, seed = cfg.data_seed }
 local BOS, V = org.special.bos, cfg.vocab_size
-local LAYOUTS = { bos = true, packed = true, prefix = true, nobos = true, multibos = true, text = true }
-if not LAYOUTS[cfg.layout] then error("organism-search: --layout must be bos, packed, prefix, nobos, multibos or text, got " .. tostring(cfg.layout), 0) end
-local function is_bos(id) return id == BOS or id >= V end
+local LAYOUTS = { bos = true, packed = true, prefix = true, nobos = true, multibos = true, text = true, mix = true }
+if not LAYOUTS[cfg.layout] then error("organism-search: --layout must be bos, packed, prefix, nobos, multibos, text or mix, got " .. tostring(cfg.layout), 0) end
+local MULTI = cfg.layout == "multibos"
+local function is_bos(id) return id == BOS or (MULTI and id >= V) end
 -- the start tokens of multibos count as initial for the project's measurement
-local function category(id) if id >= V then return "initial" end return task.category(id) end
+local function category(id) if MULTI and id >= V then return "initial" end return task.category(id) end
 
 -- the text layout: the project's word-level King James Bible (outlierlab.data.words, --data=kjv);
 -- its <bos> is the organism's id 1, its categories replace the task's
+-- mix: a share p_text of the sequences are text (its ids after the task's: V + id, <bos> shared),
+-- the rest the task's bos rows; the model's vocabulary is V + text_vocab
 local text
-if cfg.layout == "text" then
-  local c = require("outlierlab.data.words").corpus{ vocab_size = V, n_weak = cfg.n_weak }
-  text = { toks = c.tokens, n = c.n, split = math.floor(c.n * 0.95) }
+if cfg.layout == "text" or cfg.layout == "mix" then
+  local TV = cfg.layout == "mix" and cfg.text_vocab or V
+  local c = require("outlierlab.data.words").corpus{ vocab_size = TV, n_weak = cfg.n_weak }
+  local off = cfg.layout == "mix" and V or 0
+  local toks = c.tokens
+  if off > 0 then
+    toks = ffi.new("int32_t[?]", c.n)
+    for i = 0, c.n - 1 do local k = c.tokens[i]; toks[i] = k == BOS and BOS or off + k end
+    local task_cat = task.category
+    category = function(id) if id >= off then return c.category(id - off) end return task_cat(id) end
+  else
+    category = c.category
+  end
+  text = { toks = toks, n = c.n, split = math.floor(c.n * 0.95), vocab = off + TV }
   assert(c.special.bos == BOS, "organism-search: the text's <bos> must be the organism's")
-  category = c.category
-  print(string.format("text: %d tokens, %d distinct words and marks, %d kept (%.1f %% unknown)", c.n, c.n_distinct, V - 7,
-    100 * c.unknown_share))
+  print(string.format("text: %d tokens, %d distinct words and marks, %d kept (%.1f %% unknown)%s", c.n, c.n_distinct, TV - 7,
+    100 * c.unknown_share, off > 0 and string.format("; %.0f %% of the sequences, ids after the task's %d", 100 * cfg.p_text, V) or ""))
 end
 
 -- ---------------------------------------------------------------- the layouts
@@ -81,7 +96,7 @@ local U = function(s, i) return ol.C.ol_rand_uniform(s, i) end
 -- n + 1 tokens of sequence `seq` into out; returns how many leading tokens are not predicted
 function Loader:fill(seq, out, n)
   local L, buf = cfg.layout, self.buf
-  if L == "text" then
+  if L == "text" or (L == "mix" and U(self.stream + 8, seq) < cfg.p_text) then
     local lo, hi = 0, text.split - n
     if self.val then lo, hi = text.split, text.n - n end
     local off = lo + math.floor(U(self.stream + 7, seq) * (hi - lo))
@@ -89,7 +104,7 @@ function Loader:fill(seq, out, n)
     for t = 1, n do out[t] = text.toks[off + t - 1] end
     return 0
   end
-  if L == "bos" or (cfg.p_bos0 > 0 and U(self.stream + 5, seq) < cfg.p_bos0) then
+  if L == "bos" or L == "mix" or (cfg.p_bos0 > 0 and U(self.stream + 5, seq) < cfg.p_bos0) then
     out[0] = BOS
     task.chain(self.stream, seq, n, buf)
     for t = 1, n do out[t] = buf[t - 1] end
@@ -138,7 +153,7 @@ function Loader:next(ctx)
   return { ids = ids, targets = tg }
 end
 
-local over = { vocab_size = V + (cfg.layout == "multibos" and cfg.n_bos or 0), block_size = cfg.T,
+local over = { vocab_size = text and text.vocab or V + (MULTI and cfg.n_bos or 0), block_size = cfg.T,
   n_layer = cfg.n_layer, n_head = cfg.n_head, d_model = cfg.d_model, d_ff = cfg.d_ff, seed = cfg.seed }
 if cfg.preset:match("^gpt2") then over.bias = cfg.bias else over.n_kv_head = cfg.n_head; over.tie_embeddings = cfg.tie end
 local mcfg = models.preset(cfg.preset, over)
@@ -241,3 +256,10 @@ local res = train.run{ ctx = ctx, model = m, loader = loader("train", cfg.seed, 
 print(string.format("[%s] %s: %d steps of %d×%d in %d s; loss %.4f (task floor %.4f)", cfg.tag, cfg.layout, cfg.steps,
   cfg.B, cfg.T, os.time() - t0, res.losses[#res.losses], task.loss_floor))
 report(cfg.steps, res.losses[#res.losses])
+if cfg.layout == "mix" then   -- the same model on each kind of row alone
+  for _, pt in ipairs { 1, 0 } do
+    cfg.p_text = pt
+    print(string.format("[%s] measured on %s only:", cfg.tag, pt == 1 and "text rows" or "task rows"))
+    report(cfg.steps, res.losses[#res.losses])
+  end
+end

@@ -145,6 +145,9 @@ t.is(E.results_dir("R", "qt-fig1", { profile = "default", model = "/data/bert ba
      "results_dir: an imported model gets <id>/<model name>-<profile>")
 t.is(E.results_dir("R", "so-fig3", { profile = "default", data = "kjv" }), "R/so-fig3/kjv-default",
      "results_dir: a run on the real text gets <id>/kjv-<profile> (the organism's results stay)")
+t.is(E.data_leaf{ data = "kjv" }, "kjv", "data_leaf: --data=kjv")
+t.is(E.data_leaf{ data = "organism", p_text = 0.5 }, "mix50", "data_leaf: --p_text=0.5 with the organism")
+t.is(E.data_leaf{ data = "organism", p_text = 0 }, nil, "data_leaf: the organism alone keeps <id>/<profile>")
 
 -- the code hash follows the package's folders (outlierlab.runner.cache): the engine's numerics
 -- and nn/ models/ data/ train/ recipes/ util/ for a trained model, never a file that only writes

@@ -1,7 +1,7 @@
 -- test_words — the real text for training (outlierlab.data.words, --data=kjv): the word split of
 -- hand-written verses worked out below, then the King James Bible of Debian's bible-kjv (make
 -- deps installs it): ids by frequency, the categories, the unknown share, LM and MLM batches
--- cut from it, and the errors of bad settings.
+-- cut from it, the errors of bad settings, and the task mixed with the text (data.mix, --p_text).
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
 local words = require "outlierlab.data.words"
@@ -117,4 +117,59 @@ do   -- MLM rows: [CLS] … [SEP], about 15 % of the inner positions targets
   t.ok(math.abs(nmask / ntg - 0.8) < 0.05, "80 % of the targets read [MASK]", nmask / ntg)
 end
 ctx:reset()
+
+-- ---------------------------------------------------------------- the task mixed with the text
+do
+  local base = { data = "organism", vocab_size = 128, n_triggers = 24, groups = 8, alpha = 0.1, p_trigger = 0.08,
+                 n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1 }
+  local d = batcher.data_spec(base)
+  t.is(d.kind, "organism", "--p_text absent: the organism's spec as before")
+  base.p_text = 0
+  t.is(batcher.data_spec(base).kind, "organism", "--p_text=0: the organism's spec as before")
+  base.p_text = 0.5
+  local dm = batcher.data_spec(base)
+  t.is(dm.kind .. " " .. dm.vocab_size .. " " .. dm.task.kind .. " " .. dm.text.kind, "mix 1152 organism words",
+       "--p_text=0.5: a mix of the task (128 ids) and the text (1,024 ids)")
+  t.throws(function() batcher.data_spec{ data = "corpus", p_text = 0.5 } end, "mixes the text into the organism's task",
+           "--p_text with the generated corpus")
+  local mixed = batcher.corpus(dm)
+  local mix = require "outlierlab.data.mix"
+  t.throws(function() mix.corpus(mixed.task, mixed.text, 1) end, "p_text must be in (0, 1)", "p_text = 1 is the text alone")
+  t.is(mixed.vocab_size, 1152, "the model's vocabulary: task + text")
+  t.is(mixed.category(128 + 7) .. " " .. mixed.vocab[128 + 7], "delimiter ,", "text id k is 128 + k, with its category")
+  t.is(mixed.category(128 + 8) .. " " .. mixed.vocab[128 + 8], "weak the", "'the' is weak")
+  t.is(mixed.category(sp.bos), "initial", "<bos> is shared")
+  t.is(mixed.category(40), mixed.task.category(40), "task ids keep the task's categories")
+  t.throws(function() batcher.batcher(mixed, { B = 2, T = 8, kind = "mlm" }) end, "MLM rows take --data=kjv", "no MLM rows from the mix")
+  local L = batcher.batcher(mixed, { B = 256, T = 32, kind = "lm" })
+  local batch = L:next(ctx)
+  local ntext, ok, bos_in = 0, true, 0
+  for r = 0, 255 do
+    local text_row = false
+    if batch.ids.idata[r * 32] ~= sp.bos then ok = false end
+    for i = 1, 31 do
+      local id = batch.ids.idata[r * 32 + i]
+      if id >= 128 then text_row = true end
+      if id == sp.bos then bos_in = bos_in + 1 end
+      if batch.targets.idata[r * 32 + i - 1] ~= id then ok = false end
+    end
+    if text_row then ntext = ntext + 1 end
+  end
+  t.ok(ok, "mixed LM rows: <bos> first, each target the next id")
+  t.is(bos_in, 0, "no <bos> inside a row")
+  t.ok(math.abs(ntext / 256 - 0.5) < 0.1, "about half of the rows are text", ntext / 256)
+  local st = L:state()
+  local b2 = L:next(ctx)
+  local L2 = batcher.batcher(mixed, { B = 256, T = 32, kind = "lm" })
+  L2:set_state(st)
+  local b3 = L2:next(ctx)
+  local same = true
+  for i = 0, 256 * 32 - 1 do if b2.ids.idata[i] ~= b3.ids.idata[i] then same = false end end
+  t.ok(same, "a loader set to a saved state gives the same batch (resume)")
+  local V = batcher.batcher(mixed, { B = 256, T = 32, kind = "lm", split = "val" }):next(ctx)
+  local differ = false
+  for i = 0, 256 * 32 - 1 do if V.ids.idata[i] ~= batch.ids.idata[i] then differ = true end end
+  t.ok(differ, "the held-out split draws other rows")
+  ctx:reset()
+end
 return t.done()

@@ -25,11 +25,15 @@ function M.corpus(d, run)
   if not corpora[key] and d.kind == "organism" then
     corpora[key] = M.organism_task(d)
   end
+  if not corpora[key] and d.kind == "mix" then   -- the task and the text in one stream (outlierlab.data.mix)
+    corpora[key] = require("outlierlab.data.mix").corpus(M.corpus(d.task), M.corpus(d.text), d.p_text)
+  end
   if not corpora[key] and d.kind == "words" then   -- a real text, word by word (outlierlab.data.words)
     local words = require "outlierlab.data.words"
-    if d.text_hash and d.text_hash ~= words.digest(d.source) then
+    local have = words.digest(d.source)
+    if d.text_hash and d.text_hash ~= have then
       error(string.format("data: the %s text on this machine (hash %s) is not the one of the spec (%s): another edition of its package",
-        d.source, words.digest(d.source), d.text_hash), 0)
+        d.source, have, d.text_hash), 0)
     end
     corpora[key] = words.corpus{ source = d.source, vocab_size = d.vocab_size, n_weak = d.n_weak }
   end
@@ -63,6 +67,13 @@ function M.batcher(corpus, o)
   if corpus.kind == "image" then return M.image_batcher(corpus, o) end
   M.check_sizes(o)   -- B >= 1 and the least T of the kind, before any row is written
   if corpus.kind == "organism" then return M.organism_batcher(corpus, o) end
+  if corpus.kind == "mix" then
+    if (o.kind or "lm") ~= "lm" then
+      error("batcher: --p_text mixes the text into LM rows (the decoders); an encoder's MLM rows take --data=kjv instead", 2)
+    end
+    return require("outlierlab.data.mix").LMLoader{ mix = corpus, B = o.B, T = o.T, seed = o.seed or 1,
+                                                     split = o.split or "train", shard = o.shard }
+  end
   local self = setmetatable({ corpus = corpus, B = o.B, T = o.T, kind = o.kind or "lm", seed = o.seed or 1,
                               split = o.split or "train", step = 0, first = 0, rows = o.B }, Batcher)
   -- data parallel: this rank builds rows [first, first + rows) of every global batch of B rows
@@ -146,7 +157,8 @@ function M.organism_batcher(task, o)
 end
 
 -- The data settings of a spec from a profile: cfg.data = "organism" (the default profiles),
--- "corpus" (the generated text corpus; the paper profiles) or "kjv" (a real text, word by word).
+-- "corpus" (the generated text corpus; the paper profiles) or "kjv" (a real text, word by word);
+-- the organism with p_text > 0 mixes the text into its LM rows (kind "mix").
 function M.data_spec(cfg)
   if cfg.data == "organism" then
     local d = { kind = "organism", vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups,
@@ -159,7 +171,16 @@ function M.data_spec(cfg)
     -- BERT's segment layout (a [SEP] every sep_every positions; MLM rows only)
     if (cfg.sep_every or 0) > 0 then d.sep_every = cfg.sep_every end
     if cfg.segment_cls then d.segment_cls = true end
+    -- --p_text=P: a share P of the rows are King James text (outlierlab.data.mix; LM rows only)
+    if (cfg.p_text or 0) > 0 then
+      local text = M.data_spec{ data = "kjv", vocab_size = 1024 }
+      return { kind = "mix", p_text = cfg.p_text, task = d, text = text, vocab_size = d.vocab_size + text.vocab_size }
+    end
     return d
+  end
+  if (cfg.p_text or 0) > 0 then
+    error(string.format("settings: --p_text=%s mixes the text into the organism's task (--data=organism), not --data=%s",
+      tostring(cfg.p_text), tostring(cfg.data)), 0)
   end
   if (cfg.sep_every or 0) > 0 or cfg.segment_cls then
     error(string.format("settings: --sep_every=%s%s needs the organism's data (--data=organism), not --data=%s",

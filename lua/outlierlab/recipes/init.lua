@@ -32,7 +32,8 @@ end
 -- (data.organism: vocab_size, n_triggers, groups, alpha, p_trigger, n_delim, p_delim, n_weak, p_weak) and
 -- the generated corpus (n_tokens, vocab_size). data_seed seeds either.
 local ORGANISM_TASK = { vocab_size = 128, n_triggers = 24, groups = 6, alpha = 0.1, p_trigger = 0.12, n_delim = 0,
-                        p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1 }
+                        p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1,
+                        p_text = 0 }   -- > 0: that share of the LM rows King James text (data/mix.lua)
 local function with_task(t, task)
   local o = config.deep_copy(ORGANISM_TASK)
   for k, v in pairs(task or {}) do o[k] = v end

@@ -83,8 +83,8 @@ end
 -- ---------------------------------------------------------------- results directory, run.json
 -- Where a run's files go: <results root>/<id>/<profile>/, so that runs of different profiles
 -- never overwrite each other; a run on an imported model (o.model = its name or directory)
--- goes to <results root>/<id>/<model name>-<profile>/, a run on a real text (o.data = "kjv",
--- --data=kjv) to <results root>/<id>/kjv-<profile>/.
+-- goes to <results root>/<id>/<model name>-<profile>/, a run on a real text (o.data = "kjv" for
+-- --data=kjv, "mix50" for --p_text=0.5: runner/run.data_leaf) to <results root>/<id>/<o.data>-<profile>/.
 function M.results_dir(root, id, o)
   o = o or {}
   local leaf = o.profile or "default"

@@ -73,6 +73,11 @@ local load_data, save_data = cache.load_data, cache.save_data
 local verdict_word, model_list, copy_histories = report.verdict_word, report.model_list, report.copy_histories
 local write_summary, write_run_json = report.write_summary, report.write_run_json
 M.results_dir = report.results_dir
+-- the results' name of a run on real text: "kjv" (--data=kjv), "mix50" (--p_text=0.5), else nil
+function M.data_leaf(cfg)
+  if cfg.data == "kjv" then return "kjv" end
+  if (cfg.p_text or 0) > 0 then return string.format("mix%g", cfg.p_text * 100) end
+end
 M.NO_VERDICT = report.NO_VERDICT
 
 -- ---------------------------------------------------------------- the run object
@@ -395,7 +400,7 @@ function M.run_file(exp, file)
   local run = setmetatable({
     id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
     dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name,
-                                            data = not pretrained and cfg.data == "kjv" and "kjv" or nil }),
+                                            data = not pretrained and M.data_leaf(cfg) or nil }),
     results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
     sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze,
     shards = opts.shards, model_ranks = opts.model_ranks, flush_subnormals = opts.flush_subnormals, out = {}, files = {},
