@@ -69,25 +69,15 @@ function Loader:set_state(s)
   self.step = s.step
 end
 function Loader:next(ctx)
-  local B, T, rows, c = self.B, self.T, self.rows, self.mix
-  local ids = ctx:tensor({ rows, T }, { dtype = "i32", name = "ids" })
-  local tg = ctx:tensor({ rows, T }, { dtype = "i32", name = "targets" })
-  local buf, bos = self.buf, c.special.bos
-  for b = 0, rows - 1 do
-    local idx = self.step * B + self.first + b
-    local row_i, row_t = ids.idata + b * T, tg.idata + b * T
-    if C.ol_rand_uniform(self.stream + 8, idx) < c.p_text then
-      local s = self.lo + math.floor(C.ol_rand_uniform(self.stream + 9, idx) * (self.hi - self.lo))
+  local c, T, stream, lo, span = self.mix, self.T, self.stream, self.lo, self.hi - self.lo
+  return require("outlierlab.data.organism").lm_batch(ctx, self, function(idx, buf)
+    if C.ol_rand_uniform(stream + 8, idx) < c.p_text then
+      local s = lo + math.floor(C.ol_rand_uniform(stream + 9, idx) * span)
       for t = 0, T - 1 do buf[t] = c.tokens[s + t] end
     else
-      c.task.chain(self.stream, idx, T, buf)
+      c.task.chain(stream, idx, T, buf)
     end
-    row_i[0] = bos
-    for t = 1, T - 1 do row_i[t] = buf[t - 1] end
-    for t = 0, T - 1 do row_t[t] = buf[t] end
-  end
-  self.step = self.step + 1
-  return { ids = ids, targets = tg }
+  end)
 end
 
 return M

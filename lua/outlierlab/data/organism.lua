@@ -316,14 +316,16 @@ function M.LMLoader(o)
   end
   return self
 end
-function LM:next(ctx)
+-- The LM batch of a loader (B, T, rows, first, step, buf) whose fill(idx, buf) writes the T
+-- tokens after <bos> of global row idx = step·B + first + b: ids = [<bos>, x_1 .. x_{T-1}],
+-- targets = [x_1 .. x_T]. Shared with data.mix's loader.
+function M.lm_batch(ctx, self, fill)
   local B, T, rows = self.B, self.T, self.rows
   local ids = ctx:tensor({ rows, T }, { dtype = "i32", name = "ids" })
   local tg = ctx:tensor({ rows, T }, { dtype = "i32", name = "targets" })
   local buf, bos = self.buf, M.special.bos
   for b = 0, rows - 1 do
-    local g = self.first + b
-    self.task.chain(self.stream, self.step * B + g, T, buf)
+    fill(self.step * B + self.first + b, buf)
     local row_i, row_t = ids.idata + b * T, tg.idata + b * T
     row_i[0] = bos
     for t = 1, T - 1 do row_i[t] = buf[t - 1] end
@@ -331,6 +333,10 @@ function LM:next(ctx)
   end
   self.step = self.step + 1
   return { ids = ids, targets = tg }
+end
+function LM:next(ctx)
+  local task, stream, T = self.task, self.stream, self.T
+  return M.lm_batch(ctx, self, function(idx, buf) task.chain(stream, idx, T, buf) end)
 end
 
 -- MLM batches (BERT-style encoders): [CLS] x_1 .. x_{T-2} [SEP]; each chain position is a
