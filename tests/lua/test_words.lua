@@ -170,6 +170,19 @@ do
   local differ = false
   for i = 0, 256 * 32 - 1 do if V.ids.idata[i] ~= batch.ids.idata[i] then differ = true end end
   t.ok(differ, "the held-out split draws other rows")
+  -- rank 1 of 2 builds rows 4..7 of every global batch of 8 (what shard = true gives it): the
+  -- rows of the one-rank batch, so any number of ranks trains on the same batches
+  local full = mix.LMLoader{ mix = mixed, B = 8, T = 16 }
+  local half = mix.LMLoader{ mix = mixed, B = 8, T = 16 }
+  half.first, half.rows = 4, 4
+  local same_rows = true
+  for _ = 1, 3 do
+    local bf, bh = full:next(ctx), half:next(ctx)
+    for i = 0, 4 * 16 - 1 do
+      if bh.ids.idata[i] ~= bf.ids.idata[4 * 16 + i] or bh.targets.idata[i] ~= bf.targets.idata[4 * 16 + i] then same_rows = false end
+    end
+  end
+  t.ok(same_rows, "a rank's rows are the one-rank batch's rows of their global index (three steps)")
   ctx:reset()
 end
 return t.done()
