@@ -43,8 +43,10 @@ function M.corpus(task, text, p_text)
   return c
 end
 
-local Loader = { kind = "lm" }
+local org = require "outlierlab.data.organism"
+local Loader = { kind = "lm", min_T = 1 }
 Loader.__index = Loader
+Loader.state, Loader.set_state = org.loader_state, org.loader_set_state
 function M.LMLoader(o)
   for k in pairs(o) do
     if not ({ mix = true, B = true, T = true, seed = true, split = true, shard = true })[k] then
@@ -52,25 +54,18 @@ function M.LMLoader(o)
     end
   end
   local c = o.mix
-  local self = setmetatable({ mix = c, B = o.B, T = o.T, seed = o.seed or 1, split = o.split or "train", step = 0,
-                              first = 0, rows = o.B }, Loader)
-  if self.split ~= "train" and self.split ~= "val" then error("data.mix.LMLoader: split must be 'train' or 'val'", 2) end
-  self.stream = self.seed * 7919 + (self.split == "train" and 17 or 104729)   -- data.organism's streams
-  if o.shard then self.first, self.rows = require("outlierlab.util.dist").shard(self.B) end
+  local self = setmetatable({ mix = c }, Loader)
+  -- the organism loader's checks, streams (its task rows are the organism's rows of that index),
+  -- sharding and row buffer
+  org.loader_common(self, { task = c.task, B = o.B, T = o.T, seed = o.seed, split = o.split, shard = o.shard }, "data.mix.LMLoader")
   local cut = math.floor(c.n * 0.9)
   if self.split == "train" then self.lo, self.hi = 0, cut - self.T - 1 else self.lo, self.hi = cut, c.n - self.T - 1 end
   if self.hi <= self.lo then error(string.format("data.mix: text of %d tokens too small for T = %d", c.n, self.T), 2) end
-  self.buf = ffi.new("int32_t[?]", self.T + 1)
   return self
-end
-function Loader:state() return { step = self.step } end
-function Loader:set_state(s)
-  if type(s) ~= "table" or type(s.step) ~= "number" or s.step < 0 then error("data.mix loader: bad state", 2) end
-  self.step = s.step
 end
 function Loader:next(ctx)
   local c, T, stream, lo, span = self.mix, self.T, self.stream, self.lo, self.hi - self.lo
-  return require("outlierlab.data.organism").lm_batch(ctx, self, function(idx, buf)
+  return org.lm_batch(ctx, self, function(idx, buf)
     if C.ol_rand_uniform(stream + 8, idx) < c.p_text then
       local s = lo + math.floor(C.ol_rand_uniform(stream + 9, idx) * span)
       for t = 0, T - 1 do buf[t] = c.tokens[s + t] end

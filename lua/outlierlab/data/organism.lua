@@ -303,6 +303,8 @@ local function set_state(self, s)
   if type(s) ~= "table" or type(s.step) ~= "number" or s.step < 0 then error("data.organism loader: bad state", 2) end
   self.step = s.step
 end
+-- shared with data.mix's loader (the same checks, streams, sharding and resume state)
+M.loader_common, M.loader_state, M.loader_set_state = loader_common, state, set_state
 
 -- LM batches: ids = [<bos>, x_1 .. x_{T-1}], targets = [x_1 .. x_T]
 local LM = { kind = "lm", min_T = 1 }

@@ -220,9 +220,7 @@ function M.model(self, spec, trainer)
   if lead then
     local c = resumed and load_data(dir .. "/train_clock.lua")
     if c and tonumber(c.start) then
-      local p = io.popen("stat -c %Y -- " .. quote(ckpt) .. " 2>/dev/null")
-      local m = p:read("*n")
-      p:close()
+      local m = fs.mtime(ckpt)
       before = (tonumber(c.before) or 0) + (m and math.max(0, m - c.start) or 0)
     end
     save_data(dir .. "/train_clock.lua", { start = os.time(), before = before })

@@ -8,6 +8,7 @@
 --   lk:release()
 --   fs.remove_stale_temporaries("cache/models/h")     -- "<file>.tmp.<pid>[.<rank>]" of dead processes
 --   fs.list_dir("results/x/default/history")           -- the names in a directory, sorted ({} if none)
+--   fs.mtime("cache/models/h/ckpt.safetensors")        -- its modification time (epoch seconds), nil if none
 --
 -- The lock is flock(2) on a file: the kernel holds it for the process and drops it when the
 -- process ends, however it ends (kill -9 included), so there is no stale lock to detect and
@@ -105,13 +106,18 @@ local function read_file(path)
   return s
 end
 
+-- when path was last modified, in seconds since the epoch (nil if it does not exist)
+function M.mtime(path)
+  local p = io.popen("stat -c %Y -- '" .. path:gsub("'", "'\\''") .. "' 2>/dev/null")
+  local m = p:read("*n")
+  p:close()
+  return m
+end
+
 -- seconds since path was last modified (nil if it does not exist)
 local function age(path)
-  local p = io.popen("stat -c %Y -- '" .. path:gsub("'", "'\\''") .. "' 2>/dev/null; date +%s")
-  local m, now = p:read("*n"), p:read("*n")
-  p:close()
-  if not m or not now then return nil end
-  return now - m
+  local m = M.mtime(path)
+  return m and os.time() - m
 end
 
 -- A lock directory of an older version: taken over (removed) when its owner is dead, or has
