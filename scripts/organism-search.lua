@@ -68,13 +68,10 @@ if cfg.layout == "text" or cfg.layout == "mix" then
   local c = require("outlierlab.data.words").corpus{ vocab_size = TV, n_weak = cfg.n_weak }
   local off = cfg.layout == "mix" and V or 0
   local toks = c.tokens
-  if off > 0 then
-    toks = ffi.new("int32_t[?]", c.n)
-    for i = 0, c.n - 1 do local k = c.tokens[i]; toks[i] = k == BOS and BOS or off + k end
-    local task_cat = task.category
-    category = function(id) if id >= off then return c.category(id - off) end return task_cat(id) end
-  else
-    category = c.category
+  category = c.category
+  if off > 0 then   -- the project's mixture (outlierlab.data.mix): its ids and categories
+    local mixed = require("outlierlab.data.mix").corpus(task, c, cfg.p_text)
+    toks, category = mixed.tokens, mixed.category
   end
   text = { toks = toks, n = c.n, split = math.floor(c.n * 0.95), vocab = off + TV }
   assert(c.special.bos == BOS, "organism-search: the text's <bos> must be the organism's")
