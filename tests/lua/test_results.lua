@@ -48,6 +48,7 @@ t.ok(ok, "ncdump -h reads the file", hdr)
 for _, want in ipairs({ ':Conventions = "CF-1.10, ACDD-1.3"', ':title = "test file"',
                         ':summary = "a tiny result file for the test"', ':experiment_id = "unit-test"',
                         ':profile = "quick"', ":seed = 42", ":mpi_ranks = 1", ':source = "outlierlab ',
+                        ':blas_core = "' .. results.machine().blas_core .. '"', ":cpu = ", ":threads = ",
                         ":history = ", "bin/outlierlab run tests/lua/test_results.lua", ":date_created = ",
                         "int layer(layer)", "int channel(channel)", "double step(step)",
                         "int count(layer, channel)", "float loss(step)", "double value(layer)",

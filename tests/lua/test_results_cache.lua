@@ -13,6 +13,8 @@ local t = require "outlierlab.tap"
 local E = require "outlierlab.experiment"
 local sh, slurp = t.sh, t.slurp
 local cjson = require "cjson"
+local ol = require "outlierlab"
+local results = require "outlierlab.figure.netcdf"
 
 local tmp = os.tmpname()
 os.remove(tmp)
@@ -99,6 +101,15 @@ do   -- what the reused work cost: the stage's seconds when it was computed, the
   local sm = slurp(tmp .. "/results/cache-test/default/summary.md") or ""
   t.ok(sm:find("analyze [%d.]+ s %(cached; computed in [%d.]+ s%)") and sm:find("- Models: 1, %d+ s of training in all"),
        "summary.md: the cached stage's computed time and the models' training", sm)
+  -- where it was computed: the CPU, OpenBLAS's kernels and the threads (bits depend on the kernels)
+  local want = results.machine()
+  local mj = rj.machine or {}
+  t.ok(type(mj.cpu) == "string" and mj.cpu ~= "" and mj.blas_core == want.blas_core and mj.threads == ol.num_threads(),
+       "run.json: the machine (cpu, blas_core, threads)", cjson.encode(mj))
+  t.ok(sm:find("- Machine: " .. want.cpu:gsub("%p", "%%%0") .. ", OpenBLAS " .. want.blas_core:gsub("%p", "%%%0")
+       .. " kernels, %d+ threads? × 1 rank"), "summary.md names the machine", sm)
+  t.ok(done:find('["blas_core"]="' .. want.blas_core .. '"', 1, true) and done:find('["ranks"]=1', 1, true),
+       "done.lua: the model records the machine it was trained on", done:match("machine.-}") or done:sub(1, 200))
 end
 
 variant("0.5")   -- the variant's formula changes: its weights would differ

@@ -42,6 +42,9 @@ for _, want in ipairs({ "profile <b>quick</b>", "profile <b>default</b>", "12.6 
                         'href="qt-fig1/quick/summary.md"', "training history" }) do
   t.ok(page:find(want, 1, true), "index.html shows " .. want)
 end
+local mc = require("outlierlab.figure.netcdf").machine()
+local where = "on " .. mc.cpu .. " (OpenBLAS " .. mc.blas_core .. ", 1 thread(s))"
+t.ok(page:find(where:gsub("&", "&amp;"), 1, true) and md:find(where, 1, true), "both pages name the machine of each run: " .. where)
 t.ok(not page:find("<b>at</b>", 1, true), "markup in a claim is escaped")
 local claim = cjson.decode(slurp(res .. "/qt-fig1/quick/run.json")).claim
 t.ok(md:find("Verdict: **no verdict (quick profile", 1, true) and md:find("Verdict: **holds**", 1, true) and md:find("![so-fig3, default profile](so-fig3/default/so-fig3.png)", 1, true)

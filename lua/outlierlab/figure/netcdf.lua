@@ -15,7 +15,7 @@
 -- Lua lists (or nested lists, flattened) whose length is the product of the dims.
 -- Global attributes: title, summary, Conventions, source (version + git commit), history
 -- (timestamp + command line), date_created (SOURCE_DATE_EPOCH honoured), id, profile,
--- seed, config (JSON), mpi_ranks, the ACDD recommended license, creator_name, institution,
+-- seed, config (JSON), mpi_ranks, cpu, blas_core and threads (M.machine), the ACDD recommended license, creator_name, institution,
 -- project and processing_level (M.provenance), and any extra ones from meta.attrs.
 local ffi = require "ffi"
 local ol = require "outlierlab"
@@ -64,6 +64,32 @@ function M.command_line()
   local parts = {}
   for i = 0, #argv do if argv[i] then parts[#parts + 1] = tostring(argv[i]) end end
   return table.concat(parts, " ")
+end
+
+-- The machine a run computed on: the CPU's model name (/proc/cpuinfo), the OpenBLAS kernels it
+-- runs (engine/blas.c: "SkylakeX", "Haswell", "Zen", ...) and the engine's threads. Numbers are bit
+-- for bit the same on any thread or rank count of one machine, but another CPU's kernels sum in
+-- another order (docs/TRAINING.md, "Machines"), so a result says where it was computed.
+function M.machine()
+  if M._cpu == nil then
+    M._cpu = "unknown"
+    local f = io.open("/proc/cpuinfo", "r")
+    if f then
+      for line in f:lines() do
+        local name = line:match("^model name%s*:%s*(.-)%s*$")
+        if name and name ~= "" then M._cpu = name break end
+      end
+      f:close()
+    end
+  end
+  local core = C.ol_blas_core()
+  return { cpu = M._cpu, blas_core = core ~= nil and ffi.string(core) or "unknown", threads = ol.num_threads() }
+end
+
+-- the machine in one line, for summaries and logs
+function M.machine_line(m)
+  m = m or M.machine()
+  return string.format("%s, OpenBLAS %s kernels, %d thread%s", m.cpu, m.blas_core, m.threads, m.threads == 1 and "" or "s")
 end
 
 -- number of MPI ranks of this run (the dist module when present, else Open MPI's env, else 1)
@@ -244,6 +270,9 @@ local function global_attrs(meta)
     { "profile", meta.profile or "none" },
     { "seed", meta.seed or 0 },
     { "mpi_ranks", meta.ranks or M.mpi_ranks() },
+    { "cpu", M.machine().cpu },
+    { "blas_core", M.machine().blas_core },
+    { "threads", M.machine().threads },
     { "config", M.canonical_json(meta.config or {}) },
   }
   for _, a in ipairs(M.provenance(meta)) do list[#list + 1] = a end

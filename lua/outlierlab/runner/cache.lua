@@ -243,6 +243,9 @@ function M.model(self, spec, trainer)
   end
   info.train_seconds = (info.train_seconds or 0) + before + (progress.now() - t0)
   info.resumed = resumed
+  -- where it was trained: bit for bit the same on any thread or rank count, not on any CPU
+  info.machine = results.machine()
+  info.machine.ranks = dist.size()
   if lead then save_data(dir .. "/done.lua", info) end
   unlock()
   if dist.size() > 1 then dist.barrier() end   -- done.lua is there before any rank reads it

@@ -79,6 +79,14 @@ local function seconds_text(s)
   return string.format("%.1f h", s / 3600)
 end
 
+-- where the run computed (run.json's machine; older runs have none): ", on CPU (OpenBLAS X, N threads)"
+local function machine_text(r)
+  local m = type(r.machine) == "table" and r.machine or nil
+  if not m then return "" end
+  return string.format(", on %s (OpenBLAS %s, %s thread(s))", tostring(m.cpu or "?"), tostring(m.blas_core or "?"),
+                       tostring(m.threads or "?"))
+end
+
 local VERDICT_CLASS = { holds = "holds", ["does not hold"] = "fails", inconclusive = "open",
                         [require("outlierlab.runner.report").NO_VERDICT] = "open" }
 
@@ -177,8 +185,8 @@ function M.build(root, out)
       if r.reproduced then H('<dt>Reproduced</dt><dd>' .. html(r.reproduced) .. '</dd>') end
       local scale = r.verdict == require("outlierlab.runner.report").NO_VERDICT and "" or " at this scale"
       H(string.format('<dt>Verdict</dt><dd><span class="verdict %s">%s</span>%s</dd>', vclass, html(r.verdict), scale))
-      H(string.format('<dt>Run</dt><dd>profile <b>%s</b>, seed %s, %s, %d MPI rank(s), %s, commit <code>%s</code></dd>',
-        html(r.profile), html(r.seed), seconds_text(r.seconds), tonumber(r.mpi_ranks) or 1, html(r.date),
+      H(string.format('<dt>Run</dt><dd>profile <b>%s</b>, seed %s, %s, %d MPI rank(s)%s, %s, commit <code>%s</code></dd>',
+        html(r.profile), html(r.seed), seconds_text(r.seconds), tonumber(r.mpi_ranks) or 1, html(machine_text(r)), html(r.date),
         html(tostring(r.git_commit or ""):sub(1, 12))))
       local links_h, links_m = {}, {}
       local function link(label, path)
@@ -212,8 +220,8 @@ function M.build(root, out)
       if r.paper_result then Md("- Paper: " .. md(r.paper_result)) end
       if r.reproduced then Md("- Reproduced: " .. md(r.reproduced)) end
       Md("- Verdict: **" .. md(r.verdict) .. "**" .. (r.verdict == require("outlierlab.runner.report").NO_VERDICT and "" or " at this scale"))
-      Md(string.format("- Run: profile %s, seed %s, %s, %d MPI rank(s), %s, commit `%s`", md(r.profile), md(r.seed),
-        seconds_text(r.seconds), tonumber(r.mpi_ranks) or 1, md(r.date), tostring(r.git_commit or ""):sub(1, 12)))
+      Md(string.format("- Run: profile %s, seed %s, %s, %d MPI rank(s)%s, %s, commit `%s`", md(r.profile), md(r.seed),
+        seconds_text(r.seconds), tonumber(r.mpi_ranks) or 1, md(machine_text(r)), md(r.date), tostring(r.git_commit or ""):sub(1, 12)))
       Md("- Files: " .. table.concat(links_m, ", ") .. "\n")
     end
   end

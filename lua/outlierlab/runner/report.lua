@@ -61,6 +61,7 @@ local function write_summary(run, s, timings, models, mts)
   lines[#lines + 1] = "- Settings: " .. (s.settings or ("`" .. results.canonical_json(run.cfg) .. "`"))   -- s.settings: an imported model's (outlierlab.pretrained)
   lines[#lines + 1] = "- Engine: " .. ol.version() .. ", git commit " .. results.git_commit()
   lines[#lines + 1] = "- Command: `" .. results.command_line() .. "`"
+  lines[#lines + 1] = "- Machine: " .. results.machine_line() .. " × " .. results.mpi_ranks() .. " rank(s)"
   local parts = {}
   for _, t in ipairs(timings) do
     parts[#parts + 1] = string.format("%s %.1f s%s", t.name, t.seconds, not t.cached and "" or
@@ -166,6 +167,7 @@ local function write_run_json(run, s, timings, seconds, models, mts)
     models_train_seconds = mts,
     histories = run.histories, engine = ol.version(), git_commit = results.git_commit(),
     date = results.timestamp(), mpi_ranks = results.mpi_ranks(), command = results.command_line(),
+    machine = results.machine(),
   }
   plot.write_atomic(run.dir .. "/run.json", results.canonical_json(rec) .. "\n")
 end
