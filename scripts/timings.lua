@@ -10,7 +10,8 @@
 -- column says what that experiment adds from an empty cache. The wall time at --ranks models at a
 -- time is the training time over the ranks (each model on one rank, as `RANKS=N` trains them).
 -- A model resumed from its checkpoint counts the time to that checkpoint too (train_clock.lua);
--- one resumed before the clock existed recorded only its last run's time (flagged).
+-- one resumed before the clock existed recorded only its last run's time (flagged). The last line
+-- names the machines the models were trained on (done.lua's machine: CPU and OpenBLAS kernels).
 -- Nothing is measured here: every number is a field the runner wrote.
 local ol = require "outlierlab"
 local fs = require "outlierlab.util.fs"
@@ -25,6 +26,7 @@ for _, e in ipairs(require("outlierlab.runner.catalogue").list()) do ids[#ids + 
 table.sort(ids)
 
 local seen, n_models, total, resumed, missing = {}, 0, 0, 0, {}
+local machines, machine_order = {}, {}   -- where the models were trained (done.lua's machine), in order met
 local rows, by_preset = {}, {}
 for _, id in ipairs(ids) do
   local path = cfg.results .. "/" .. id .. "/" .. cfg.profile .. "/run.json"
@@ -51,6 +53,11 @@ for _, id in ipairs(ids) do
           new, secs, n_models, total = new + 1, secs + s, n_models + 1, total + s
           -- a model resumed by a version without train_clock.lua recorded its last run's time only
           if info.resumed and not fs.read_file(dir .. "/train_clock.lua") then resumed = resumed + 1 end
+          -- the machine decides the time (and the bits): its CPU and OpenBLAS kernels, not the threads
+          local m = type(info.machine) == "table" and string.format("%s, OpenBLAS %s kernels", tostring(info.machine.cpu),
+                                                                    tostring(info.machine.blas_core)) or "no machine recorded"
+          if not machines[m] then machines[m] = 0; machine_order[#machine_order + 1] = m end
+          machines[m] = machines[m] + 1
         end
       end
     end
@@ -83,3 +90,6 @@ print(string.format("Total: %d distinct models, %.0f s of training (%.1f h); at 
                     n_models, total, total / 3600, cfg.ranks, total / cfg.ranks, total / cfg.ranks / 3600,
                     resumed > 0 and string.format("; %d model(s) resumed from a checkpoint (only their last run's time is recorded)", resumed) or "",
                     #missing > 0 and ("; not in the cache: " .. table.concat(missing, ", ")) or ""))
+local where = {}
+for i, m in ipairs(machine_order) do where[i] = string.format("%s (%d model%s)", m, machines[m], machines[m] == 1 and "" or "s") end
+if #where > 0 then print("Trained on: " .. table.concat(where, "; ") .. ".") end

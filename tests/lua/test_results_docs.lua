@@ -72,13 +72,14 @@ do
     f:write(text)
     f:close()
   end
-  local function model(h, preset, steps, secs, resumed)
+  local function model(h, preset, steps, secs, resumed, core)
     put("cache/models/" .. h .. "/spec.json", string.format('{"code":"x","spec":{"model":{"preset":"%s"},"train":{"steps":%d}}}', preset, steps))
-    put("cache/models/" .. h .. "/done.lua", string.format("return {[\"train_seconds\"]=%s,[\"resumed\"]=%s}", secs, tostring(resumed)))
+    put("cache/models/" .. h .. "/done.lua", string.format("return {[\"train_seconds\"]=%s,[\"resumed\"]=%s%s}", secs, tostring(resumed),
+      core and string.format(',[\"machine\"]={[\"cpu\"]=\"Test CPU\",[\"blas_core\"]=\"%s\",[\"threads\"]=2}', core) or ""))
   end
-  model("aa01", "llama-organism", 6000, 300, false)
-  model("aa02", "llama-organism", 6000, 340, false)
-  model("aa03", "llama-organism", 6000, 400, true)
+  model("aa01", "llama-organism", 6000, 300, false, "Zen")
+  model("aa02", "llama-organism", 6000, 340, false, "Zen")
+  model("aa03", "llama-organism", 6000, 400, true, "SkylakeX")
   model("bb01", "bert-organism", 2500, 180, false)
   -- so-fig10 comes first in id order: it adds aa01 and aa02; so-fig11 adds aa03 and bb01 (aa01 again: not counted)
   put("results/so-fig10/default/run.json", '{"models":["aa01","aa02"],"seconds":350}')
@@ -94,6 +95,8 @@ do
        "timings: the total and the wall time over the ranks", out)
   t.ok(out:find("1 model(s) resumed from a checkpoint", 1, true), "timings: a resumed model is flagged", out)
   t.ok(out:find("not in the cache: so-fig11:cc09", 1, true), "timings: a model missing from the cache is named", out)
+  t.ok(out:find("Trained on: Test CPU, OpenBLAS Zen kernels (2 models); Test CPU, OpenBLAS SkylakeX kernels (1 model); no machine recorded (1 model).", 1, true),
+       "timings: the machines the models were trained on (and those that recorded none)", out)
 end
 
 return t.done()
