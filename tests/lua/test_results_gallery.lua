@@ -43,7 +43,7 @@ for _, want in ipairs({ "profile <b>quick</b>", "profile <b>default</b>", "12.6 
   t.ok(page:find(want, 1, true), "index.html shows " .. want)
 end
 local mc = require("outlierlab.figure.netcdf").machine()
-local where = "on " .. mc.cpu .. " (OpenBLAS " .. mc.blas_core .. ", 1 thread(s))"
+local where = "on " .. mc.cpu .. ", OpenBLAS " .. mc.blas_core .. " kernels, 1 thread,"
 t.ok(page:find(where:gsub("&", "&amp;"), 1, true) and md:find(where, 1, true), "both pages name the machine of each run: " .. where)
 t.ok(not page:find("<b>at</b>", 1, true), "markup in a claim is escaped")
 local claim = cjson.decode(slurp(res .. "/qt-fig1/quick/run.json")).claim

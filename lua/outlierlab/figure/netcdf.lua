@@ -15,8 +15,9 @@
 -- Lua lists (or nested lists, flattened) whose length is the product of the dims.
 -- Global attributes: title, summary, Conventions, source (version + git commit), history
 -- (timestamp + command line), date_created (SOURCE_DATE_EPOCH honoured), id, profile,
--- seed, config (JSON), mpi_ranks, cpu, blas_core and threads (M.machine), the ACDD recommended license, creator_name, institution,
--- project and processing_level (M.provenance), and any extra ones from meta.attrs.
+-- seed, config (JSON), mpi_ranks, cpu, blas_core and threads (M.machine), the ACDD recommended
+-- license, creator_name, institution, project and processing_level (M.provenance), and any extra
+-- ones from meta.attrs.
 local ffi = require "ffi"
 local ol = require "outlierlab"
 local C = ol.C
@@ -86,10 +87,11 @@ function M.machine()
   return { cpu = M._cpu, blas_core = core ~= nil and ffi.string(core) or "unknown", threads = ol.num_threads() }
 end
 
--- the machine in one line, for summaries and logs
+-- a machine (this one, or a record read back from run.json) in one line, for summaries and the gallery
 function M.machine_line(m)
   m = m or M.machine()
-  return string.format("%s, OpenBLAS %s kernels, %d thread%s", m.cpu, m.blas_core, m.threads, m.threads == 1 and "" or "s")
+  return string.format("%s, OpenBLAS %s kernels, %s thread%s", tostring(m.cpu or "?"), tostring(m.blas_core or "?"),
+                       tostring(m.threads or "?"), tonumber(m.threads) == 1 and "" or "s")
 end
 
 -- number of MPI ranks of this run (the dist module when present, else Open MPI's env, else 1)
@@ -254,7 +256,7 @@ function M.provenance(meta)
 end
 
 local function global_attrs(meta)
-  local version = ol.version()
+  local version, machine = ol.version(), M.machine()
   local list = {
     { "title", meta.title },
     { "summary", meta.summary },
@@ -270,9 +272,9 @@ local function global_attrs(meta)
     { "profile", meta.profile or "none" },
     { "seed", meta.seed or 0 },
     { "mpi_ranks", meta.ranks or M.mpi_ranks() },
-    { "cpu", M.machine().cpu },
-    { "blas_core", M.machine().blas_core },
-    { "threads", M.machine().threads },
+    { "cpu", machine.cpu },
+    { "blas_core", machine.blas_core },
+    { "threads", machine.threads },
     { "config", M.canonical_json(meta.config or {}) },
   }
   for _, a in ipairs(M.provenance(meta)) do list[#list + 1] = a end

@@ -79,12 +79,10 @@ local function seconds_text(s)
   return string.format("%.1f h", s / 3600)
 end
 
--- where the run computed (run.json's machine; older runs have none): ", on CPU (OpenBLAS X, N threads)"
+-- where the run computed (run.json's machine; older runs have none): ", on CPU, OpenBLAS X kernels, N threads"
 local function machine_text(r)
-  local m = type(r.machine) == "table" and r.machine or nil
-  if not m then return "" end
-  return string.format(", on %s (OpenBLAS %s, %s thread(s))", tostring(m.cpu or "?"), tostring(m.blas_core or "?"),
-                       tostring(m.threads or "?"))
+  if type(r.machine) ~= "table" then return "" end
+  return ", on " .. require("outlierlab.figure.netcdf").machine_line(r.machine)
 end
 
 local VERDICT_CLASS = { holds = "holds", ["does not hold"] = "fails", inconclusive = "open",
