@@ -118,6 +118,23 @@ static inline float ol__u01(uint64_t seed, uint64_t idx) {
     return (float)((ol__hash64(seed, idx) >> 40) * (1.0 / 16777216.0));
 }
 
+/* x < lo ? lo : x > hi ? hi : x (NaN stays NaN), as a blend of bit patterns. Why not the
+ * selects: GCC's partial redundancy elimination folds the code after a `x < lo ? lo : x` on the
+ * constant path, which leaves the rest on a conditional path, and under trapping math (the
+ * default) a conditional float operation is not if-converted: every loop using it stayed scalar
+ * and branchy (ol__expf in SwiGLU took 19 % of an organism training step). The blend has no
+ * branch and the same result bit for bit. */
+static inline float ol__clampf(float x, float lo, float hi) {
+    uint32_t xb, lb, hb;
+    memcpy(&xb, &x, 4);
+    memcpy(&lb, &lo, 4);
+    memcpy(&hb, &hi, 4);
+    uint32_t ml = 0u - (uint32_t)(x < lo), mh = 0u - (uint32_t)(x > hi);
+    xb = (xb & ~(ml | mh)) | (lb & ml) | (hb & mh);
+    memcpy(&x, &xb, 4);
+    return x;
+}
+
 /* e^x in plain float arithmetic (no libm call, so loops that use it vectorise without
  * fast-math): range reduction x = n·ln2 + r with a Cody–Waite split of ln2, e^r by its degree-7
  * Taylor polynomial (truncation < 2e-8 relative), 2^n through the exponent bits; x is clamped
@@ -125,7 +142,7 @@ static inline float ol__u01(uint64_t seed, uint64_t idx) {
  * attention tests compare it with the libm formulas. */
 static inline float ol__expf(float x) {
     float big = x > 88.3f ? INFINITY : 1.0f;       /* e^x overflows: +inf (NaN stays NaN) */
-    x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+    x = ol__clampf(x, -87.3f, 88.3f);
     /* n = round(x/ln2) by the 1.5·2^23 trick (floorf would block vectorisation) */
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693359375f;
