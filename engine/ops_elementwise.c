@@ -302,7 +302,7 @@ static inline float gelu_tanh_d(float xi) {
     float u2 = 2.0f * GELU_K * (xi + 0.044715f * xi * xi * xi);
     float s = 1.0f / (1.0f + ol__expf(-u2));
     /* |x| > 1e4: s(1−s) is exactly 0; the clamp keeps u′ finite so 0·u′ is not NaN */
-    float xc = xi < -1e4f ? -1e4f : (xi > 1e4f ? 1e4f : xi);
+    float xc = ol__clampf(xi, -1e4f, 1e4f);   /* the blend: a nested select keeps the loop scalar */
     float du = GELU_K * (1.0f + 3.0f * 0.044715f * xc * xc);
     return s + 2.0f * xi * s * (1.0f - s) * du;
 }
@@ -314,10 +314,14 @@ static void gelu_tanh_bwd(const float *x, const float *g, float *da, int64_t n, 
  * (e^{−x} = +inf for x < −88.3 gives σ = 0 and silu = −0, as the libm form); d silu/dx =
  * σ(1 + x(1 − σ)), dσ/dx = σ(1 − σ). */
 static void silu_fwd(const float *x, float *o, int64_t n, int sigmoid_only) {
-    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float s = 1.0f / (1.0f + ol__expf(-x[i]));
-        o[i] = sigmoid_only ? s : x[i] * s;
+    /* two loops, not `sigmoid_only ? s : x·s` in one: a conditional product is not if-converted
+     * under trapping math without masked vector operations (AVX2), so that loop stayed scalar */
+    if (sigmoid_only) {
+        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) o[i] = 1.0f / (1.0f + ol__expf(-x[i]));
+    } else {
+        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] * (1.0f / (1.0f + ol__expf(-x[i])));
     }
 }
 

@@ -28,6 +28,24 @@ __attribute__((noinline, optimize("no-tree-vectorize"))) static float swiglu_ref
     return (g * s) * u;
 }
 
+/* the scalar references of the other e^x loops (engine/ops_elementwise.c), selects and all */
+#define GELU_K 0.7978845608028654f
+__attribute__((noinline, optimize("no-tree-vectorize"))) static float silu_ref(float x, int sig) {
+    float s = 1.0f / (1.0f + ol__expf(-x));
+    return sig ? s : x * s;
+}
+__attribute__((noinline, optimize("no-tree-vectorize"))) static float gelu_tanh_ref(float x) {
+    float u2 = 2.0f * GELU_K * (x + 0.044715f * x * x * x);
+    return x / (1.0f + ol__expf(-u2));
+}
+__attribute__((noinline, optimize("no-tree-vectorize"))) static float gelu_tanh_d_ref(float x) {
+    float u2 = 2.0f * GELU_K * (x + 0.044715f * x * x * x);
+    float s = 1.0f / (1.0f + ol__expf(-u2));
+    float xc = x < -1e4f ? -1e4f : (x > 1e4f ? 1e4f : x);
+    float du = GELU_K * (1.0f + 3.0f * 0.044715f * xc * xc);
+    return s + 2.0f * x * s * (1.0f - s) * du;
+}
+
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t next32(void) {
     rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
@@ -99,6 +117,31 @@ int main(void) {
                                   ((float *)u->data)[i], ((float *)h->data)[i], swiglu_ref(G[i], ((float *)u->data)[i]));
         }
     is_int(bad, 0, "swiglu forward: the bits of the scalar formula on 100,003 elements");
+
+    /* SiLU, sigmoid and GELU(tanh): forward, and the backward of Σ f(x)·r (dx = 0 + r·f'(x)) */
+    G[10] = 2e4f; G[11] = -2e4f; G[12] = 1e4f; G[13] = -1e4f;
+    const int ops[3] = { OL_SILU, OL_SIGMOID, OL_GELU_TANH };
+    const char *names[3] = { "silu", "sigmoid", "gelu(tanh)" };
+    for (int o = 0; o < 3; o++) {
+        ol_step_reset(ctx);
+        ol_tensor_set_requires_grad(g, 1);
+        ol_tensor_zero_grad(g);
+        ol_tensor *y = ol_unary(g, ops[o]);
+        ol_tensor *loss = y ? ol_sum(ol_mul(y, u)) : NULL;
+        ok(loss && ol_backward(loss) == 0, names[o]);
+        int badf = 0, badb = 0;
+        for (int64_t i = 0; y && i < n; i++) {
+            float x = G[i], r = ((float *)u->data)[i];
+            float want = ops[o] == OL_GELU_TANH ? gelu_tanh_ref(x) : silu_ref(x, ops[o] == OL_SIGMOID);
+            if (bits_of(((float *)y->data)[i]) != bits_of(want)) badf++;
+            if (ops[o] == OL_GELU_TANH && bits_of(g->grad[i]) != bits_of(0.0f + r * gelu_tanh_d_ref(x))) badb++;
+        }
+        char msg[128];
+        snprintf(msg, sizeof msg, "%s forward: the bits of the scalar formula", names[o]);
+        is_int(badf, 0, msg);
+        if (ops[o] == OL_GELU_TANH) is_int(badb, 0, "gelu(tanh) backward: the bits of the scalar formula, |x| > 1e4 included");
+        ol_tensor_set_requires_grad(g, 0);
+    }
     ol_ctx_free(ctx);
     return tap_done();
 }
