@@ -194,16 +194,21 @@ static void tile_clip(const att_plan *d, int64_t b, int64_t i0, int64_t R, float
     for (int64_t r = 0; r < R; r++) {
         int64_t kv = row_kmax(d, i0 + r);
         float *s = S + r * d->Tk;
-        for (int64_t j = 0; j < kv; j++) {
-            if (pad && !pad[j]) continue;
-            float c = a * s[j] + d->gamma;
-            s[j] = c < 0.0f ? 0.0f : c > 1.0f ? 1.0f : c;
-        }
+        if (!pad)   /* the clamp as ol__clampf's blend: nested selects keep the loop scalar on AVX2 */
+            for (int64_t j = 0; j < kv; j++) s[j] = ol__clampf(a * s[j] + d->gamma, 0.0f, 1.0f);
+        else
+            for (int64_t j = 0; j < kv; j++) {
+                if (!pad[j]) continue;
+                s[j] = ol__clampf(a * s[j] + d->gamma, 0.0f, 1.0f);
+            }
     }
 }
 
 /* softpick: e -> A = ReLU(e − c)/l with c = e^{−m} (masked entries are 0: e = 0 < c gives 0) */
-static inline float softpick_a(float e, float c, float inv) { float a = e - c; return a > 0.0f ? a * inv : 0.0f; }
+static inline float softpick_a(float e, float c, float inv) {
+    float a = e - c;
+    return ol__keepf(a > 0.0f, a * inv);   /* a > 0 ? a·inv : 0 without a branch (AVX2 vectorises it) */
+}
 static void tile_softpick(const att_plan *d, int64_t row0, int64_t i0, int64_t R, float *S) {
     for (int64_t r = 0; r < R; r++) {
         int64_t row = row0 + i0 + r, kv = row_kmax(d, i0 + r);
@@ -358,7 +363,7 @@ static void attention_backward(ol_node *nd) {
                 if (d->kind == OL_ATTN_CLIPPED)
                     for (int64_t j = 0; j < kv; j++) {
                         float c = a * p[j] + d->gamma;
-                        g[j] = (c > 0.0f && c < 1.0f) ? g[j] * a : 0.0f;
+                        g[j] = ol__keepf((c > 0.0f) & (c < 1.0f), g[j] * a);   /* 0 < c < 1 ? g·a : 0 */
                     }
                 float dsp = 0.0f, D = 0.0f;
                 /* sink: z′ and the weight P̃′ = P′·z′ that multiplied v′ */

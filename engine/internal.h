@@ -135,6 +135,16 @@ static inline float ol__clampf(float x, float lo, float hi) {
     return x;
 }
 
+/* keep ? x : +0.0f as a mask of bits (x computed in any case): a float select under a float
+ * comparison can become a branch that keeps a loop scalar on AVX2 (see ol__clampf) */
+static inline float ol__keepf(int keep, float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    b &= 0u - (uint32_t)(keep != 0);
+    memcpy(&x, &b, 4);
+    return x;
+}
+
 /* e^x in plain float arithmetic (no libm call, so loops that use it vectorise without
  * fast-math): range reduction x = n·ln2 + r with a Cody–Waite split of ln2, e^r by its degree-7
  * Taylor polynomial (truncation < 2e-8 relative), 2^n through the exponent bits; x is clamped

@@ -1,5 +1,6 @@
 /*
- * test_expf.c — the engine's e^x (ol__expf) and its clamp (ol__clampf), engine/internal.h.
+ * test_expf.c — the engine's e^x (ol__expf), its clamp (ol__clampf) and the kept-or-zero mask
+ * (ol__keepf), engine/internal.h.
  *
  * The clamp is a blend of bit patterns so that loops using e^x vectorise (see internal.h); it
  * must give the bits of the plain selects `x < lo ? lo : x > hi ? hi : x` for every float,
@@ -79,6 +80,14 @@ int main(void) {
         if (bits_of(ol__clampf(x, l, h)) != bits_of(clamp_ref(x, l, h))) bad++;
     }
     is_int(bad, 0, "clamp: the bits of the selects with 10^5 random bounds");
+
+    /* the kept-or-zero mask: x's bits when kept (NaN and -0 included), +0 otherwise */
+    bad = 0;
+    for (int i = 0; i < 100000; i++) {
+        float x = from_bits(next32());
+        if (bits_of(ol__keepf(1, x)) != bits_of(x) || bits_of(ol__keepf(0, x)) != 0u || bits_of(ol__keepf(-3, x)) != bits_of(x)) bad++;
+    }
+    is_int(bad, 0, "keepf: x's bits when kept, +0 when not, on 10^5 random bit patterns");
 
     /* e^x: accuracy inside the clamp, the edges outside it */
     double worst = 0.0;
