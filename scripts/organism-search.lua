@@ -2,7 +2,9 @@
 -- ("The search"): one LLaMA organism trained on a data layout or recipe that is not an
 -- experiment option, then measured the way the project measures (outlierlab.analysis.phenomena
 -- on 16 held-out batches of 16 sequences) plus what the search asked about: the norm of the
--- initial token's state against the ordinary tokens', where each sequence's largest |h| sits,
+-- initial token's state against the ordinary tokens', what each layer writes at position 0 (the
+-- norm of h_l − h_(l−1) there, against the ordinary tokens' median write, and the cosine of the
+-- state with layer 0's), where each sequence's largest |h| sits,
 -- the attention of every head on the first key and on <bos> wherever it is, and what the loss
 -- says when the initial token's state is scaled (analysis.remedies.scale_state).
 --
@@ -27,7 +29,8 @@
 -- Recipe knobs beyond the experiments': B (the batch), beta1, n_head, d_model/d_ff, vocab_size;
 -- preset=gpt2-quick trains the GPT-2 organism's shape instead (learned positions, LayerNorm,
 -- GELU), bias=false without its linear and LayerNorm biases (SO's GPT-2, nanoGPT's bias=False);
--- tie=true ties the LLaMA organism's head to its token embedding (GPT-2's and many small LLMs' head).
+-- tie=true ties the LLaMA organism's head to its token embedding (GPT-2's and many small LLMs' head);
+-- embed_scale=F multiplies the LLaMA organism's token embedding by a fixed F (models' embed_scale).
 -- Nothing here enters the model cache or the results: it prints its numbers.
 local ffi = require "ffi"
 local ol = require "outlierlab"
@@ -36,7 +39,7 @@ local cfg = require("outlierlab.config").get{
   n_head = 2, T = 64, B = 32, layout = "bos", doc_min = 16, doc_max = 96, p_bos0 = 0.0, prefix_max = 16, n_bos = 8,
   groups = 8, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3, vocab_size = 128, n_triggers = 24,
   n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, p_text = 0.5, text_vocab = 1024, threads = 0, measure_every = 0, tag = "",
-  preset = "llama-organism", bias = true, tie = false,
+  preset = "llama-organism", bias = true, tie = false, embed_scale = 0,
 }
 if cfg.threads > 0 then ol.set_num_threads(cfg.threads) end
 local org = require "outlierlab.data.organism"
@@ -153,6 +156,7 @@ end
 local over = { vocab_size = text and text.vocab or V + (MULTI and cfg.n_bos or 0), block_size = cfg.T,
   n_layer = cfg.n_layer, n_head = cfg.n_head, d_model = cfg.d_model, d_ff = cfg.d_ff, seed = cfg.seed }
 if cfg.preset:match("^gpt2") then over.bias = cfg.bias else over.n_kv_head = cfg.n_head; over.tie_embeddings = cfg.tie end
+if cfg.embed_scale > 0 then over.embed_scale = cfg.embed_scale end   -- a fixed factor on the token embedding (llama)
 local mcfg = models.preset(cfg.preset, over)
 local ctx = ol.Context{ seed = cfg.seed }
 local m = models.build(ctx, mcfg)
@@ -164,7 +168,11 @@ local function measure(nb, first)
   local L, C, T, NH = cfg.n_layer, cfg.d_model, cfg.T, cfg.n_head
   local ph = phenomena.new{ category = category, T = T, C = C, n_head = NH, causal = true }
   local extra = {}
-  for l = 0, L - 1 do extra[l] = { norm0 = 0, normord = 0, at0 = 0, atbos = 0, n = 0, a0 = {}, abos = {}, na = 0 } end
+  for l = 0, L - 1 do
+    extra[l] = { norm0 = 0, normord = 0, at0 = 0, atbos = 0, n = 0, a0 = {}, abos = {}, na = 0, write0 = 0, cos0 = 0 }
+  end
+  -- position 0's state per row after the previous layer and after layer 0 (the layers' writes there)
+  local prev0, first0 = {}, {}
   local va = loader("val", cfg.seed + 1, 16)
   va.step = first or 0
   ctx:no_grad(function()
@@ -184,6 +192,31 @@ local function measure(nb, first)
             nrm[t + 1] = math.sqrt(s2)
           end
           e.norm0 = e.norm0 + nrm[1]
+          -- what this layer wrote at position 0 (‖h_l − h_(l−1)‖ there) and how far the state turned
+          -- from layer 0's (cosine)
+          local v, all = {}, {}
+          for c = 0, C - 1 do v[c + 1] = d[(b * T) * C + c] end
+          for i = 0, T * C - 1 do all[i + 1] = d[b * T * C + i] end
+          if l > 0 and prev0[b] then
+            local wt = {}   -- the ordinary tokens' writes: the median over positions 1 … T−1
+            for t = 1, T - 1 do
+              local w2 = 0
+              for c = 1, C do local dv = all[t * C + c] - prev0[b].all[t * C + c]; w2 = w2 + dv * dv end
+              wt[t] = math.sqrt(w2)
+            end
+            e.writeord = (e.writeord or 0) + median(wt)
+            local w2, dot, n1, n2 = 0, 0, 0, 0
+            for c = 1, C do
+              local dv = v[c] - prev0[b][c]
+              w2, dot = w2 + dv * dv, dot + v[c] * first0[b][c]
+              n1, n2 = n1 + v[c] * v[c], n2 + first0[b][c] * first0[b][c]
+            end
+            e.write0 = e.write0 + math.sqrt(w2)
+            e.cos0 = e.cos0 + dot / math.sqrt(n1 * n2)
+          end
+          if l == 0 then first0[b] = v end
+          v.all = all
+          prev0[b] = v
           table.remove(nrm, 1)
           e.normord = e.normord + median(nrm)
           e.at0 = e.at0 + (tpos == 0 and 1 or 0)
@@ -228,9 +261,11 @@ local function report(step, loss)
     local x, pl = e[l], r.per_layer[l]
     local hs = {}
     for h = 1, cfg.n_head do hs[h] = string.format("%.2f/%.2f", x.a0[h] / x.na, x.abos[h] / x.na) end
-    print(string.format("  layer %d: top-1/median %.1f (at the initial token %.1f) | ‖h‖ position 0 %.0f, ordinary median %.0f (× %.1f) | top-1 at position 0 %.2f, at <bos> %.2f | kurtosis %.1f | heads on key 0 / on <bos> %s",
+    print(string.format("  layer %d: top-1/median %.1f (at the initial token %.1f) | ‖h‖ position 0 %.0f, ordinary median %.0f (× %.1f) | top-1 at position 0 %.2f, at <bos> %.2f | kurtosis %.1f | heads on key 0 / on <bos> %s%s",
       l, pl.ratio, (pl.ratio_at or {}).initial or 0 / 0, x.norm0 / x.n, x.normord / x.n, x.norm0 / x.normord,
-      x.at0 / x.n, x.atbos / x.n, pl.kurtosis, table.concat(hs, " ")))
+      x.at0 / x.n, x.atbos / x.n, pl.kurtosis, table.concat(hs, " "),
+      l > 0 and string.format(" | written at position 0 ‖Δ‖ %.0f (%.3f of layer 0's ‖h‖ there; ordinary tokens' median ‖Δ‖ %.0f), cosine with layer 0's state %.4f",
+        x.write0 / x.n, (x.write0 / x.n) / (e[0].norm0 / e[0].n), x.writeord / x.n, x.cos0 / x.n) or ""))
   end
   -- the dose-response of the initial token's state (analysis.remedies.scale_state)
   local bs = quant.batches(ctx, loader("val", cfg.seed + 1, 16), 8)
