@@ -169,10 +169,11 @@ local function measure(nb, first)
   local ph = phenomena.new{ category = category, T = T, C = C, n_head = NH, causal = true }
   local extra = {}
   for l = 0, L - 1 do
-    extra[l] = { norm0 = 0, normord = 0, at0 = 0, atbos = 0, n = 0, a0 = {}, abos = {}, na = 0, write0 = 0, cos0 = 0 }
+    extra[l] = { norm0 = 0, normord = 0, at0 = 0, atbos = 0, n = 0, a0 = {}, abos = {}, na = 0, write0 = 0, writeord = 0,
+                 cos0 = 0 }
   end
-  -- position 0's state per row after the previous layer and after layer 0 (the layers' writes there)
-  local prev0, first0 = {}, {}
+  -- each row's states (T × C, flat) after the previous layer and after layer 0 (the layers' writes)
+  local prev_h, first_h = {}, {}
   local va = loader("val", cfg.seed + 1, 16)
   va.step = first or 0
   ctx:no_grad(function()
@@ -194,29 +195,23 @@ local function measure(nb, first)
           e.norm0 = e.norm0 + nrm[1]
           -- what this layer wrote at position 0 (‖h_l − h_(l−1)‖ there) and how far the state turned
           -- from layer 0's (cosine)
-          local v, all = {}, {}
-          for c = 0, C - 1 do v[c + 1] = d[(b * T) * C + c] end
-          for i = 0, T * C - 1 do all[i + 1] = d[b * T * C + i] end
-          if l > 0 and prev0[b] then
-            local wt = {}   -- the ordinary tokens' writes: the median over positions 1 … T−1
-            for t = 1, T - 1 do
+          local h = {}
+          for i = 0, T * C - 1 do h[i + 1] = d[b * T * C + i] end
+          if l > 0 and prev_h[b] then
+            local p, wt = prev_h[b], {}   -- ‖h_l − h_(l−1)‖ at each position
+            for t = 0, T - 1 do
               local w2 = 0
-              for c = 1, C do local dv = all[t * C + c] - prev0[b].all[t * C + c]; w2 = w2 + dv * dv end
-              wt[t] = math.sqrt(w2)
+              for i = t * C + 1, (t + 1) * C do local dv = h[i] - p[i]; w2 = w2 + dv * dv end
+              wt[t + 1] = math.sqrt(w2)
             end
-            e.writeord = (e.writeord or 0) + median(wt)
-            local w2, dot, n1, n2 = 0, 0, 0, 0
-            for c = 1, C do
-              local dv = v[c] - prev0[b][c]
-              w2, dot = w2 + dv * dv, dot + v[c] * first0[b][c]
-              n1, n2 = n1 + v[c] * v[c], n2 + first0[b][c] * first0[b][c]
-            end
-            e.write0 = e.write0 + math.sqrt(w2)
+            e.write0 = e.write0 + table.remove(wt, 1)
+            e.writeord = e.writeord + median(wt)   -- the ordinary tokens': positions 1 … T−1
+            local h0, dot, n1, n2 = first_h[b], 0, 0, 0
+            for c = 1, C do dot, n1, n2 = dot + h[c] * h0[c], n1 + h[c] * h[c], n2 + h0[c] * h0[c] end
             e.cos0 = e.cos0 + dot / math.sqrt(n1 * n2)
           end
-          if l == 0 then first0[b] = v end
-          v.all = all
-          prev0[b] = v
+          if l == 0 then first_h[b] = h end
+          prev_h[b] = h
           table.remove(nrm, 1)
           e.normord = e.normord + median(nrm)
           e.at0 = e.at0 + (tpos == 0 and 1 or 0)
