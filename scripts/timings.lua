@@ -54,8 +54,8 @@ for _, id in ipairs(ids) do
           -- a model resumed by a version without train_clock.lua recorded its last run's time only
           if info.resumed and not fs.read_file(dir .. "/train_clock.lua") then resumed = resumed + 1 end
           -- the machine decides the time (and the bits): its CPU and OpenBLAS kernels, not the threads
-          local m = type(info.machine) == "table" and string.format("%s, OpenBLAS %s kernels", tostring(info.machine.cpu),
-                                                                    tostring(info.machine.blas_core)) or "no machine recorded"
+          local m = type(info.machine) == "table" and require("outlierlab.figure.netcdf").machine_kernels(info.machine)
+                    or "no machine recorded"
           if not machines[m] then machines[m] = 0; machine_order[#machine_order + 1] = m end
           machines[m] = machines[m] + 1
         end

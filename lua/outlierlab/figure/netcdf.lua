@@ -87,11 +87,17 @@ function M.machine()
   return { cpu = M._cpu, blas_core = core ~= nil and ffi.string(core) or "unknown", threads = ol.num_threads() }
 end
 
+-- a machine's CPU and kernels (what decides the bits and the speed), "CPU, OpenBLAS X kernels"
+function M.machine_kernels(m)
+  m = m or M.machine()
+  return string.format("%s, OpenBLAS %s kernels", tostring(m.cpu or "?"), tostring(m.blas_core or "?"))
+end
+
 -- a machine (this one, or a record read back from run.json) in one line, for summaries and the gallery
 function M.machine_line(m)
   m = m or M.machine()
-  return string.format("%s, OpenBLAS %s kernels, %s thread%s", tostring(m.cpu or "?"), tostring(m.blas_core or "?"),
-                       tostring(m.threads or "?"), tonumber(m.threads) == 1 and "" or "s")
+  return string.format("%s, %s thread%s", M.machine_kernels(m), tostring(m.threads or "?"),
+                       tonumber(m.threads) == 1 and "" or "s")
 end
 
 -- number of MPI ranks of this run (the dist module when present, else Open MPI's env, else 1)
