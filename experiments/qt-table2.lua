@@ -51,6 +51,9 @@ local QUANTITIES = {
   { key = "avg_kurtosis", name = "avg_kurtosis", long = "mean over QT's hooked tensors of the per-sequence Pearson kurtosis", title = "avg kurtosis" },
   { key = "q", name = "w8a8_metric", long = "metric after W8A8 post-training quantisation (same units as fp_metric)" },
   { key = "deg", name = "w8a8_degradation", long = "degradation under W8A8: W8A8 minus FP perplexity (BERT, OPT), FP minus W8A8 top-1 percent (ViT)", title = "W8A8 degradation" },
+  -- not in the paper: QT's two statistics of the one tensor the parts table blames on the decoder
+  { key = "xd_max", name = "x_down_max_inf_norm", long = "max over layers of the per-sequence max |x_down| (the input of W_down: act(up), SwiGLU silu(gate)*up), averaged over sequences" },
+  { key = "xd_kurt", name = "x_down_kurtosis", long = "mean over layers of the per-sequence kurtosis of x_down (QT's code's mu4/(sigma^4 + 1e-6))" },
 }
 
 local vars = {
@@ -152,6 +155,9 @@ local function analyze(run)
             t.seed, r.fp, r.max_inf_norm, r.avg_kurtosis, r.q, r.sites)
     -- the 4-bit era's settings on the same model and held-out batches (a fresh copy of the model)
     local ctx, m, L = ptq.load(t.spec, t.handle)
+    -- QT's statistics of x_down alone (the parts table's largest kind on the decoder)
+    local xd = ptq.outlier_stats(ctx, m, { loader = L.val, n = cfg.n_stats, points = { "x_down" }, kurtosis = "qt_code" })
+    r.xd_max, r.xd_kurt = xd.max_inf_norm, xd.avg_kurtosis
     -- where the W8A8 loss comes from: one part quantised at a time, the rest in full precision
     -- (W8A8 restores the model after each)
     r.parts = {}
@@ -272,8 +278,10 @@ local function parts_table(v, fams)
   local ns = v.n_seeds
   local head = { "model", "attention", "W8A8 (all)" }
   for _, part in ipairs(ptq.W8A8_PARTS) do head[#head + 1] = part.label end
+  head[#head + 1] = "x_down: max inf norm"
+  head[#head + 1] = "x_down: avg kurtosis"
   local out = { "### Where the W8A8 loss comes from, not in the paper", "",
-    "The same models, batches and quantisers as the W8A8 column, with one part quantised and the rest in full precision: the weights alone, the activations alone, or the activations at the outputs of one kind of op (ptq.W8A8_PARTS; the final head stays in full precision). Each cell: the degradation (perplexity; ViT: top-1 points), mean ± sd over " .. ns .. " seed(s). The parts do not add up: rounding errors compound through the layers.",
+    "The same models, batches and quantisers as the W8A8 column, with one part quantised and the rest in full precision: the weights alone, the activations alone, or the activations at the outputs of one kind of op (ptq.W8A8_PARTS; the final head stays in full precision). Each cell: the degradation (perplexity; ViT: top-1 points), mean ± sd over " .. ns .. " seed(s). The parts do not add up: rounding errors compound through the layers. The last two columns: QT's max inf norm and kurtosis of the tensor x_down alone (the input of W_down) on the held-out batches, mean ± sd over the seeds.",
     "", "| " .. table.concat(head, " | ") .. " |", "|" .. string.rep("---|", #head) }
   local largest = {}
   for fi, fam in ipairs(fams) do
@@ -286,6 +294,8 @@ local function parts_table(v, fams)
         -- the largest single kind of activation (not the weights or all activations together)
         if pi > 2 and mu == mu and mu > best then best, bi = mu, pi end
       end
+      cells[#cells + 1] = seeds.pm_of(v.x_down_max_inf_norm_mean(fi, vi), v.x_down_max_inf_norm_sd(fi, vi), ns, "%.3g")
+      cells[#cells + 1] = seeds.pm_of(v.x_down_kurtosis_mean(fi, vi), v.x_down_kurtosis_sd(fi, vi), ns, "%.3g")
       out[#out + 1] = "| " .. table.concat(cells, " | ") .. " |"
       if vi == 1 and bi then
         local all = v.w8a8_degradation_mean(fi, vi)

@@ -19,8 +19,10 @@ local expect = {
   ["so-fig12"] = { vars = { "double train_loss(variant, step)", "double early_loss(variant)", "double early_loss_per_seed(variant, seed)" },
                    md = { "first 20 %" }, cached = 6 },
   ["qt-table2"] = { vars = { "double fp_metric(family, variant, seed)", "double max_inf_norm(family, variant, seed)",
-                             "double avg_kurtosis(family, variant, seed)", "double w8a8_metric(family, variant, seed)" },
-                    md = { "| BERT | vanilla | 4.49 |", "| OPT | gated attention | 15.55 |", "| ViT | clipped softmax | 80.89 |" } },
+                             "double avg_kurtosis(family, variant, seed)", "double w8a8_metric(family, variant, seed)",
+                             "double x_down_max_inf_norm(family, variant, seed)", "double x_down_kurtosis_mean(family, variant)" },
+                    md = { "| BERT | vanilla | 4.49 |", "| OPT | gated attention | 15.55 |", "| ViT | clipped softmax | 80.89 |",
+                           "| x_down: max inf norm | x_down: avg kurtosis |" } },
   ["qt-table1"] = { vars = { "double gamma_used(row)", "double w8a8_ppl(row, seed)", "double avg_kurtosis_mean(row)" },
                     md = { "| -0.03 |", "451" }, cached = 1 },
 }
@@ -48,5 +50,21 @@ local md = slurp(tmp .. "/results/qt-table2/quick/summary.md")
 local shown = tonumber(md:match("| BERT | vanilla | 4%.49 | ([%d%.e%+%-]+) |"))
 t.ok(first and shown and math.abs(first - shown) <= 1e-3 * math.abs(first) + 0.05, "summary FP metric matches the NetCDF value",
      tostring(first) .. " vs " .. tostring(shown))
+-- x_down's statistics: one finite positive value per (family, variant, seed), and not the
+-- max inf norm of QT's hooked tensors (another tensor), which the parts table shows beside it
+local function values(name)
+  local d = sh("ncdump -v " .. name .. " " .. tmp .. "/results/qt-table2/quick/qt-table2.nc")
+  local body, xs = d:match(name .. " =(.-);") or "", {}
+  for x in body:gmatch("[%d%.e%+%-]+") do xs[#xs + 1] = tonumber(x) end
+  return xs
+end
+local xm, mi, xk = values("x_down_max_inf_norm"), values("max_inf_norm"), values("x_down_kurtosis")
+local fine, differ = #xm == 9 and #xk == 9, false
+for i = 1, #xm do
+  if not (xm[i] > 0 and xm[i] < math.huge and xk[i] and xk[i] > 0) then fine = false end
+  if mi[i] and math.abs(xm[i] - mi[i]) > 1e-6 * mi[i] then differ = true end
+end
+t.ok(fine, "qt-table2: x_down's max inf norm and kurtosis for each of the 9 models", table.concat(xm, " ") .. " / " .. table.concat(xk, " "))
+t.ok(differ, "qt-table2: x_down's max inf norm is its own tensor's, not QT's hooked tensors'", table.concat(xm, " ") .. " / " .. table.concat(mi, " "))
 os.execute("rm -rf '" .. tmp .. "'")
 return t.done()
