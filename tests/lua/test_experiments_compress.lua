@@ -43,21 +43,21 @@ for _, id in ipairs({ "so-fig11", "so-table3", "so-fig12", "qt-table2", "qt-tabl
     t.ok(n >= expect[id].cached, id .. ": reuses " .. expect[id].cached .. " model(s) trained by an earlier experiment (" .. n .. ")", out)
   end
 end
+-- the values of one variable of qt-table2's NetCDF file, in ncdump's order
+local function values(name)
+  local d = sh("ncdump -v " .. name .. " " .. tmp .. "/results/qt-table2/quick/qt-table2.nc")
+  local body, xs = d:match("\n " .. name .. " =(.-);") or "", {}
+  for x in body:gmatch("[%d%.e%+%-]+") do xs[#xs + 1] = tonumber(x) end
+  return xs
+end
 -- the NetCDF values are the ones the summary reports: qt-table2 FP metric of BERT vanilla
-local dump = sh("ncdump -v fp_metric " .. tmp .. "/results/qt-table2/quick/qt-table2.nc")
-local first = tonumber(dump:match("fp_metric =%s*([%d%.e%+%-]+)"))
+local first = values("fp_metric")[1]
 local md = slurp(tmp .. "/results/qt-table2/quick/summary.md")
 local shown = tonumber(md:match("| BERT | vanilla | 4%.49 | ([%d%.e%+%-]+) |"))
 t.ok(first and shown and math.abs(first - shown) <= 1e-3 * math.abs(first) + 0.05, "summary FP metric matches the NetCDF value",
      tostring(first) .. " vs " .. tostring(shown))
 -- x_down's statistics: one finite positive value per (family, variant, seed), and not the
 -- max inf norm of QT's hooked tensors (another tensor), which the parts table shows beside it
-local function values(name)
-  local d = sh("ncdump -v " .. name .. " " .. tmp .. "/results/qt-table2/quick/qt-table2.nc")
-  local body, xs = d:match(name .. " =(.-);") or "", {}
-  for x in body:gmatch("[%d%.e%+%-]+") do xs[#xs + 1] = tonumber(x) end
-  return xs
-end
 local xm, mi, xk = values("x_down_max_inf_norm"), values("max_inf_norm"), values("x_down_kurtosis")
 local fine, differ = #xm == 9 and #xk == 9, false
 for i = 1, #xm do
