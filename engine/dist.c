@@ -288,6 +288,26 @@ int ol_dist_check_params(ol_ctx *c) {
 }
 
 void ol_dist_barrier(void) { if (active()) MPI_Barrier(comm()); }
+
+/* A barrier that waits asleep: MPI_Ibarrier, then MPI_Test every poll_ms milliseconds.
+ * Open MPI's blocking collectives poll at 100 % of a core; a rank whose sweep members are
+ * done can wait many minutes for the others, taking a core that their threads (or another
+ * job) could use. The collective that follows then finds every rank there. */
+int ol_dist_quiet_barrier(int32_t poll_ms) {
+    if (poll_ms < 1 || poll_ms > 10000) OL_FAIL_INT("dist_quiet_barrier: poll_ms %d must be in 1..10000", poll_ms);
+    if (!active() || ol_dist_size() == 1) return 0;
+    MPI_Request req;
+    int rc = MPI_Ibarrier(comm(), &req);
+    if (rc != MPI_SUCCESS) return mpi_fail("dist_quiet_barrier", rc);
+    struct timespec ts = { poll_ms / 1000, (long)(poll_ms % 1000) * 1000000L };
+    for (;;) {
+        int done = 0;
+        rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail("dist_quiet_barrier", rc);
+        if (done) return 0;
+        nanosleep(&ts, NULL);
+    }
+}
 double ol_dist_wtime(void) {
     if (active()) return MPI_Wtime();
     struct timespec ts;

@@ -519,6 +519,7 @@ int      ol_dist_bcast_params(ol_ctx *ctx, int32_t root);  /* params and AdamW s
 uint64_t ol_params_checksum(ol_ctx *ctx);   /* FNV-1a over the parameter bytes */
 int      ol_dist_check_params(ol_ctx *ctx); /* error if any rank's checksum differs */
 void     ol_dist_barrier(void);
+int      ol_dist_quiet_barrier(int32_t poll_ms);   /* a barrier that sleeps poll_ms between tests */
 double   ol_dist_wtime(void);
 void     ol_dist_abort(int32_t code);
 /* Checkpoint before a batch system's time limit: watch a signal (e.g. SIGUSR1 = 10); the

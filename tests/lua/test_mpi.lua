@@ -1,6 +1,8 @@
 -- Data parallelism: 1 rank and 2 ranks (mpirun -np 2 --oversubscribe) give the same loss
 -- curve within fp32 tolerance for the same global batch (rank shards are summed in a
 -- different order than one rank's rows, so bits may differ; the bound is 1e-5 relative).
+-- Also: an error on one rank stops the job with its message; a sweep's rank that is done waits
+-- for the others asleep (dist.quiet_barrier), not in an MPI collective's busy poll.
 local t = require "outlierlab.tap"
 local root = OUTLIERLAB_ROOT
 
@@ -37,5 +39,44 @@ f:close()
 local out, ok = run(env .. "timeout 60 mpirun --oversubscribe -np 2 " .. root .. "/bin/outlierlab run " .. bad)
 t.ok(not ok, "the job exits non-zero when one rank fails")
 t.ok(out:find("rank 1 of 2: ", 1, true) and out:find("boom on purpose", 1, true), "the failing rank's message is printed", out)
+os.remove(bad)
+
+-- a sweep's rank whose members are done waits for the others asleep (runner/run.lua's
+-- dist.quiet_barrier): tests/mpi/sweep_idle.lua holds rank 0's member for 2 s while rank 1's
+-- returns at once; in an MPI collective's busy poll rank 1 would spend most of those 2 s on a core
+local tmp = os.tmpname()
+os.remove(tmp)
+out = run(env .. "timeout 60 mpirun --oversubscribe -np 2 " .. root .. "/bin/outlierlab run " .. root ..
+  "/tests/mpi/sweep_idle.lua --profile=quick --out=" .. tmp)
+local w1, c1 = out:match("rank 1 wall ([%d%.]+) cpu ([%d%.]+)")
+w1, c1 = tonumber(w1), tonumber(c1)
+t.ok(w1 and w1 >= 1.8, "the sweep's early rank waited for the other's 2 s member", out)
+t.ok(c1 and w1 and c1 < 0.25 * w1, "it waited asleep: CPU seconds under a quarter of the wait", out)
+os.execute("rm -rf '" .. tmp .. "'")
+
+-- the quiet barrier itself: a barrier (rank 0 leaves only after rank 1's 1 s sleep), asleep
+f = io.open(bad, "w")
+f:write([[local dist = require "outlierlab.util.dist"
+local ffi = require "ffi"
+ffi.cdef "int usleep(unsigned int usec);"
+local now = require("outlierlab.util.progress").now
+local c0, w0 = os.clock(), now()
+if dist.rank() == 1 then ffi.C.usleep(1000000) end
+dist.quiet_barrier(5)
+if dist.rank() == 0 then print(string.format("quiet wall %.3f cpu %.3f", now() - w0, os.clock() - c0)) end
+]])
+f:close()
+out = run(env .. "timeout 60 mpirun --oversubscribe -np 2 " .. root .. "/bin/outlierlab run " .. bad)
+local qw, qc = out:match("quiet wall ([%d%.]+) cpu ([%d%.]+)")
+qw, qc = tonumber(qw), tonumber(qc)
+t.ok(qw and qw >= 0.9, "dist.quiet_barrier waits for every rank", out)
+t.ok(qc and qw and qc < 0.25 * qw, "dist.quiet_barrier waits asleep", out)
+os.remove(bad)
+-- a poll interval out of range is an error that names it (one process too)
+f = io.open(bad, "w")
+f:write('require("outlierlab.util.dist").quiet_barrier(0)\n')
+f:close()
+out, ok = run(env .. root .. "/bin/outlierlab run " .. bad)
+t.ok(not ok and out:find("dist_quiet_barrier: poll_ms 0", 1, true), "quiet_barrier(0) is an error naming poll_ms", out)
 os.remove(bad)
 return t.done()

@@ -218,6 +218,9 @@ function Run:sweep(items, fn)
     os.execute("rm -rf '" .. relay_dir:gsub("'", "'\\''") .. "'")
     os.remove(self.dir .. "/.progress")   -- only when empty
   end
+  -- a rank whose members are done waits here asleep (not in the allgather's busy poll, which
+  -- would take a core from the ranks still training)
+  dist.quiet_barrier()
   local out = {}
   local lead = wr < G   -- world ranks 0..G-1 are the groups' rank 0
   for _, text in ipairs(dist.allgather_string(lead and M.serialize(mine) or M.serialize({}))) do

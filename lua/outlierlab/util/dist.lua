@@ -6,6 +6,7 @@
 --   dist.allreduce_grads(ctx)           -- one MPI_Allreduce over the flat gradient buffer, averaged
 --   dist.check_params(ctx)              -- error if the parameters differ across ranks
 --   dist.split(color)                   -- sweeps: join the group of ranks with this color
+--   dist.quiet_barrier()                -- a barrier that waits asleep (long waits)
 --   dist.shard(B)                       -- (first row, rows) of this rank's part of a global batch
 --
 -- Outside mpirun (or under plain luajit) everything behaves as one rank.
@@ -20,6 +21,9 @@ function M.world_size() return C.ol_dist_world_size() end
 function M.is_rank0() return C.ol_dist_world_rank() == 0 end
 function M.wtime() return C.ol_dist_wtime() end
 function M.barrier() C.ol_dist_barrier() end
+-- a barrier whose waiting rank sleeps (poll_ms between tests, default 20) instead of polling at
+-- 100 % of a core: for waits of seconds to minutes (a sweep's ranks that finished early)
+function M.quiet_barrier(poll_ms) ol.check_status(C.ol_dist_quiet_barrier(poll_ms or 20)) end
 
 function M.print0(...)
   if C.ol_dist_world_rank() == 0 then print(...) end
