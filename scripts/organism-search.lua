@@ -26,7 +26,7 @@
 --   mix       a share --p_text (0.5) of the sequences text rows (its --text_vocab ids after the
 --             task's, <bos> shared), the rest bos rows of the task: idle heads and real words
 -- p_bos0 > 0: that share of the sequences use the bos layout instead.
--- Recipe knobs beyond the experiments': B (the batch), beta1, n_head, d_model/d_ff, vocab_size;
+-- Recipe knobs beyond the experiments': B (the batch), beta1, eps (Adam's), alpha (the bigram rows' Dirichlet), n_head, d_model/d_ff, vocab_size;
 -- preset=gpt2-quick trains the GPT-2 organism's shape instead (learned positions, LayerNorm,
 -- GELU), bias=false without its linear and LayerNorm biases (SO's GPT-2, nanoGPT's bias=False);
 -- tie=true ties the LLaMA organism's head to its token embedding (GPT-2's and many small LLMs' head);
@@ -35,9 +35,9 @@
 local ffi = require "ffi"
 local ol = require "outlierlab"
 local cfg = require("outlierlab.config").get{
-  steps = 3000, lr = 1e-2, wd = 0.1, beta1 = 0.9, beta2 = 0.99, seed = 1, d_model = 64, d_ff = 256, n_layer = 4,
+  steps = 3000, lr = 1e-2, wd = 0.1, beta1 = 0.9, beta2 = 0.99, eps = 1e-8, seed = 1, d_model = 64, d_ff = 256, n_layer = 4,
   n_head = 2, T = 64, B = 32, layout = "bos", doc_min = 16, doc_max = 96, p_bos0 = 0.0, prefix_max = 16, n_bos = 8,
-  groups = 8, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3, vocab_size = 128, n_triggers = 24,
+  groups = 8, alpha = 0.1, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3, vocab_size = 128, n_triggers = 24,
   n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, p_text = 0.5, text_vocab = 1024, threads = 0, measure_every = 0, tag = "",
   preset = "llama-organism", bias = true, tie = false, embed_scale = 0,
 }
@@ -50,7 +50,7 @@ local probes = require "outlierlab.analysis.probes"
 local remedies = require "outlierlab.analysis.remedies"
 local quant = require "outlierlab.analysis.quant"
 
-local task = org.task{ vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups, alpha = 0.1,
+local task = org.task{ vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups, alpha = cfg.alpha,
   p_trigger = cfg.p_trigger, n_pointer = cfg.n_pointer, p_pointer = cfg.p_pointer, pointer_hops = cfg.pointer_hops,
   n_delim = cfg.n_delim, p_delim = cfg.p_delim, n_weak = cfg.n_weak, p_weak = cfg.p_weak, seed = cfg.data_seed }
 local BOS, V = org.special.bos, cfg.vocab_size
@@ -274,7 +274,7 @@ local function report(step, loss)
 end
 
 local tcfg = { steps = cfg.steps, lr = cfg.lr, warmup = 0, schedule = "constant", weight_decay = cfg.wd,
-  betas = { cfg.beta1, cfg.beta2 }, clip = 1.0, progress = "off", eval_every = 0 }
+  betas = { cfg.beta1, cfg.beta2 }, eps = cfg.eps, clip = 1.0, progress = "off", eval_every = 0 }
 local t0 = os.time()
 local res = train.run{ ctx = ctx, model = m, loader = loader("train", cfg.seed, cfg.B), cfg = tcfg,
   on_step = function(step, rec)
