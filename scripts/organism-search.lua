@@ -5,8 +5,10 @@
 -- initial token's state against the ordinary tokens', what each layer writes at position 0 (the
 -- norm of h_l − h_(l−1) there, against the ordinary tokens' median write, and the cosine of the
 -- state with layer 0's), where each sequence's largest |h| sits,
--- the attention of every head on the first key and on <bos> wherever it is, and what the loss
--- says when the initial token's state is scaled (analysis.remedies.scale_state).
+-- the attention of every head on the first key and on <bos> wherever it is, what the last
+-- layer's largest values at ordinary tokens do to the prediction (its entropy and loss with that
+-- channel set to 0 before the final norm), and what the loss says when the initial token's
+-- state is scaled (analysis.remedies.scale_state).
 --
 --   bin/outlierlab run scripts/organism-search.lua --layout=packed --steps=3000 --seed=1
 --
@@ -163,6 +165,54 @@ local m = models.build(ctx, mcfg)
 
 -- ---------------------------------------------------------------- measurement
 local function median(t) table.sort(t) return t[math.floor(#t / 2) + 1] end
+-- The last layer's ordinary tokens (positions 1 … T−1 that have a target): the largest |h| of
+-- the token, the entropy (nats) and cross-entropy of the model's prediction there, and both
+-- again with the token's largest channel set to 0 before the final norm — what the last
+-- layer's own largest values do to the prediction (the final RMSNorm divides every channel by
+-- the state's rms, so one large channel shrinks the others' logits: a flatter prediction).
+local function head_eval(h, off, zero_c, tgt)
+  local C, V = cfg.d_model, mcfg.vocab_size
+  local g = m.norm.weight.data
+  local W = (m.lm_head and m.lm_head.weight or m.embed_tokens.weight).data
+  local s2 = 0
+  for c = 0, C - 1 do
+    local v = c == zero_c and 0 or h[off + c + 1]
+    s2 = s2 + v * v
+  end
+  local r = 1 / math.sqrt(s2 / C + m.norm.eps)
+  local x = {}
+  for c = 0, C - 1 do x[c] = (c == zero_c and 0 or h[off + c + 1]) * r * g[c] end
+  local z, zmax = {}, -math.huge
+  for v = 0, V - 1 do
+    local a = 0
+    for c = 0, C - 1 do a = a + W[v * C + c] * x[c] end
+    z[v] = a
+    if a > zmax then zmax = a end
+  end
+  local se, sez = 0, 0
+  for v = 0, V - 1 do local e = math.exp(z[v] - zmax); se = se + e; sez = sez + e * (z[v] - zmax) end
+  local lse = zmax + math.log(se)
+  return lse - sez / se - zmax, lse - z[tgt]   -- entropy, cross-entropy
+end
+local KINDS = { T = "trigger", R = "recall", P = "pointer", a = "ordinary", w = "weak" }
+local function token_kind(id)
+  local label = task.vocab[id]
+  return label and (KINDS[label:sub(1, 1)] or label) or "text"
+end
+local function last_layer_tokens(acc, h, batch, b)
+  local C, T = cfg.d_model, cfg.T
+  for t = 1, T - 1 do
+    local tgt = batch.targets.idata[b * T + t]
+    if tgt >= 0 then
+      local off, top, tc = t * C, 0, 0
+      for c = 0, C - 1 do local a = math.abs(h[off + c + 1]); if a > top then top, tc = a, c end end
+      local H, ce = head_eval(h, off, -1, tgt)
+      local H0, ce0 = head_eval(h, off, tc, tgt)
+      acc[#acc + 1] = { top, H, ce, H0, ce0, tc, b * T + t, tgt, token_kind(batch.ids.idata[b * T + t]) }
+    end
+  end
+end
+
 -- the project's phenomena (initial = <bos> or a start token) plus the search's own columns
 local function measure(nb, first)
   local L, C, T, NH = cfg.n_layer, cfg.d_model, cfg.T, cfg.n_head
@@ -174,6 +224,9 @@ local function measure(nb, first)
   end
   -- each row's states (T × C, flat) after the previous layer and after layer 0 (the layers' writes)
   local prev_h, first_h = {}, {}
+  -- the last layer's ordinary tokens: largest |h|, the prediction's entropy and loss, and both
+  -- again with that token's largest channel set to 0 before the final norm (last_layer_tokens)
+  local last = {}
   local va = loader("val", cfg.seed + 1, 16)
   va.step = first or 0
   ctx:no_grad(function()
@@ -211,6 +264,7 @@ local function measure(nb, first)
             e.cos0 = e.cos0 + dot / math.sqrt(n1 * n2)
           end
           if l == 0 then first_h[b] = h end
+          if l == L - 1 then last_layer_tokens(last, h, batch, b) end
           prev_h[b] = h
           table.remove(nrm, 1)
           e.normord = e.normord + median(nrm)
@@ -238,15 +292,26 @@ local function measure(nb, first)
     ph:attach(P)
     for _ = 1, nb do
       ctx:reset()
-      P:forward(m, va:next(ctx))
+      local n0 = #last
+      local logits = P:forward(m, va:next(ctx))
+      -- the Lua head of last_layer_tokens against the model's own logits (its cross-entropy)
+      local z, V = logits.data, mcfg.vocab_size
+      for i = n0 + 1, #last do
+        local row, tgt = last[i][7] * V, last[i][8]
+        local zmax = -math.huge
+        for v = 0, V - 1 do if z[row + v] > zmax then zmax = z[row + v] end end
+        local se = 0
+        for v = 0, V - 1 do se = se + math.exp(z[row + v] - zmax) end
+        last.head_err = math.max(last.head_err or 0, math.abs(zmax + math.log(se) - z[row + tgt] - last[i][3]))
+      end
     end
   end)
   ctx:reset()
-  return ph:result(), extra
+  return ph:result(), extra, last
 end
 
 local function report(step, loss)
-  local r, e = measure(16, 0)
+  local r, e, toks = measure(16, 0)
   local L = cfg.n_layer
   local bosrate = 0
   for l = 0, L - 1 do for h = 1, cfg.n_head do if e[l].abos[h] / e[l].na > 0.3 then bosrate = bosrate + 1 end end end
@@ -261,6 +326,43 @@ local function report(step, loss)
       x.at0 / x.n, x.atbos / x.n, pl.kurtosis, table.concat(hs, " "),
       l > 0 and string.format(" | written at position 0 ‖Δ‖ %.0f (%.3f of layer 0's ‖h‖ there; ordinary tokens' median ‖Δ‖ %.0f), cosine with layer 0's state %.4f",
         x.write0 / x.n, (x.write0 / x.n) / (e[0].norm0 / e[0].n), x.writeord / x.n, x.cos0 / x.n) or ""))
+  end
+  -- the last layer's largest values at ordinary tokens: the top 1 % of tokens by largest |h|
+  -- against the rest, and what zeroing that channel does to their prediction
+  if #toks > 0 then
+    table.sort(toks, function(a, b) return a[1] > b[1] end)
+    local n1 = math.max(1, math.floor(#toks / 100))
+    local function means(i0, i1)
+      local m_ = { 0, 0, 0, 0, 0, 0 }
+      for i = i0, i1 do for k = 1, 5 do m_[k] = m_[k] + toks[i][k] end end
+      for k = 1, 5 do m_[k] = m_[k] / (i1 - i0 + 1) end
+      return m_
+    end
+    local top, rest = means(1, n1), means(n1 + 1, #toks)
+    local chans = {}
+    local kinds = {}   -- the kinds of token the top 1 % are (trigger, pointer, ordinary, …)
+    for i = 1, n1 do
+      chans[toks[i][6]] = (chans[toks[i][6]] or 0) + 1
+      kinds[toks[i][9]] = (kinds[toks[i][9]] or 0) + 1
+    end
+    local kl = {}
+    for k, c in pairs(kinds) do kl[#kl + 1] = string.format("%s %.0f%%", k, 100 * c / n1) end
+    table.sort(kl)
+    local cl = {}
+    for c, k in pairs(chans) do cl[#cl + 1] = { c, k } end
+    table.sort(cl, function(a, b) return a[2] > b[2] end)
+    local cs = {}
+    for i = 1, math.min(3, #cl) do cs[i] = string.format("#%d %.0f%%", cl[i][1], 100 * cl[i][2] / n1) end
+    -- Pearson correlation of log(largest |h|) with the entropy over all ordinary tokens
+    local sx, sy, sxx, syy, sxy, n = 0, 0, 0, 0, 0, #toks
+    for _, r in ipairs(toks) do
+      local x, y = math.log(r[1]), r[2]
+      sx, sy, sxx, syy, sxy = sx + x, sy + y, sxx + x * x, syy + y * y, sxy + x * y
+    end
+    local cov = sxy / n - (sx / n) * (sy / n)
+    local corr = cov / math.sqrt((sxx / n - (sx / n) ^ 2) * (syy / n - (sy / n) ^ 2))
+    print(string.format("  last layer, ordinary tokens (%d; top 1 %%: %d, largest |h| %.0f against %.0f; channels %s; tokens %s): entropy %.3f against %.3f, loss %.3f against %.3f; with the largest channel set to 0: entropy %.3f / %.3f, loss %.3f / %.3f; corr(log largest |h|, entropy) %.2f (the head recomputed within %.1e nats of the model's logits)",
+      n, n1, top[1], rest[1], table.concat(cs, ", "), table.concat(kl, ", "), top[2], rest[2], top[3], rest[3], top[4], rest[4], top[5], rest[5], corr, toks.head_err or 0 / 0))
   end
   -- the dose-response of the initial token's state (analysis.remedies.scale_state)
   local bs = quant.batches(ctx, loader("val", cfg.seed + 1, 16), 8)
