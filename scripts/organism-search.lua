@@ -194,11 +194,16 @@ local function head_eval(h, off, zero_c, tgt)
   local lse = zmax + math.log(se)
   return lse - sez / se - zmax, lse - z[tgt]   -- entropy, cross-entropy
 end
+-- the task's kind of token (its labels T…, R…, P…, a…, w…); on text rows the text's category
 local KINDS = { T = "trigger", R = "recall", P = "pointer", a = "ordinary", w = "weak" }
+local TEXT_ROWS = cfg.layout == "text" or cfg.layout == "mix"
 local function token_kind(id)
+  if TEXT_ROWS then return category(id) end
   local label = task.vocab[id]
-  return label and (KINDS[label:sub(1, 1)] or label) or "text"
+  return label and (KINDS[label:sub(1, 1)] or label) or "other"
 end
+-- head_eval recomputes the LLaMA organism's head (RMSNorm with a gain per channel, then the head)
+local LAST_LINE = not cfg.preset:match("^gpt2")
 local function last_layer_tokens(acc, h, batch, b)
   local C, T = cfg.d_model, cfg.T
   for t = 1, T - 1 do
@@ -264,7 +269,7 @@ local function measure(nb, first)
             e.cos0 = e.cos0 + dot / math.sqrt(n1 * n2)
           end
           if l == 0 then first_h[b] = h end
-          if l == L - 1 then last_layer_tokens(last, h, batch, b) end
+          if l == L - 1 and LAST_LINE then last_layer_tokens(last, h, batch, b) end
           prev_h[b] = h
           table.remove(nrm, 1)
           e.normord = e.normord + median(nrm)
@@ -333,7 +338,7 @@ local function report(step, loss)
     table.sort(toks, function(a, b) return a[1] > b[1] end)
     local n1 = math.max(1, math.floor(#toks / 100))
     local function means(i0, i1)
-      local m_ = { 0, 0, 0, 0, 0, 0 }
+      local m_ = { 0, 0, 0, 0, 0 }
       for i = i0, i1 do for k = 1, 5 do m_[k] = m_[k] + toks[i][k] end end
       for k = 1, 5 do m_[k] = m_[k] / (i1 - i0 + 1) end
       return m_
