@@ -57,13 +57,11 @@ os.execute("rm -rf '" .. tmp .. "'")
 -- the quiet barrier itself: a barrier (rank 0 leaves only after rank 1's 1 s sleep), asleep
 f = io.open(bad, "w")
 f:write([[local dist = require "outlierlab.util.dist"
-local ffi = require "ffi"
-ffi.cdef "int usleep(unsigned int usec);"
-local now = require("outlierlab.util.progress").now
-local c0, w0 = os.clock(), now()
-if dist.rank() == 1 then ffi.C.usleep(1000000) end
+local progress = require "outlierlab.util.progress"
+local c0, w0 = os.clock(), progress.now()
+if dist.rank() == 1 then progress.sleep(1000) end
 dist.quiet_barrier(5)
-if dist.rank() == 0 then print(string.format("quiet wall %.3f cpu %.3f", now() - w0, os.clock() - c0)) end
+if dist.rank() == 0 then print(string.format("quiet wall %.3f cpu %.3f", progress.now() - w0, os.clock() - c0)) end
 ]])
 f:close()
 out = run(env .. "timeout 60 mpirun --oversubscribe -np 2 " .. root .. "/bin/outlierlab run " .. bad)

@@ -3,17 +3,15 @@
 -- the end of the sweep. Rank 0 prints each rank's wall and CPU seconds over the sweep
 -- ("rank <r> wall <s> cpu <s>"): a rank that waits must do so asleep (runner/run.lua's quiet
 -- barrier), not in the busy poll of an MPI collective.
-local ffi = require "ffi"
 local dist = require "outlierlab.util.dist"
 local progress = require "outlierlab.util.progress"
-ffi.cdef "int usleep(unsigned int usec);"
 
 local base = { hold = 2 }
 
 local function sweep(run)
   local c0, w0 = os.clock(), progress.now()
   local out = run:sweep({ { label = "holds" }, { label = "returns" } }, function(it, i)
-    if i == 1 then ffi.C.usleep(math.floor(run.cfg.hold * 1e6)) end
+    if i == 1 then progress.sleep(math.floor(run.cfg.hold * 1000)) end
     return { member = i }
   end)
   local mine = { progress.now() - w0, os.clock() - c0 }

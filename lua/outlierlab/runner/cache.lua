@@ -24,9 +24,6 @@ local progress = require "outlierlab.util.progress"
 local results = require "outlierlab.figure.netcdf"
 
 local M = {}
-local ffi = require "ffi"
-ffi.cdef [[int outlierlab_cache_usleep(unsigned int usec) __asm__("usleep");]]
-local C = ffi.C
 
 -- exit status of a run stopped by the batch system's signal after its checkpoint was written
 -- (the Slurm script requeues on it; outlierlab.runner.slurm)
@@ -176,25 +173,18 @@ function M.model(self, spec, trainer)
   -- (in a communicator of its own: the single-process bits), the others wait and read it
   if self.model_ranks == 1 and dist.size() > 1 then
     local first = dist.rank() == 0
-    -- the others wait without spinning (an MPI collective polls at 100 % of a core, which the
-    -- training rank's threads or another job could use): rank 0 writes a marker when it is
-    -- done, the others look for it every 0.1 s, then all meet in the collective below
-    local marker = string.format("%s/.model_ranks_done.%s", dir, dist.allgather_string(first and tostring(fs.pid()) or "")[1])
     dist.split(first and 0 or 1)
     local ok, res = true, nil
-    if first then
-      ok, res = pcall(M.model, self, spec, trainer)
-      pcall(function() fs.mkdir_p(dir); fs.write_atomic(marker, "done\n") end)
-    else
-      while not read_file(marker) do C.outlierlab_cache_usleep(100000) end
-    end
+    if first then ok, res = pcall(M.model, self, spec, trainer) end
     dist.unsplit()
+    -- the others wait asleep (an MPI collective polls at 100 % of a core, which the training
+    -- rank's threads or another job could use), then all meet in the collective below
+    dist.quiet_barrier()
     -- rank 0's error reaches every rank as serialised data (a message, or the runner's
     -- { exit_status =, message = } of a requeue)
     local err = not ok and (type(res) == "table" and { exit_status = res.exit_status, message = res.message } or tostring(res))
     local failure = dist.allgather_string(ok and "" or serialize.serialize({ err = err }))[1]
     if first then
-      os.remove(marker)
       if not ok then error(res, 0) end
       return res
     end
