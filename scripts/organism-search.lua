@@ -170,6 +170,16 @@ local function median(t) table.sort(t) return t[math.floor(#t / 2) + 1] end
 -- again with the token's largest channel set to 0 before the final norm — what the last
 -- layer's own largest values do to the prediction (the final RMSNorm divides every channel by
 -- the state's rms, so one large channel shrinks the others' logits: a flatter prediction).
+-- entropy and cross-entropy (nats) of the logits z[off .. off+V−1] (a Lua table or the model's
+-- float buffer) against target tgt
+local function softmax_stats(z, off, V, tgt)
+  local zmax = -math.huge
+  for v = 0, V - 1 do if z[off + v] > zmax then zmax = z[off + v] end end
+  local se, sez = 0, 0
+  for v = 0, V - 1 do local d = z[off + v] - zmax; local e = math.exp(d); se = se + e; sez = sez + e * d end
+  local lse = zmax + math.log(se)
+  return lse - sez / se - zmax, lse - z[off + tgt]
+end
 local function head_eval(h, off, zero_c, tgt)
   local C, V = cfg.d_model, mcfg.vocab_size
   local g = m.norm.weight.data
@@ -182,17 +192,13 @@ local function head_eval(h, off, zero_c, tgt)
   local r = 1 / math.sqrt(s2 / C + m.norm.eps)
   local x = {}
   for c = 0, C - 1 do x[c] = (c == zero_c and 0 or h[off + c + 1]) * r * g[c] end
-  local z, zmax = {}, -math.huge
+  local z = {}
   for v = 0, V - 1 do
     local a = 0
     for c = 0, C - 1 do a = a + W[v * C + c] * x[c] end
     z[v] = a
-    if a > zmax then zmax = a end
   end
-  local se, sez = 0, 0
-  for v = 0, V - 1 do local e = math.exp(z[v] - zmax); se = se + e; sez = sez + e * (z[v] - zmax) end
-  local lse = zmax + math.log(se)
-  return lse - sez / se - zmax, lse - z[tgt]   -- entropy, cross-entropy
+  return softmax_stats(z, 0, V, tgt)   -- entropy, cross-entropy
 end
 -- the task's kind of token (its labels T…, R…, P…, a…, w…); on text rows the text's category
 local KINDS = { T = "trigger", R = "recall", P = "pointer", a = "ordinary", w = "weak" }
@@ -302,12 +308,8 @@ local function measure(nb, first)
       -- the Lua head of last_layer_tokens against the model's own logits (its cross-entropy)
       local z, V = logits.data, mcfg.vocab_size
       for i = n0 + 1, #last do
-        local row, tgt = last[i][7] * V, last[i][8]
-        local zmax = -math.huge
-        for v = 0, V - 1 do if z[row + v] > zmax then zmax = z[row + v] end end
-        local se = 0
-        for v = 0, V - 1 do se = se + math.exp(z[row + v] - zmax) end
-        last.head_err = math.max(last.head_err or 0, math.abs(zmax + math.log(se) - z[row + tgt] - last[i][3]))
+        local _, ce = softmax_stats(z, last[i][7] * V, V, last[i][8])
+        last.head_err = math.max(last.head_err or 0, math.abs(ce - last[i][3]))
       end
     end
   end)
