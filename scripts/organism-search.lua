@@ -8,7 +8,9 @@
 -- the attention of every head on the first key and on <bos> wherever it is, what the last
 -- layer's largest values at ordinary tokens do to the prediction (its entropy and loss with that
 -- channel set to 0 before the final norm), and what the loss says when the initial token's
--- state is scaled (analysis.remedies.scale_state).
+-- state is scaled (analysis.remedies.scale_state); for the LLaMA presets, every layer's FFN write
+-- decomposed neuron by neuron (analysis.writers: which neuron writes the first token and which
+-- the others).
 --
 --   bin/outlierlab run scripts/organism-search.lua --layout=packed --steps=3000 --seed=1
 --
@@ -50,6 +52,7 @@ local train = require "outlierlab.train.loop"
 local phenomena = require "outlierlab.analysis.phenomena"
 local probes = require "outlierlab.analysis.probes"
 local remedies = require "outlierlab.analysis.remedies"
+local writers = require "outlierlab.analysis.writers"
 local quant = require "outlierlab.analysis.quant"
 
 local task = org.task{ vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups, alpha = cfg.alpha,
@@ -392,6 +395,11 @@ local res = train.run{ ctx = ctx, model = m, loader = loader("train", cfg.seed, 
 print(string.format("[%s] %s: %d steps of %d×%d in %d s; loss %.4f (task floor %.4f)", cfg.tag, cfg.layout, cfg.steps,
   cfg.B, cfg.T, os.time() - t0, res.losses[#res.losses], task.loss_floor))
 report(cfg.steps, res.losses[#res.losses])
+if LAST_LINE then   -- who writes each token's state, neuron by neuron (analysis.writers; LLaMA presets)
+  local va = loader("val", cfg.seed + 1, 16)
+  print(string.format("[%s] the FFN writes (8 held-out batches of 16):", cfg.tag))
+  for _, line in ipairs(writers.lines(writers.measure(ctx, m, function() return va:next(ctx) end, 8))) do print(line) end
+end
 if cfg.layout == "mix" then   -- the same model on each kind of row alone
   for _, pt in ipairs { 1, 0 } do
     cfg.p_text = pt
