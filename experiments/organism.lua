@@ -56,13 +56,17 @@ local KNOBS = {
   -- the remedies' optimizer (adamw, muon, orthoadam) and single-scale RMSNorm (norm_gain=single)
   optimizer = function(c, v) c.optimizer = v end,
   norm_gain = function(c, v) c.norm_gain = v end,
+  -- a fixed factor on the LLaMA decoder's token embedding (docs/ORGANISM.md, "A large token
+  -- embedding": at 20 layer 0 writes no per-token table and <bos>'s state stands out)
+  embed_scale = function(c, v) c.embed_scale = v end,
 }
 -- hops: pointers of 1 .. v hops (at least v pointer tokens, the pointer knob's masses)
 KNOBS.hops = function(c, v) KNOBS.pointer(c, math.max(c.n_pointer or 0, v)); c.pointer_hops = v end
 -- the knobs whose value is a name, not a number
 local NAMED = { attention = true, optimizer = true, norm_gain = true, style = true }
--- the knobs that only the ViT's profiles have
+-- the knobs that only the ViT's profiles have, and the one only the LLaMA decoder's has
 local IMAGE_ONLY = { image = true, classes = true, style = true, dense = true }
+local LLAMA_ONLY = { embed_scale = true }
 
 -- GPT-2 on the decoder's task and recipe, in the LLaMA organism's shape (4 layers, d 64, 2 heads,
 -- F 256 at default): learned absolute positions, LayerNorm and GELU instead of RoPE, RMSNorm and
@@ -104,6 +108,9 @@ local function members(cfg, profile)
         end
         if IMAGE_ONLY[k] and fam ~= "vit" then
           error(string.format("organism: --%s_vary entry '%s': the knob %s is the ViT's (images), not %s's", fam, kv, k, fam), 0)
+        end
+        if LLAMA_ONLY[k] and fam ~= "llama" then
+          error(string.format("organism: --%s_vary entry '%s': the knob %s is the LLaMA decoder's, not %s's", fam, kv, k, fam), 0)
         end
         knobs[#knobs + 1] = { k, value }
       end

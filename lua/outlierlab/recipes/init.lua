@@ -64,6 +64,8 @@ local function overrides(cfg, base)
   if cfg.n_layer and cfg.n_layer > 0 then ov.n_layer = cfg.n_layer end
   if cfg.norm_gain then ov.norm_gain = cfg.norm_gain end   -- single-scale RMSNorm (llama)
   if cfg.embed_proj then ov.embed_proj = true end           -- Park et al.'s orthogonal projections (llama)
+  -- a fixed factor on the token embedding (llama; docs/ORGANISM.md, "A large token embedding")
+  if cfg.embed_scale and cfg.embed_scale > 0 then ov.embed_scale = cfg.embed_scale end
   -- its width and heads knobs (only when set: other specs keep their hash)
   if cfg.d_model then ov.d_model, ov.d_ff = cfg.d_model, cfg.d_ff or 4 * cfg.d_model end
   if cfg.n_head then ov.n_head = cfg.n_head; if cfg.n_kv_head == nil then ov.n_kv_head = cfg.n_head end end
@@ -117,16 +119,16 @@ M.DECODER_TASK = DECODER_TASK
 M.LLAMA_LM_PROFILES = {
   quick = with_task({ preset = "llama-quick", data = "organism", n_tokens = 40000, seq_len = 32, batch = 8,
             steps = 20, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-            eval_batches = 2, seed = 1 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
+            eval_batches = 2, seed = 1, embed_scale = 0 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
   default = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
               steps = 6000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-              eval_batches = 16, seed = 1 }, DECODER_TASK),
+              eval_batches = 16, seed = 1, embed_scale = 0 }, DECODER_TASK),
   long = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
               steps = 18000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-              eval_batches = 16, seed = 1 }, DECODER_TASK),
+              eval_batches = 16, seed = 1, embed_scale = 0 }, DECODER_TASK),
   paper = with_task({ preset = "tinyllama-120m", data = "corpus", n_tokens = 100000000, vocab_size = 32000,
             seq_len = 1024, batch = 480, steps = 50000, lr = 6e-4, warmup = 2000, schedule = "cosine",
-            weight_decay = 0.1, beta2 = 0.95, eval_batches = 64, seed = 1 }),
+            weight_decay = 0.1, beta2 = 0.95, eval_batches = 64, seed = 1, embed_scale = 0 }),
 }
 
 -- base profiles with each profile's extra settings added: profiles_with(base, {quick = {tau = 10}, ...})
