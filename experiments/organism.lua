@@ -56,8 +56,8 @@ local KNOBS = {
   -- the remedies' optimizer (adamw, muon, orthoadam) and single-scale RMSNorm (norm_gain=single)
   optimizer = function(c, v) c.optimizer = v end,
   norm_gain = function(c, v) c.norm_gain = v end,
-  -- a fixed factor on the LLaMA decoder's token embedding (docs/ORGANISM.md, "A large token
-  -- embedding": at 20 layer 0 writes no per-token table and <bos>'s state stands out)
+  -- a fixed factor on the LLaMA decoder's token embedding (docs/ORGANISM.md, "Why the ratio
+  -- stops": at 20 layer 0 writes no per-token table and <bos>'s state stands out)
   embed_scale = function(c, v) c.embed_scale = v end,
 }
 -- hops: pointers of 1 .. v hops (at least v pointer tokens, the pointer knob's masses)

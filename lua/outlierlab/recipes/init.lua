@@ -64,7 +64,7 @@ local function overrides(cfg, base)
   if cfg.n_layer and cfg.n_layer > 0 then ov.n_layer = cfg.n_layer end
   if cfg.norm_gain then ov.norm_gain = cfg.norm_gain end   -- single-scale RMSNorm (llama)
   if cfg.embed_proj then ov.embed_proj = true end           -- Park et al.'s orthogonal projections (llama)
-  -- a fixed factor on the token embedding (llama; docs/ORGANISM.md, "A large token embedding")
+  -- a fixed factor on the token embedding (llama; docs/ORGANISM.md, "Why the ratio stops")
   if cfg.embed_scale and cfg.embed_scale > 0 then ov.embed_scale = cfg.embed_scale end
   -- its width and heads knobs (only when set: other specs keep their hash)
   if cfg.d_model then ov.d_model, ov.d_ff = cfg.d_model, cfg.d_ff or 4 * cfg.d_model end
