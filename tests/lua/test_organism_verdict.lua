@@ -94,6 +94,7 @@ for _, h in ipairs(j6.models or {}) do
 end
 t.ok(ok6 and spec6 and spec6.spec and spec6.spec.model.overrides.embed_scale == 20,
      "embed_scale=20: one more model, with embed_scale 20 in its spec", o6 .. cjson.encode(spec6 or {}))
+t.ok(o6:find("token embedding × 20", 1, true), "its training log names the embedding factor", o6)
 local o7, ok7 = t.sh(string.format(base, "organism") .. " --families=gpt2 --gpt2_vary=embed_scale=20")
 t.ok(not ok7 and o7:find("the knob embed_scale is the LLaMA decoder's", 1, true) and not o7:find("model %x+: training"),
      "embed_scale on the GPT-2 map is an error naming it", o7)

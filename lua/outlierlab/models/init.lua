@@ -199,6 +199,7 @@ function M.build(ctx, cfg)
       shape = shape .. string.format(" %dpx/%d %d classes", c.image_size, c.patch_size, c.n_classes)
     else
       shape = shape .. string.format(" V%d T%d", c.vocab_size, c.block_size)
+      if (c.embed_scale or 0) > 0 then shape = shape .. string.format(", token embedding × %g", c.embed_scale) end
     end
     local att = type(c.attention) == "table" and (c.attention.kind or "softmax") or c.attention
     return string.format("%s (%s): %s parameters, %s, attention %s", c.name, c.family, commas(self:num_params()), shape, att)
