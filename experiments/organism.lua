@@ -64,9 +64,9 @@ local KNOBS = {
 KNOBS.hops = function(c, v) KNOBS.pointer(c, math.max(c.n_pointer or 0, v)); c.pointer_hops = v end
 -- the knobs whose value is a name, not a number
 local NAMED = { attention = true, optimizer = true, norm_gain = true, style = true }
--- the knobs that only the ViT's profiles have, and the one only the LLaMA decoder's has
-local IMAGE_ONLY = { image = true, classes = true, style = true, dense = true }
-local LLAMA_ONLY = { embed_scale = true }
+-- the knobs of one family only: knob -> { family, whose it is in the error message }
+local VIT_KNOB, LLAMA_KNOB = { "vit", "the ViT's (images)" }, { "llama", "the LLaMA decoder's" }
+local ONE_FAMILY = { image = VIT_KNOB, classes = VIT_KNOB, style = VIT_KNOB, dense = VIT_KNOB, embed_scale = LLAMA_KNOB }
 
 -- GPT-2 on the decoder's task and recipe, in the LLaMA organism's shape (4 layers, d 64, 2 heads,
 -- F 256 at default): learned absolute positions, LayerNorm and GELU instead of RoPE, RMSNorm and
@@ -106,11 +106,9 @@ local function members(cfg, profile)
           error(string.format("organism: --%s_vary entry '%s' is not knob=number (or several joined by +) with a knob of %s, or attention=<kind>, optimizer=<name>, norm_gain=single, style=flat|textured", fam,
             tostring(kv), table.concat(names, ", ")), 0)
         end
-        if IMAGE_ONLY[k] and fam ~= "vit" then
-          error(string.format("organism: --%s_vary entry '%s': the knob %s is the ViT's (images), not %s's", fam, kv, k, fam), 0)
-        end
-        if LLAMA_ONLY[k] and fam ~= "llama" then
-          error(string.format("organism: --%s_vary entry '%s': the knob %s is the LLaMA decoder's, not %s's", fam, kv, k, fam), 0)
+        local only = ONE_FAMILY[k]
+        if only and fam ~= only[1] then
+          error(string.format("organism: --%s_vary entry '%s': the knob %s is %s, not %s's", fam, kv, k, only[2], fam), 0)
         end
         knobs[#knobs + 1] = { k, value }
       end
