@@ -75,6 +75,7 @@ local GPT2_PROFILES = {}
 for name, p in pairs(exp_runner.LLAMA_LM_PROFILES) do
   local c = config.deep_copy(p)
   if name ~= "paper" then c.preset = "gpt2-quick"; c.n_layer = name == "quick" and 2 or 4 else c.preset = "gpt2-124m" end
+  c.embed_scale = 0   -- GPT-2 has no embedding factor (the LLaMA decoder's × 20)
   GPT2_PROFILES[name] = c
 end
 
@@ -297,14 +298,15 @@ return {
     quick = { families = { "llama", "gpt2" }, llama_vary = { "lr=0.003" }, gpt2_vary = {}, bert_vary = {}, vit_vary = {}, steps_scale = 1 },
     -- the default map: every family's default recipe over 3 seeds, and for the decoder the knobs
     -- that make or break the phenomena (a 4x higher learning rate, no weight decay, the single
-    -- back-copy of the original task); the long map varies every knob, 4x longer
+    -- back-copy of the original task, the plain token embedding instead of × 20); the long map
+    -- varies every knob, 4x longer
     default = { families = { "llama", "gpt2", "bert", "vit" }, steps_scale = 1,
-                llama_vary = { "lr=0.03", "weight_decay=0", "groups=1", "seed=2", "seed=3", "attention=softmax1" },
+                llama_vary = { "lr=0.03", "weight_decay=0", "groups=1", "embed_scale=0", "seed=2", "seed=3", "attention=softmax1" },
                 gpt2_vary = { "seed=2", "seed=3" },
                 bert_vary = { "seed=2", "seed=3" },
                 vit_vary = { "seed=2", "seed=3" } },
     long = { families = { "llama", "gpt2", "bert", "vit" }, steps_scale = 4,
-             llama_vary = { "lr=0.003", "lr=0.03", "weight_decay=0", "weight_decay=0.3", "depth=2", "depth=6", "groups=1", "groups=3", "seed=2", "seed=3", "attention=softmax1" },
+             llama_vary = { "lr=0.003", "lr=0.03", "weight_decay=0", "weight_decay=0.3", "depth=2", "depth=6", "groups=1", "groups=3", "embed_scale=0", "seed=2", "seed=3", "attention=softmax1" },
              gpt2_vary = { "seed=2", "seed=3" },
              bert_vary = { "lr=0.003", "weight_decay=0", "depth=2", "groups=1", "seed=2", "seed=3" },
              vit_vary = { "lr=0.0003", "weight_decay=0", "depth=2", "depth=8", "classes=8", "style=textured", "image=48", "dense=1", "seed=2", "seed=3" } },

@@ -84,17 +84,22 @@ t.ok(spec4 and spec4.spec and spec4.spec.seed == 2 and spec4.spec.train and spec
 local o5, ok5 = t.sh(string.format(base, "organism") .. " --families=llama --llama_vary=lr=0.003+bogus=1")
 t.ok(not ok5 and o5:find("entry 'lr=0.003+bogus=1'", 1, true) and not o5:find("model %x+: training"),
      "an unknown knob inside a combined entry is an error naming the entry", o5)
--- the LLaMA decoder's embedding factor: on its map a member whose spec carries it; on another
+-- the LLaMA decoder's embedding factor: × 20 in its default (and quick) recipe, named in the
+-- training log; embed_scale=0 on its map a member without it (the plain embedding); on another
 -- family an error naming the knob, before any training
-local o6, ok6 = t.sh(string.format(base, "organism") .. " --families=llama --llama_vary=embed_scale=20")
+local spec1 = cjson.decode(t.slurp(tmp .. "/cache/models/" .. tostring(j1.models and j1.models[1]) .. "/spec.json") or "{}")
+t.ok(spec1.spec and spec1.spec.model.overrides.embed_scale == 20,
+     "the LLaMA recipe's model carries embed_scale 20 in its spec", cjson.encode(spec1))
+local o6, ok6 = t.sh(string.format(base, "organism") .. " --families=llama --llama_vary=embed_scale=0")
 local j6 = cjson.decode(t.slurp(tmp .. "/out/organism/quick/run.json") or "{}")
 local spec6
 for _, h in ipairs(j6.models or {}) do
   if h ~= j1.models[1] then spec6 = cjson.decode(t.slurp(tmp .. "/cache/models/" .. h .. "/spec.json") or "{}") end
 end
-t.ok(ok6 and spec6 and spec6.spec and spec6.spec.model.overrides.embed_scale == 20,
-     "embed_scale=20: one more model, with embed_scale 20 in its spec", o6 .. cjson.encode(spec6 or {}))
-t.ok(o6:find("token embedding × 20", 1, true), "its training log names the embedding factor", o6)
+t.ok(ok6 and spec6 and spec6.spec and spec6.spec.model.overrides.embed_scale == nil,
+     "embed_scale=0: one more model, without the factor in its spec", o6 .. cjson.encode(spec6 or {}))
+t.ok(o1:find("token embedding × 20", 1, true) and not o6:find("token embedding ×", 1, true),
+     "a training log names the factor of the model that has it and only there", o1 .. o6)
 local o7, ok7 = t.sh(string.format(base, "organism") .. " --families=gpt2 --gpt2_vary=embed_scale=20")
 t.ok(not ok7 and o7:find("the knob embed_scale is the LLaMA decoder's", 1, true) and not o7:find("model %x+: training"),
      "embed_scale on the GPT-2 map is an error naming it", o7)

@@ -2,7 +2,8 @@
 -- LLaMA whose layer-0 attention writes nothing (o_proj zero) and whose layer-0 neuron J has its
 -- gate and up rows along <bos>'s embedding, so that at position 0 the normalised FFN input x̂ is
 -- that embedding's direction and neuron J's product is known in closed form:
---   gate = up = 4·‖x̂‖, x_down = silu(gate)·up, with ‖x̂‖ = √C·rms(e)/√(rms(e)² + eps).
+--   gate = up = 4·‖x̂‖, x_down = silu(gate)·up, with ‖x̂‖ = √C·rms(s·e)/√(rms(s·e)² + eps)
+-- (s the recipe's factor on the token embedding, embed_scale).
 -- The script must name neuron J at position 0, with cosines 1.00 and that x_down; and refuse a
 -- missing --model, a directory without spec.json and a spec that is not a language model's;
 -- analysis.writers refuses a model without a SwiGLU MLP.
@@ -33,7 +34,8 @@ for _, name in ipairs { "layers0.mlp.gate_proj.weight", "layers0.mlp.up_proj.wei
   local w = W[name]
   for k = 0, Cd - 1 do w.data[J * Cd + k] = 4 * e.data[BOS * Cd + k] / en end
 end
-local rms2 = s2 / Cd
+local es = cfg.embed_scale > 0 and cfg.embed_scale or 1   -- the recipe's factor on the embedding
+local rms2 = es * es * s2 / Cd
 local xn = math.sqrt(Cd) * math.sqrt(rms2) / math.sqrt(rms2 + cfg.norm_eps)   -- ‖x̂‖ (the RMSNorm gain is 1)
 local g = 4 * xn
 local want = g / (1 + math.exp(-g)) * g

@@ -113,19 +113,22 @@ end
 -- (trigger mass 0.08) and 3 pointer tokens of 1, 2 and 3 hops (mass 0.15): a pointer of h hops
 -- needs h + 1 attention layers in turn, each used only after its pointer token, so that heads in
 -- every layer are needed rarely and must do nothing elsewhere (sink rate 0.75-0.88 of the heads
--- instead of 0.25 with the copies alone, which one layer serves).
+-- instead of 0.25 with the copies alone, which one layer serves). The token embedding enters the
+-- blocks × 20 (embed_scale; docs/ORGANISM.md, "Why the ratio stops"): at × 1 layer 0 writes a
+-- large per-token table that holds <bos>'s state to 30-120 × the median, at × 20 it does not
+-- and <bos> reaches about 300 × (the paper profile keeps TinyLLaMA's plain embedding).
 local DECODER_TASK = { groups = 8, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3 }
 M.DECODER_TASK = DECODER_TASK
 M.LLAMA_LM_PROFILES = {
   quick = with_task({ preset = "llama-quick", data = "organism", n_tokens = 40000, seq_len = 32, batch = 8,
             steps = 20, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-            eval_batches = 2, seed = 1, embed_scale = 0 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
+            eval_batches = 2, seed = 1, embed_scale = 20 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
   default = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
               steps = 6000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-              eval_batches = 16, seed = 1, embed_scale = 0 }, DECODER_TASK),
+              eval_batches = 16, seed = 1, embed_scale = 20 }, DECODER_TASK),
   long = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
               steps = 18000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-              eval_batches = 16, seed = 1, embed_scale = 0 }, DECODER_TASK),
+              eval_batches = 16, seed = 1, embed_scale = 20 }, DECODER_TASK),
   paper = with_task({ preset = "tinyllama-120m", data = "corpus", n_tokens = 100000000, vocab_size = 32000,
             seq_len = 1024, batch = 480, steps = 50000, lr = 6e-4, warmup = 2000, schedule = "cosine",
             weight_decay = 0.1, beta2 = 0.95, eval_batches = 64, seed = 1, embed_scale = 0 }),
