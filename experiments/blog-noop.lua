@@ -15,7 +15,8 @@
 --      departs from it where x̂ concentrates in a few channels (the massive tokens).
 --  (3) Shared singular directions. The no-op needs W_q and W_k of a head to amplify the same
 --      input directions: the principal angles between the top-2 right singular subspaces of the
---      head's W_q and W_k rows, for sink heads (share on the initial token > 0.5) and the others.
+--      head's W_q and W_k rows, for sink heads (share on the initial token > 0.5) and the others,
+--      beside the chance level (the same angle between random subspace pairs of the same shape).
 local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
@@ -23,6 +24,7 @@ local inspect = require "outlierlab.analysis.inspect"
 
 local RANK = 2          -- dimension of the compared singular subspaces
 local SINK = 0.5        -- a head is a sink head when it puts more than this on the initial token
+local CHANCE_PAIRS = 4000   -- random subspace pairs of (3)'s chance level
 
 local FIG = figure.declare{
   title = "The no-op's dynamic range, the LayerNorm hypersphere and shared singular directions (BLOG checks)",
@@ -41,7 +43,8 @@ local FIG = figure.declare{
     { "gamma_norm_other", dims = { "layer" }, long_name = "||LN(x)|| / ||gamma||, mean over the other tokens", units = "1", label = "‖LN(x)‖/‖γ‖, other tokens" },
     { "input_norm_ratio", dims = { "layer" }, long_name = "||x|| of the initial token over the mean ||x|| of the others, before the norm", units = "1", label = "‖x‖ initial / others" },
     { "angle", dims = { "layer", "head" }, long_name = "smallest principal angle between the top-2 right singular subspaces of W_q and W_k of the head", units = "degree" },
-    { "mean_angle", dims = { "head_kind" }, long_name = "mean smallest principal angle over the heads of each kind (undefined without such heads)", units = "degree", label = "smallest angle" },
+    { "mean_angle", dims = { "head_kind" }, long_name = "mean smallest principal angle over the heads of each kind (undefined without such heads); the last: over random subspace pairs of the same shape (chance)", units = "degree", label = "smallest angle" },
+    { "chance_angle_sd", dims = {}, long_name = "standard deviation of the smallest principal angle between random subspace pairs of the same shape", units = "degree" },
     { "gap_holds", dims = {}, long_name = "share of sink-head queries whose measured gap is at least the required gap (minus 1e-3)", units = "1" },
     { "median_required_gap", dims = {}, long_name = "median required gap over sink-head queries", units = "1" },
     { "max_norm_error", dims = {}, long_name = "largest | ||x_hat|| / sqrt(d) - 1 | over tokens and layers", units = "1" },
@@ -54,7 +57,7 @@ local FIG = figure.declare{
     { kind = "line", x = "layer", y = { "normalized_norm", "gamma_norm_initial", "gamma_norm_other" }, title = "(2) norms after the LayerNorm before attention" },
     { kind = "line", x = "layer", y = "input_norm_ratio", logy = true, title = "(2) the norm differences the LayerNorm erases" },
     { kind = "heatmap", z = "angle", title = "(3) smallest principal angle W_q / W_k (degrees)", xlabel = "head", ylabel = "layer" },
-    { kind = "bars", x = "head_kind", y = "mean_angle", title = "(3) sink heads against the others" },
+    { kind = "bars", x = "head_kind", y = "mean_angle", title = "(3) sink heads against the others and chance" },
   },
 }
 
@@ -138,11 +141,16 @@ local function analyze(run)
   end
   local layers = {}
   for l = 0, L - 1 do layers[l + 1] = l end
+  -- (3)'s chance level: random RANK-dimensional subspace pairs of R^C (C the model width)
+  local chance = inspect.chance_angles(m.cfg.d_model, RANK, CHANCE_PAIRS, 1)
+  local cm, cv = inspect.mean(chance), 0
+  for _, a in ipairs(chance) do cv = cv + (a - cm) ^ 2 end
+  local chance_sd = math.sqrt(cv / #chance)
   return {
-    coords = { point = #req, layer = layers, head = NH, head_kind = { "sink heads", "other heads" } },
+    coords = { point = #req, layer = layers, head = NH, head_kind = { "sink heads", "other heads", "random subspaces" } },
     vars = { required_gap = req, measured_gap = meas, sink_share = share, normalized_norm = nn_, gamma_norm_initial = gi,
              gamma_norm_other = go, input_norm_ratio = ir, angle = angle,
-             mean_angle = { inspect.mean(ang_sink), inspect.mean(ang_other) },
+             mean_angle = { inspect.mean(ang_sink), inspect.mean(ang_other), inspect.mean(chance) }, chance_angle_sd = chance_sd,
              gap_holds = pts > 0 and holds_n / pts or 0 / 0, median_required_gap = inspect.median(req),
              max_norm_error = maxerr, sink_heads = nsink },
     attrs = { rank = RANK, sink_threshold = SINK, norm = kind },
@@ -153,16 +161,23 @@ local function summary(run)
   local v = figure.values(FIG, run.out.analyze)
   local ma = v.mean_angle
   local sphere = v.max_norm_error < 0.05   -- ε (1e-5) shrinks the norm of low-variance tokens slightly
+  -- (3) the sink heads' subspaces closer than the other heads'; when every head is a sink, closer
+  -- than chance: their mean below the random pairs' mean by two standard errors of a mean of
+  -- that many heads
+  local all_sinks = v.sink_heads > 0 and ma[2] ~= ma[2]
+  local closer = all_sinks and ma[1] < ma[3] - 2 * v.chance_angle_sd / math.sqrt(v.sink_heads) or ma[1] < ma[2]
   local holds = sphere
-  if v.sink_heads > 0 then holds = sphere and v.gap_holds > 0.99 and ma[1] < ma[2] end
+  if v.sink_heads > 0 then holds = sphere and v.gap_holds > 0.99 and closer end
+  local chance = string.format("random subspace pairs %.1f ± %.1f°", ma[3], v.chance_angle_sd)
   return {
     paper = "BLOG: a no-op needs e^M/(e^M + n − 1) ≈ 1, a large score gap M; after LayerNorm without γ, β every token has norm √d (γ scales the sphere to about ‖γ‖), so the gap must come from directions: W_q and W_k share dominant singular directions",
-    reproduced = v.sink_heads > 0 and string.format("(1) %d sink heads; %.1f %% of their queries have a gap at least the required M (median required M %.2f); (2) ‖x̂‖/√d within %.2g of 1 at every token and layer; (3) smallest principal angle between W_q and W_k top-%d subspaces %.1f° for sink heads, %.1f° for the others",
-      v.sink_heads, 100 * (v.gap_holds == v.gap_holds and v.gap_holds or 0), v.median_required_gap, v.max_norm_error, RANK, ma[1], ma[2])
-      or string.format("(1) no sink head (no head puts more than half of its attention on the initial token); (2) ‖x̂‖/√d within %.2g of 1 at every token and layer; (3) smallest principal angle between W_q and W_k top-%d subspaces %.1f° for the heads (no sink head to compare)",
-      v.max_norm_error, RANK, ma[2]),
+    reproduced = v.sink_heads > 0 and string.format("(1) %d sink heads; %.1f %% of their queries have a gap at least the required M (median required M %.2f); (2) ‖x̂‖/√d within %.2g of 1 at every token and layer; (3) smallest principal angle between W_q and W_k top-%d subspaces %.1f° for sink heads, %s (%s)",
+      v.sink_heads, 100 * (v.gap_holds == v.gap_holds and v.gap_holds or 0), v.median_required_gap, v.max_norm_error, RANK, ma[1],
+      all_sinks and "no other head (every head is a sink)" or string.format("%.1f° for the others", ma[2]), chance)
+      or string.format("(1) no sink head (no head puts more than half of its attention on the initial token); (2) ‖x̂‖/√d within %.2g of 1 at every token and layer; (3) smallest principal angle between W_q and W_k top-%d subspaces %.1f° for the heads (no sink head to compare; %s)",
+      v.max_norm_error, RANK, ma[2], chance),
     holds = holds,
-    notes = "Criteria: (2) every normalised token within 5 % of √d; with sink heads also (1) at least 99 % of their queries obey gap >= M and (3) their W_q/W_k subspaces closer than the other heads'." ..
+    notes = "Criteria: (2) every normalised token within 5 % of √d; with sink heads also (1) at least 99 % of their queries obey gap >= M and (3) their W_q/W_k subspaces closer than the other heads' (when every head is a sink: closer than random subspace pairs of the same shape, by two standard errors of a mean over that many heads)." ..
       (v.sink_heads == 0 and " No head puts more than half of its attention on the initial token here: checks (1) and (3) have no sink head to test, the verdict rests on (2)." or ""),
   }
 end
