@@ -29,6 +29,11 @@
 --             --n_weak words weak); the last 5 % of the text is held out
 --   mix       a share --p_text (0.5) of the sequences text rows (its --text_vocab ids after the
 --             task's, <bos> shared), the rest bos rows of the task: idle heads and real words
+--   delim     bos rows with a transparent delimiter: after an ordinary token, with probability
+--             --p_ins (0.1) the next token is "." (one extra id, category delimiter), and the
+--             token after "." is drawn from the bigram row of the token before it — a frequent
+--             token whose own state says nothing but whose next token needs the context (as
+--             after SO's weak tokens in text; copies and pointers count "." as a position)
 -- p_bos0 > 0: that share of the sequences use the bos layout instead.
 -- Recipe knobs beyond the experiments': B (the batch), beta1, eps (Adam's), alpha (the bigram rows' Dirichlet), n_head, d_model/d_ff, vocab_size;
 -- preset=gpt2-quick trains the GPT-2 organism's shape instead (learned positions, LayerNorm,
@@ -42,7 +47,7 @@ local cfg = require("outlierlab.config").get{
   steps = 3000, lr = 1e-2, wd = 0.1, beta1 = 0.9, beta2 = 0.99, eps = 1e-8, seed = 1, d_model = 64, d_ff = 256, n_layer = 4,
   n_head = 2, T = 64, B = 32, layout = "bos", doc_min = 16, doc_max = 96, p_bos0 = 0.0, prefix_max = 16, n_bos = 8,
   groups = 8, alpha = 0.1, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3, vocab_size = 128, n_triggers = 24,
-  n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, data_seed = 1, p_text = 0.5, text_vocab = 1024, threads = 0, measure_every = 0, tag = "",
+  n_delim = 0, p_delim = 0.1, n_weak = 0, p_weak = 0.1, p_ins = 0.1, data_seed = 1, p_text = 0.5, text_vocab = 1024, threads = 0, measure_every = 0, tag = "",
   preset = "llama-organism", bias = true, tie = false, embed_scale = 0,
 }
 if cfg.threads > 0 then ol.set_num_threads(cfg.threads) end
@@ -59,12 +64,17 @@ local task = org.task{ vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers,
   p_trigger = cfg.p_trigger, n_pointer = cfg.n_pointer, p_pointer = cfg.p_pointer, pointer_hops = cfg.pointer_hops,
   n_delim = cfg.n_delim, p_delim = cfg.p_delim, n_weak = cfg.n_weak, p_weak = cfg.p_weak, seed = cfg.data_seed }
 local BOS, V = org.special.bos, cfg.vocab_size
-local LAYOUTS = { bos = true, packed = true, prefix = true, nobos = true, multibos = true, text = true, mix = true }
-if not LAYOUTS[cfg.layout] then error("organism-search: --layout must be bos, packed, prefix, nobos, multibos, text or mix, got " .. tostring(cfg.layout), 0) end
+local LAYOUTS = { bos = true, packed = true, prefix = true, nobos = true, multibos = true, text = true, mix = true, delim = true }
+if not LAYOUTS[cfg.layout] then error("organism-search: --layout must be bos, packed, prefix, nobos, multibos, text, mix or delim, got " .. tostring(cfg.layout), 0) end
 local MULTI = cfg.layout == "multibos"
+local DELIM = cfg.layout == "delim" and V or nil   -- the transparent delimiter's id (one past the task's)
 local function is_bos(id) return id == BOS or (MULTI and id >= V) end
--- the start tokens of multibos count as initial for the project's measurement
-local function category(id) if MULTI and id >= V then return "initial" end return task.category(id) end
+-- the start tokens of multibos count as initial for the project's measurement, delim's "." a delimiter
+local function category(id)
+  if MULTI and id >= V then return "initial" end
+  if id == DELIM then return "delimiter" end
+  return task.category(id)
+end
 
 -- the text layout: the project's word-level King James Bible (outlierlab.data.words, --data=kjv);
 -- its <bos> is the organism's id 1, its categories replace the task's
@@ -88,6 +98,41 @@ if cfg.layout == "text" or cfg.layout == "mix" then
 end
 
 -- ---------------------------------------------------------------- the layouts
+-- the delim layout's chain: the task's rules (data/organism.lua's chain: back-copies after a
+-- trigger, pointer hops; this task has no recall tokens) on the output positions, plus the
+-- transparent "." after an ordinary token (probability p_ins), whose successor is drawn from
+-- the row of the token before it; a copy or hop never lands on "." (a draw instead)
+local function delim_chain(seed, index, n, dst)
+  assert(task.n_recall == 0, "organism-search: --layout=delim has no recall tokens")
+  local base = index * (n + 1)
+  local group, trig0, ptr0, ord0 = task.group, task.trig0, task.ptr0, task.ord0
+  for i = 0, n - 1 do
+    local prev = i > 0 and dst[i - 1] or -1
+    local u = ol.C.ol_rand_uniform(seed, base + i)
+    local out
+    if prev == DELIM then
+      out = task.draw(dst[i - 2], u)
+    else
+      local g = prev >= 0 and group[prev] or 0
+      if g > 0 and i - 1 - g >= 0 then
+        out = dst[i - 1 - g]
+      elseif prev >= ptr0 and prev < ord0 and i >= 2 and dst[i - 2] >= ord0 and dst[i - 2] ~= DELIM then
+        local src = i - 2
+        for _ = 1, 1 + (prev - ptr0) % task.pointer_hops do
+          if src < 0 or dst[src] < ord0 or dst[src] == DELIM then src = -1; break end
+          src = src - (1 + (dst[src] - ord0) % 3)
+        end
+        if src >= 0 then out = dst[src] end
+      end
+      if out == DELIM then out = nil end
+      if not out then
+        if prev >= ord0 and prev ~= DELIM and ol.C.ol_rand_uniform(seed + 31, base + i) < cfg.p_ins then out = DELIM
+        else out = task.draw(prev, u) end
+      end
+    end
+    dst[i] = out
+  end
+end
 local Loader = {}
 Loader.__index = Loader
 local function loader(split, seed, B)
@@ -109,7 +154,11 @@ function Loader:fill(seq, out, n)
     for t = 1, n do out[t] = text.toks[off + t - 1] end
     return 0
   end
-  if L == "bos" or L == "mix" or (cfg.p_bos0 > 0 and U(self.stream + 5, seq) < cfg.p_bos0) then
+  if L == "delim" then
+    out[0] = BOS
+    delim_chain(self.stream, seq, n, buf)
+    for t = 1, n do out[t] = buf[t - 1] end
+  elseif L == "bos" or L == "mix" or (cfg.p_bos0 > 0 and U(self.stream + 5, seq) < cfg.p_bos0) then
     out[0] = BOS
     task.chain(self.stream, seq, n, buf)
     for t = 1, n do out[t] = buf[t - 1] end
@@ -158,7 +207,7 @@ function Loader:next(ctx)
   return { ids = ids, targets = tg }
 end
 
-local over = { vocab_size = text and text.vocab or V + (MULTI and cfg.n_bos or 0), block_size = cfg.T,
+local over = { vocab_size = text and text.vocab or V + (MULTI and cfg.n_bos or 0) + (DELIM and 1 or 0), block_size = cfg.T,
   n_layer = cfg.n_layer, n_head = cfg.n_head, d_model = cfg.d_model, d_ff = cfg.d_ff, seed = cfg.seed }
 if cfg.preset:match("^gpt2") then over.bias = cfg.bias else over.n_kv_head = cfg.n_head; over.tie_embeddings = cfg.tie end
 if cfg.embed_scale > 0 then over.embed_scale = cfg.embed_scale end   -- a fixed factor on the token embedding (llama)
