@@ -21,6 +21,7 @@ local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
 local inspect = require "outlierlab.analysis.inspect"
+local seeds = require "outlierlab.analysis.seeds"
 
 local RANK = 2          -- dimension of the compared singular subspaces
 local SINK = 0.5        -- a head is a sink head when it puts more than this on the initial token
@@ -142,15 +143,12 @@ local function analyze(run)
   local layers = {}
   for l = 0, L - 1 do layers[l + 1] = l end
   -- (3)'s chance level: random RANK-dimensional subspace pairs of R^C (C the model width)
-  local chance = inspect.chance_angles(m.cfg.d_model, RANK, CHANCE_PAIRS, 1)
-  local cm, cv = inspect.mean(chance), 0
-  for _, a in ipairs(chance) do cv = cv + (a - cm) ^ 2 end
-  local chance_sd = math.sqrt(cv / #chance)
+  local chance_mean, chance_sd = seeds.stats(inspect.chance_angles(m.cfg.d_model, RANK, CHANCE_PAIRS, 1))
   return {
     coords = { point = #req, layer = layers, head = NH, head_kind = { "sink heads", "other heads", "random subspaces" } },
     vars = { required_gap = req, measured_gap = meas, sink_share = share, normalized_norm = nn_, gamma_norm_initial = gi,
              gamma_norm_other = go, input_norm_ratio = ir, angle = angle,
-             mean_angle = { inspect.mean(ang_sink), inspect.mean(ang_other), inspect.mean(chance) }, chance_angle_sd = chance_sd,
+             mean_angle = { inspect.mean(ang_sink), inspect.mean(ang_other), chance_mean }, chance_angle_sd = chance_sd,
              gap_holds = pts > 0 and holds_n / pts or 0 / 0, median_required_gap = inspect.median(req),
              max_norm_error = maxerr, sink_heads = nsink },
     attrs = { rank = RANK, sink_threshold = SINK, norm = kind },
@@ -165,7 +163,9 @@ local function summary(run)
   -- than chance: their mean below the random pairs' mean by two standard errors of a mean of
   -- that many heads
   local all_sinks = v.sink_heads > 0 and ma[2] ~= ma[2]
-  local closer = all_sinks and ma[1] < ma[3] - 2 * v.chance_angle_sd / math.sqrt(v.sink_heads) or ma[1] < ma[2]
+  local closer
+  if all_sinks then closer = ma[1] < ma[3] - 2 * v.chance_angle_sd / math.sqrt(v.sink_heads)
+  else closer = ma[1] < ma[2] end
   local holds = sphere
   if v.sink_heads > 0 then holds = sphere and v.gap_holds > 0.99 and closer end
   local chance = string.format("random subspace pairs %.1f ± %.1f°", ma[3], v.chance_angle_sd)

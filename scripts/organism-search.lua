@@ -105,7 +105,7 @@ end
 local function delim_chain(seed, index, n, dst)
   assert(task.n_recall == 0, "organism-search: --layout=delim has no recall tokens")
   local base = index * (n + 1)
-  local group, trig0, ptr0, ord0 = task.group, task.trig0, task.ptr0, task.ord0
+  local group, ptr0, ord0 = task.group, task.ptr0, task.ord0
   for i = 0, n - 1 do
     local prev = i > 0 and dst[i - 1] or -1
     local u = ol.C.ol_rand_uniform(seed, base + i)

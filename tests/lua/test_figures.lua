@@ -198,8 +198,7 @@ near(pa[1], 45, 1e-6, "a line rotated by 45°")
 -- the chance level: random lines in R^2 are uniform on [0°, 90°] (mean 45°, sd 90/√12 = 26.0°);
 -- in R^3 |cos| is uniform on [0, 1], so the mean angle is ∫ acos c dc = 1 rad; two planes of R^3
 -- always share a line (0°); the same seed gives the same list, another seed another
-local function mean_sd(xs) local m = inspect.mean(xs) local v = 0 for _, x in ipairs(xs) do v = v + (x - m) ^ 2 end return m, math.sqrt(v / #xs) end
-local c2m, c2s = mean_sd(inspect.chance_angles(2, 1, 20000, 7))
+local c2m, c2s = require("outlierlab.analysis.seeds").stats(inspect.chance_angles(2, 1, 20000, 7))
 near(c2m, 45, 0.6, "chance angle of lines in R^2: mean 45° (4.5 standard errors)")
 near(c2s, 90 / math.sqrt(12), 0.6, "chance angle of lines in R^2: sd 26.0°")
 near(inspect.mean(inspect.chance_angles(3, 1, 20000, 7)), math.deg(1), 0.5, "chance angle of lines in R^3: mean 1 rad = 57.30°")
