@@ -203,12 +203,18 @@ if (has_curve) {
   set y2range [i_lo : i_hi]
   set key top left
   set y2label "max inf norm (log scale)"; set y2tics; set ytics nomirror
+  # the right axis narrows this panel: a round step of at most six intervals keeps 5-digit labels apart
+  if (fin_to == fin_to && fin_to > 0) {
+    xraw = fin_to / 6.0; xp = 10**floor(log10(xraw)); xm = xraw / xp
+    xinc = (xm <= 1 ? 1 : xm <= 2 ? 2 : xm <= 2.5 ? 2.5 : xm <= 5 ? 5 : 10) * xp
+    set xtics xinc; set autoscale xfix
+  }
   # the optional series: a column of NaN is skipped (its title too)
   plot in index 3 using 1:3 with linespoints pt 7 ps 0.7 lw 1.5 lc rgb "#e7298a" title "average kurtosis", \
        in index 3 using 1:(has_maxk ? $8 : NaN) with lines lw 1 dt 3 lc rgb "#e7298a" title (has_maxk ? "largest layer's kurtosis" : ""), \
        in index 3 using 1:(has_inf ? $2 : NaN) axes x1y2 with linespoints pt 5 ps 0.5 lw 1 lc rgb "#666666" title (has_inf ? "max inf norm (right axis)" : ""), \
        th_kurt with lines dt 2 lw 1.5 lc rgb "#b2182b" title sprintf("threshold %g", th_kurt)
-  unset logscale y; unset logscale y2; unset y2label; unset y2tics; set ytics mirror
+  unset logscale y; unset logscale y2; unset y2label; unset y2tics; set ytics mirror; set xtics autofreq; set autoscale x
   set autoscale y; set autoscale y2; set key top right
 } else {
   set label 1 "not recorded by this trainer" at graph 0.5, 0.5 center
