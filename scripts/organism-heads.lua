@@ -14,8 +14,7 @@
 -- Then the sink heads (α > ε = 0.3) and their mean value ratio, over all of them and split by
 -- whether the head reads a massive first-token state (its layer's input ratio ≥ the organism's
 -- massive threshold, analysis/thresholds.lua) or not. Nothing is trained or written.
-local fs = require "outlierlab.util.fs"
-local json = require "outlierlab.util.json"
+local cache = require "outlierlab.runner.cache"
 local recipes = require "outlierlab.recipes"
 local batcher = require "outlierlab.data.batcher"
 local phenomena = require "outlierlab.analysis.phenomena"
@@ -24,11 +23,9 @@ local cfg = require("outlierlab.config").get{ model = "", batches = 16 }
 
 local function fail(msg) error("organism-heads: " .. msg, 0) end
 if cfg.model == "" then fail("--model=DIR (a model directory of the cache, with spec.json and model.safetensors) is required") end
-local spec_path = cfg.model .. "/spec.json"
-local text = fs.read_file(spec_path)
-if not text then fail("no " .. spec_path .. " (--model must be a model directory of the cache)") end
-local spec = json.decode(text, spec_path).spec
-if type(spec) ~= "table" or type(spec.batch) ~= "table" or (spec.batch.kind ~= "lm" and spec.batch.kind ~= "mlm") then
+local spec, spec_path = cache.read_spec(cfg.model)   -- or nil and the reason, naming the file
+if not spec then fail(spec_path) end
+if type(spec.batch) ~= "table" or (spec.batch.kind ~= "lm" and spec.batch.kind ~= "mlm") then
   fail(spec_path .. " is not a language model's spec (batch.kind \"lm\" or \"mlm\")")
 end
 local n = tonumber(cfg.batches)

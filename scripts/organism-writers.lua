@@ -19,19 +19,16 @@
 --     the ids seen.
 -- The measurement is outlierlab.analysis.writers (organism-search.lua prints it for the model it
 -- trains, too). Nothing is trained or written; the numbers are printed.
-local fs = require "outlierlab.util.fs"
-local json = require "outlierlab.util.json"
+local cache = require "outlierlab.runner.cache"
 local recipes = require "outlierlab.recipes"
 local batcher = require "outlierlab.data.batcher"
 local writers = require "outlierlab.analysis.writers"
 local cfg = require("outlierlab.config").get{ model = "", batches = 8 }
 
 if cfg.model == "" then error("organism-writers: --model=DIR (a model directory of the cache, with spec.json and model.safetensors) is required", 0) end
-local spec_path = cfg.model .. "/spec.json"
-local text = fs.read_file(spec_path)
-if not text then error("organism-writers: no " .. spec_path .. " (--model must be a model directory of the cache)", 0) end
-local spec = json.decode(text, spec_path).spec
-if type(spec) ~= "table" or spec.batch == nil or spec.batch.kind ~= "lm" then
+local spec, spec_path = cache.read_spec(cfg.model)   -- or nil and the reason, naming the file
+if not spec then error("organism-writers: " .. spec_path, 0) end
+if type(spec.batch) ~= "table" or spec.batch.kind ~= "lm" then
   error("organism-writers: " .. spec_path .. " is not a language model's spec (batch.kind \"lm\")", 0)
 end
 local ctx, m = recipes.load(spec, { ckpt = cfg.model .. "/model.safetensors" })

@@ -10,32 +10,16 @@
 --     batch, --batches=0.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local ffi = require "ffi"
 local fs = require "outlierlab.util.fs"
 local json = require "outlierlab.util.json"
 local recipes = require "outlierlab.recipes"
-local models = require "outlierlab.models"
 local batcher = require "outlierlab.data.batcher"
 local probes = require "outlierlab.analysis.probes"
-local checkpoint = require "outlierlab.train.checkpoint"
+local model_dir = dofile(ol.root .. "/tests/lua/lib/model_dir.lua")
 
 local spec = recipes.llama_lm_spec(recipes.LLAMA_LM_PROFILES.quick)
 local root = os.tmpname()
 os.remove(root)
-
--- a model directory of the quick recipe's initial weights; plant(W) may change them first
-local function model_dir(name, plant)
-  local ctx = ol.Context{ seed = spec.seed }
-  local m = models.build(ctx, recipes.model_cfg(spec))
-  local W = {}
-  for _, p in ipairs(ctx:params()) do W[ffi.string(p.name)] = p end
-  if plant then plant(W, m.cfg) end
-  local dir = root .. "/" .. name
-  fs.mkdir_p(dir)
-  checkpoint.save(dir .. "/model.safetensors", ctx, {})
-  fs.write_atomic(dir .. "/spec.json", json.encode({ spec = spec }) .. "\n")
-  return dir
-end
 
 local function run(args)
   return io.popen("cd " .. OUTLIERLAB_ROOT .. " && bin/outlierlab run scripts/organism-heads.lua " .. args .. " 2>&1"):read("*a")
@@ -91,7 +75,7 @@ local function alphas(dir)
 end
 
 -- untouched: α as computed here, no massive input
-local plain = model_dir("plain")
+local plain = model_dir(spec, root .. "/plain")
 local out = run("--model=" .. plain .. " --batches=1")
 local heads, input = parse(out)
 local want = alphas(plain)
@@ -122,7 +106,7 @@ t.is(nm, 0, "untouched: no sink head reads a massive state", out)
 -- logit on <bos> is ≈ C/√head_dim = 11.3 above the others, so all four heads are sinks — layer
 -- 0's reading the embedding, layer 1's reading a massive state.
 local BOS = batcher.corpus(spec.data).special.bos
-local planted = model_dir("planted", function(W, cfg)
+local planted = model_dir(spec, root .. "/planted", function(W, cfg)
   local C, V = cfg.d_model, cfg.vocab_size
   local hd = cfg.head_dim > 0 and cfg.head_dim or C / cfg.n_head
   local u = 1 / math.sqrt(C - 1)

@@ -9,42 +9,35 @@
 -- analysis.writers refuses a model without a SwiGLU MLP.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local ffi = require "ffi"
 local fs = require "outlierlab.util.fs"
 local json = require "outlierlab.util.json"
 local recipes = require "outlierlab.recipes"
 local models = require "outlierlab.models"
-local checkpoint = require "outlierlab.train.checkpoint"
+local model_dir = dofile(ol.root .. "/tests/lua/lib/model_dir.lua")
 
 local spec = recipes.llama_lm_spec(recipes.LLAMA_LM_PROFILES.quick)
-local ctx = ol.Context{ seed = spec.seed }
-local m = models.build(ctx, recipes.model_cfg(spec))
-local cfg = m.cfg
-local Cd = cfg.d_model
-local W = {}
-for _, p in ipairs(ctx:params()) do W[ffi.string(p.name)] = p end
 local BOS, J = 1, 5
--- layer 0's attention adds nothing: h at <bos> before the FFN is <bos>'s embedding e
-local o = W["layers0.attn.o_proj.weight"]
-for i = 0, tonumber(o.numel) - 1 do o.data[i] = 0 end
-local e, s2 = W["embed_tokens.weight"], 0
-for k = 0, Cd - 1 do s2 = s2 + e.data[BOS * Cd + k] ^ 2 end
-local en = math.sqrt(s2)
-for _, name in ipairs { "layers0.mlp.gate_proj.weight", "layers0.mlp.up_proj.weight" } do
-  local w = W[name]
-  for k = 0, Cd - 1 do w.data[J * Cd + k] = 4 * e.data[BOS * Cd + k] / en end
-end
-local es = cfg.embed_scale > 0 and cfg.embed_scale or 1   -- the recipe's factor on the embedding
-local rms2 = es * es * s2 / Cd
-local xn = math.sqrt(Cd) * math.sqrt(rms2) / math.sqrt(rms2 + cfg.norm_eps)   -- ‖x̂‖ (the RMSNorm gain is 1)
-local g = 4 * xn
-local want = g / (1 + math.exp(-g)) * g
-
+local g, want   -- neuron J's gate (= up) input and x_down at position 0, from the planted weights
 local dir = os.tmpname()
 os.remove(dir)
-fs.mkdir_p(dir)
-checkpoint.save(dir .. "/model.safetensors", ctx, {})
-fs.write_atomic(dir .. "/spec.json", json.encode({ spec = spec }) .. "\n")
+model_dir(spec, dir, function(W, cfg)
+  local Cd = cfg.d_model
+  -- layer 0's attention adds nothing: h at <bos> before the FFN is <bos>'s embedding e
+  local o = W["layers0.attn.o_proj.weight"]
+  for i = 0, tonumber(o.numel) - 1 do o.data[i] = 0 end
+  local e, s2 = W["embed_tokens.weight"], 0
+  for k = 0, Cd - 1 do s2 = s2 + e.data[BOS * Cd + k] ^ 2 end
+  local en = math.sqrt(s2)
+  for _, name in ipairs { "layers0.mlp.gate_proj.weight", "layers0.mlp.up_proj.weight" } do
+    local w = W[name]
+    for k = 0, Cd - 1 do w.data[J * Cd + k] = 4 * e.data[BOS * Cd + k] / en end
+  end
+  local es = cfg.embed_scale > 0 and cfg.embed_scale or 1   -- the recipe's factor on the embedding
+  local rms2 = es * es * s2 / Cd
+  local xn = math.sqrt(Cd) * math.sqrt(rms2) / math.sqrt(rms2 + cfg.norm_eps)   -- ‖x̂‖ (the RMSNorm gain is 1)
+  g = 4 * xn
+  want = g / (1 + math.exp(-g)) * g
+end)
 
 local function run(args)
   return io.popen("cd " .. OUTLIERLAB_ROOT .. " && bin/outlierlab run scripts/organism-writers.lua " .. args .. " 2>&1"):read("*a")

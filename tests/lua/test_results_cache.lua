@@ -6,6 +6,7 @@
 --   * --retrain trains a cached model again; --reanalyze recomputes a cached stage;
 --   * the content hash of the code changes with the engine's numerics and the numerics folders of
 --     the package and not with a file that only writes results (figure/gnuplot.lua);
+--   * cache.read_spec reads a model directory's spec.json or names the file it could not use;
 --   * results/<id>/<profile>/: a quick run after a default run leaves the default results, and
 --     each writes run.json (claim, verdict, profile, seconds, files) and the model's history.
 -- Each run trains a 2-layer GPT-2 of d 64 for 3 steps (well under a second).
@@ -190,6 +191,24 @@ local after_model = changed("lua/outlierlab/models/gpt2.lua")
 t.ok(after_model ~= base, "editing a model file changes the code hash")
 local after_c = changed("engine/attention.c")
 t.ok(after_c ~= after_model, "editing engine C code changes the code hash")
+
+-- cache.read_spec: the spec a model directory was trained from, or the reason naming the file
+do
+  local cache = require "outlierlab.runner.cache"
+  local d = tmp .. "/specdir"
+  os.execute("mkdir -p " .. d)
+  local spec, why = cache.read_spec(d)
+  t.ok(spec == nil and why:find(d .. "/spec.json", 1, true) and why:find("not a model directory", 1, true), "read_spec: no spec.json, named", why)
+  write(d .. "/spec.json", "{ not json")
+  spec, why = cache.read_spec(d)
+  t.ok(spec == nil and why:find(d .. "/spec.json", 1, true), "read_spec: a file that is not JSON, named", why)
+  write(d .. "/spec.json", '{"engine": "x"}')
+  spec, why = cache.read_spec(d)
+  t.ok(spec == nil and why == d .. "/spec.json holds no spec", "read_spec: a key without a spec, named", why)
+  write(d .. "/spec.json", '{"spec": {"seed": 7}, "engine": "x"}')
+  spec, why = cache.read_spec(d)
+  t.ok(spec and spec.seed == 7 and why == d .. "/spec.json", "read_spec: the spec and its path")
+end
 
 os.execute("rm -rf '" .. tmp .. "'")
 return t.done()

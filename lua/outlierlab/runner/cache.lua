@@ -19,6 +19,7 @@
 local ol = require "outlierlab"
 local fs = require "outlierlab.util.fs"
 local serialize = require "outlierlab.util.serialize"
+local json = require "outlierlab.util.json"
 local dist = require "outlierlab.util.dist"
 local progress = require "outlierlab.util.progress"
 local results = require "outlierlab.figure.netcdf"
@@ -37,6 +38,18 @@ local function load_data(path)
 end
 local function save_data(path, v) fs.write_atomic(path, serialize.serialize(v)) end
 M.load_data, M.save_data = load_data, save_data
+
+-- the spec a model directory of the cache was trained from (its spec.json, the key M.model
+-- writes): spec, path; or nil and a message naming the file (missing, not JSON, or without a spec)
+function M.read_spec(dir)
+  local path = dir .. "/spec.json"
+  local text = read_file(path)
+  if not text then return nil, "no " .. path .. " (not a model directory of the cache)" end
+  local ok, v = pcall(json.decode, text, path)
+  if not ok then return nil, tostring(v) end
+  if type(v) ~= "table" or type(v.spec) ~= "table" then return nil, path .. " holds no spec" end
+  return v.spec, path
+end
 
 -- ---------------------------------------------------------------- what a cached result depends on
 -- A cached model or stage is reused only when everything that shaped it is unchanged: its
