@@ -23,39 +23,40 @@ local analysis = require "outlierlab.analysis.metrics"
 local AR = require "outlierlab.analysis.remedies"
 local E = require "outlierlab.experiment"
 
--- key, label, attention spec (nil: softmax), optimizer, norm_gain, the paper's claim
+-- key, short (the figure's bar label), label (the table's), attention spec (nil: softmax), optimizer,
+-- norm_gain, the paper's claim
 local ALL = {
-  { key = "vanilla", label = "vanilla (softmax, AdamW)" },
-  { key = "clipped", label = "QT clipped softmax", attention = { kind = "clipped_softmax", gamma = -0.025 },
+  { key = "vanilla", short = "vanilla", label = "vanilla (softmax, AdamW)" },
+  { key = "clipped", short = "clipped softmax", label = "QT clipped softmax", attention = { kind = "clipped_softmax", gamma = -0.025 },
     claim = "QT: removes outliers (kurtosis, max inf norm) and makes W8A8 work" },
-  { key = "qt_gated", label = "QT gated attention", attention = { kind = "gated", gate = "linear" },
+  { key = "qt_gated", short = "QT gate", label = "QT gated attention", attention = { kind = "gated", gate = "linear" },
     claim = "QT: removes outliers and makes W8A8 work" },
-  { key = "fixed_bias", label = "SO (b) fixed bias", attention = "fixed_bias" },
-  { key = "ca_bias", label = "SO (c) context-aware bias", attention = "ca_bias" },
-  { key = "attn_bias", label = "SO (d) attention bias", attention = "attn_bias",
+  { key = "fixed_bias", short = "(b) fixed bias", label = "SO (b) fixed bias", attention = "fixed_bias" },
+  { key = "ca_bias", short = "(c) ctx bias", label = "SO (c) context-aware bias", attention = "ca_bias" },
+  { key = "attn_bias", short = "(d) attn bias", label = "SO (d) attention bias", attention = "attn_bias",
     claim = "SO / Sun et al.: an explicit sink removes the massive activation" },
-  { key = "ca_scale", label = "SO (e) context-aware scaling", attention = "ca_scale",
+  { key = "ca_scale", short = "(e) ctx scaling", label = "SO (e) context-aware scaling", attention = "ca_scale",
     claim = "SO: removes systematic outliers" },
-  { key = "sigmoid", label = "sigmoid, b = −log T (SO)", attention = "sigmoid" },
-  { key = "sigmoid_logn", label = "sigmoid, b = −log n (Ramapuram et al.)", attention = "sigmoid_logn" },
-  { key = "sigmoid_nobias", label = "sigmoid, no bias (Gu et al.)", attention = "sigmoid_nobias",
+  { key = "sigmoid", short = "sigmoid −log T", label = "sigmoid, b = −log T (SO)", attention = "sigmoid" },
+  { key = "sigmoid_logn", short = "sigmoid −log n", label = "sigmoid, b = −log n (Ramapuram et al.)", attention = "sigmoid_logn" },
+  { key = "sigmoid_nobias", short = "sigmoid no bias", label = "sigmoid, no bias (Gu et al.)", attention = "sigmoid_nobias",
     claim = "Gu et al.: no attention sink up to 1B parameters" },
-  { key = "softmax1", label = "softmax1", attention = "softmax1",
+  { key = "softmax1", short = "softmax1", label = "softmax1", attention = "softmax1",
     claim = "Kaul et al.: first-token attention 65 % → 3.3 % (with OrthoAdam); StreamingLLM: not enough alone at 160M" },
-  { key = "sink_logit", label = "learned sink logit (gpt-oss)", attention = "sink_logit" },
-  { key = "gated_head", label = "Qiu gate after SDPA, headwise", attention = { kind = "gated_sdpa", form = "headwise" },
+  { key = "sink_logit", short = "sink logit", label = "learned sink logit (gpt-oss)", attention = "sink_logit" },
+  { key = "gated_head", short = "Qiu gate head", label = "Qiu gate after SDPA, headwise", attention = { kind = "gated_sdpa", form = "headwise" },
     claim = "Qiu et al.: first-token attention and the largest activation drop sharply" },
-  { key = "gated_elem", label = "Qiu gate after SDPA, elementwise", attention = { kind = "gated_sdpa", form = "elementwise" },
+  { key = "gated_elem", short = "Qiu gate elem", label = "Qiu gate after SDPA, elementwise", attention = { kind = "gated_sdpa", form = "elementwise" },
     claim = "Qiu et al.: first-token attention and the largest activation drop sharply" },
-  { key = "softpick", label = "softpick", attention = "softpick",
+  { key = "softpick", short = "softpick", label = "softpick", attention = "softpick",
     claim = "Zuhri et al.: 0 % sink rate, kurtosis 340 vs 33,510 at 340M" },
-  { key = "muon", label = "Muon", optimizer = "muon" },
-  { key = "orthoadam", label = "OrthoAdam", optimizer = "orthoadam",
+  { key = "muon", short = "Muon", label = "Muon", optimizer = "muon" },
+  { key = "orthoadam", short = "OrthoAdam", label = "OrthoAdam", optimizer = "orthoadam",
     claim = "Kaul et al.: with softmax-1, kurtosis 1,657 → 3.1" },
-  { key = "orthoadam_sm1", label = "OrthoAdam + softmax1", optimizer = "orthoadam", attention = "softmax1",
+  { key = "orthoadam_sm1", short = "OrthoAdam+softmax1", label = "OrthoAdam + softmax1", optimizer = "orthoadam", attention = "softmax1",
     claim = "Kaul et al.: kurtosis 1,657 → 3.1, first-token attention 65 % → 3.3 %" },
-  { key = "single_norm", label = "single-scale RMSNorm", norm_gain = "single" },
-  { key = "osp", label = "Outlier-Safe Pre-Training (Muon, single-scale norm, projections)", optimizer = "muon",
+  { key = "single_norm", short = "single-scale norm", label = "single-scale RMSNorm", norm_gain = "single" },
+  { key = "osp", short = "OSP", label = "Outlier-Safe Pre-Training (Muon, single-scale norm, projections)", optimizer = "muon",
     norm_gain = "single", embed_proj = true,
     claim = "Park et al.: excess kurtosis 1,818 → 0.04, far better 4-bit quantisation" },
 }
@@ -180,7 +181,7 @@ local function analyze(run)
               sink_rate_mean = {}, sink_rate_sd = {}, n_seeds = #sl }
   local labels = {}
   for vi, key in ipairs(cfg.variants) do
-    labels[vi] = BY_KEY[key].label
+    labels[vi] = BY_KEY[key].short
     v.metric_value[vi], v.metric_mean[vi], v.metric_sd[vi] = {}, {}, {}
     v.quant_loss[vi], v.quant_delta_mean[vi], v.quant_delta_sd[vi] = {}, {}, {}
     local fp = {}
