@@ -22,8 +22,8 @@ local ol = require "outlierlab"
 local hf = require "outlierlab.pretrained.hf"
 local stream = require "outlierlab.pretrained.stream"
 local models = require "outlierlab.models"
-local analysis = require "outlierlab.analysis.metrics"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local probes = require "outlierlab.measure.probes"
 local progress = require "outlierlab.util.progress"
 local ffi, C = ol.ffi, ol.C
 

@@ -20,8 +20,8 @@
 local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.analysis.inspect"
-local seeds = require "outlierlab.analysis.seeds"
+local inspect = require "outlierlab.measure.inspect"
+local seeds = require "outlierlab.judge.seeds"
 
 local RANK = 2          -- dimension of the compared singular subspaces
 local SINK = 0.5        -- a head is a sink head when it puts more than this on the initial token

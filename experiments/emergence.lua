@@ -9,11 +9,11 @@
 -- averaged, mean over the layer outputs; QT hooks the FFN outputs too). At the default
 -- profile the decoder is the model organism's LLaMA-style model (docs/ORGANISM.md); at the
 -- paper profile QT's OPT-125m. Mean ± sd over the seeds, and a difference counts only beyond
--- the seed spread (outlierlab.analysis.seeds). QT Table 2 (OPT-125m, end of training): vanilla 340 /
+-- the seed spread (outlierlab.judge.seeds). QT Table 2 (OPT-125m, end of training): vanilla 340 /
 -- 1778, clipped softmax 63.2 / 19728, gated attention 8.7 / 18.9 (max inf norm / avg kurtosis).
 local exp_runner = require "outlierlab.experiment"
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.analysis.seeds"
+local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
 
 local VARIANTS = {

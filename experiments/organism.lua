@@ -7,13 +7,13 @@
 -- the same shape, BERT-style encoder, ViT on flat-background images) it trains the default recipe (the very model the figures
 -- analyse, shared through the cache) and one-at-a-time variations of the knobs that matter
 -- (learning rate, weight decay, depth, data mix), and records during training, on held-out
--- batches (experiment.tracker, outlierlab.analysis.phenomena):
+-- batches (experiment.tracker, outlierlab.measure.phenomena):
 --   the largest sink share of any head (attention of other tokens on <bos>/[CLS] or on
 --   delimiters), that head's value norm at the sink over the median value norm (the value
 --   drain), top-1/median |h| at the sink token in the layer where it is largest (massive
 --   activation), and the average kurtosis of the layer outputs.
 -- The thresholds of a "model organism" (the papers' phenomena, scaled down; one place,
--- outlierlab.analysis.thresholds, which the training histories draw): sink share >= 0.8 with a
+-- outlierlab.judge.thresholds, which the training histories draw): sink share >= 0.8 with a
 -- value ratio <= 0.2, top-1/median >= 100 at the sink token, average kurtosis >= 30.
 -- The verdict judges the FINAL measurement of each model: the mean over the tracked points of
 -- the last 10 % of training (the end-of-training state the figures analyse). The summary says
@@ -22,7 +22,7 @@
 local exp_runner = require "outlierlab.experiment"
 local ptq = require "outlierlab.ptq"
 local config = require "outlierlab.config"
-local thresholds = require "outlierlab.analysis.thresholds"
+local thresholds = require "outlierlab.judge.thresholds"
 
 local THRESHOLDS = thresholds.THRESHOLDS
 
@@ -162,7 +162,7 @@ local function analyze(run)
   for i, m in ipairs(run.out.train) do
     local e = { family = m.family, base = m.base, label = m.label, steps = m.steps,
                 val_loss = m.val_loss, seconds = m.seconds, curve = m.curve, diverged = m.diverged }
-    -- the one verdict (analysis/thresholds): the final measurement, and the first step on the way
+    -- the one verdict (judge/thresholds): the final measurement, and the first step on the way
     local j = thresholds.judge(m.curve)
     for _, name in ipairs(thresholds.ORDER) do
       e["first_" .. name] = j.first[name] or -1
@@ -268,7 +268,7 @@ local function summary(run)
       exp_runner.TRACK_BATCHES .. " held-out batches of at most 16 sequences of its own; earlier points every steps/" ..
       exp_runner.TRACK_POINTS .. " steps on the same batches). A threshold met at an earlier point and lost by the end is reported as \"reached on the way at step N\" and does not count. The same final means and thresholds are drawn in each model's training history (history.png).",
     "",
-    "Thresholds (analysis/thresholds): sink — " .. thresholds.WHAT.sink .. "; massive — " .. thresholds.WHAT.massive ..
+    "Thresholds (judge/thresholds): sink — " .. thresholds.WHAT.sink .. "; massive — " .. thresholds.WHAT.massive ..
       "; kurtosis — " .. thresholds.WHAT.kurtosis .. ".",
     "",
     "The figures judge other quantities of the same final models, and their verdicts do not replace these: so-fig3 (on the LLaMA default model) " ..

@@ -8,8 +8,8 @@
 -- dimension. The paper finds them in a few hidden dimensions (#180, #720 in BERT-base) and
 -- almost only at delimiter tokens ([SEP], ".", ",": > 97 %).
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.analysis.metrics"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.bert_mlm_spec   -- shared with qt-fig2: one trained model

@@ -12,10 +12,10 @@
 -- ([SEP], ".", ",") are marked. The share of attention that non-delimiter queries put on
 -- delimiter keys is given for every layer and head.
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.analysis.metrics"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.analysis.inspect"
+local inspect = require "outlierlab.measure.inspect"
 
 local model_spec = exp_runner.bert_mlm_spec   -- shared with qt-fig1/qt-fig2: one trained model
 

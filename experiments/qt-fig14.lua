@@ -11,8 +11,8 @@
 local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.analysis.inspect"
-local seeds = require "outlierlab.analysis.seeds"
+local inspect = require "outlierlab.measure.inspect"
+local seeds = require "outlierlab.judge.seeds"
 
 local NBINS = 20
 local VARIANTS = { "vanilla", "clipped" }

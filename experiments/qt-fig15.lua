@@ -12,7 +12,7 @@
 local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.analysis.inspect"
+local inspect = require "outlierlab.measure.inspect"
 
 local VARIANTS = { "vanilla", "gated" }
 local CLOSED = 0.1

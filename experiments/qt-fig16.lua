@@ -13,10 +13,10 @@
 -- the mean ‖v_j‖ of that head over outlier patches and over the other patches.
 local ptq = require "outlierlab.ptq"
 local data = require "outlierlab.data"
-local probes = require "outlierlab.analysis.probes"
+local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
-local thresholds = require "outlierlab.analysis.thresholds"
-local inspect = require "outlierlab.analysis.inspect"
+local thresholds = require "outlierlab.judge.thresholds"
+local inspect = require "outlierlab.measure.inspect"
 
 local MODEL_SEED = 1   -- qt-table2's first seed: the same cached vanilla ViT as qt-fig3
 local function model_spec(cfg) return ptq.qt_spec(cfg, "vit", ptq.qt_attention(cfg, "vit", "vanilla"), MODEL_SEED) end

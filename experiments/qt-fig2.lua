@@ -8,8 +8,8 @@
 -- product A·V. QT finds the head puts most of its probability on delimiter tokens whose
 -- values are small, so the product is near zero: a learned "no-op".
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.analysis.metrics"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
 local ffi = require "ffi"
 

@@ -19,11 +19,11 @@
 --     (analysis.value_magnitudes, [CLS] masked out).
 --   * inf norm per layer (Fig. 9a): per-image max|x| of h_l and of the FFN output, averaged.
 local ptq = require "outlierlab.ptq"
-local analysis = require "outlierlab.analysis.metrics"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local probes = require "outlierlab.measure.probes"
 local data = require "outlierlab.data"
 local figure = require "outlierlab.figure"
-local thresholds = require "outlierlab.analysis.thresholds"
+local thresholds = require "outlierlab.judge.thresholds"
 
 -- --seed=S (default 1): the vanilla ViT of qt-table2's seed S, the same cached model
 local function model_spec(cfg) return ptq.qt_spec(cfg, "vit", ptq.qt_attention(cfg, "vit", "vanilla"), cfg.seed) end

@@ -8,9 +8,9 @@
 -- only γ < 0 matters: γ = −0.03, ζ = 1 removes the outliers, ζ > 1 with γ = 0 stays near
 -- vanilla. The vanilla and the γ = −0.025 models are shared with qt-table2 (same specs). Every
 -- row is trained with cfg.n_seeds seeds; a difference counts only beyond the seed spread
--- (outlierlab.analysis.seeds).
+-- (outlierlab.judge.seeds).
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.analysis.seeds"
+local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
 
 -- rows (γ at T = 128, ζ) and the paper's numbers where QT Table 1 gives them (docs/EXPERIMENTS.md)

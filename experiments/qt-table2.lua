@@ -11,18 +11,18 @@
 -- min-max ranges — MSE for OPT —, asymmetric per-tensor activations from 16 calibration
 -- batches with running min-max — the 99.999th percentile for OPT —, attention scores and
 -- softmax outputs included, head and gates in full precision). Mean ± sd over the seeds; a
--- difference between variants counts only beyond the seed spread (outlierlab.analysis.seeds).
+-- difference between variants counts only beyond the seed spread (outlierlab.judge.seeds).
 -- Beside the paper's columns (not in the paper): the 4-bit era's settings of
--- outlierlab.analysis.quant on the same models and held-out batches — RTN W8A8, W4A8, W4A4
+-- outlierlab.compress.rtn on the same models and held-out batches — RTN W8A8, W4A8, W4A4
 -- (per-channel weights, per-token dynamic activations), W4A4 after a Walsh–Hadamard rotation
 -- (the llama family's RMSNorm decoder only: not applicable to post-LN BERT, the LayerNorm ViT and
 -- QT's per-head gate) and W4A4 after SmoothQuant (α = 0.5, n_calib calibration batches); and
 -- where the W8A8 loss comes from: W8 alone, A8 alone and A8 at one kind of op at a time
 -- (ptq.W8A8_PARTS), the rest in full precision.
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.analysis.seeds"
+local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
-local quant = require "outlierlab.analysis.quant"
+local quant = require "outlierlab.compress.rtn"
 
 local FAMILIES = { "bert", "opt", "vit" }
 local VARIANTS = { "vanilla", "clipped", "gated" }
@@ -73,10 +73,10 @@ for _, q in ipairs(QUANTITIES) do
                             ylabel = q.key == "deg" and "W8A8 − FP ppl (ViT: FP − W8A8 top-1 %)" or q.title }
   end
 end
--- the 4-bit era's settings (outlierlab.analysis.quant), not in the paper
+-- the 4-bit era's settings (outlierlab.compress.rtn), not in the paper
 local QUANT_NA = " (fill value where the setting does not apply)"
 for _, q in ipairs({
-  { "quant_metric", { "family", "variant", "quant_setting", "seed" }, "metric after the 4-bit era post-training quantisation setting (outlierlab.analysis.quant), same units as fp_metric, per seed" },
+  { "quant_metric", { "family", "variant", "quant_setting", "seed" }, "metric after the 4-bit era post-training quantisation setting (outlierlab.compress.rtn), same units as fp_metric, per seed" },
   { "quant_metric_mean", { "family", "variant", "quant_setting" }, "metric after the quantisation setting, mean over seeds" },
   { "quant_metric_sd", { "family", "variant", "quant_setting" }, "metric after the quantisation setting, sample standard deviation over seeds" },
   { "quant_degradation", { "family", "variant", "quant_setting", "seed" }, "degradation under the quantisation setting: its perplexity minus the FP perplexity (BERT, OPT), the FP top-1 percent minus its top-1 percent (ViT), per seed" },

@@ -1,5 +1,5 @@
 -- Post-training quantisation of one model — the 4-bit era's settings of
--- outlierlab.analysis.quant on one model: the LLaMA-style decoder organism of so-fig3 (trained,
+-- outlierlab.compress.rtn on one model: the LLaMA-style decoder organism of so-fig3 (trained,
 -- or loaded from the cache: the same model), or an imported Hugging Face model with
 -- --model=DIR --text=FILE (docs/PRETRAINED.md; GPT-2, OPT and the llama family).
 --
@@ -16,7 +16,7 @@
 -- GPT-2 or OPT model those settings are reported as not applicable, with the reason.
 local E = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
-local quant = require "outlierlab.analysis.quant"
+local quant = require "outlierlab.compress.rtn"
 local text = require "outlierlab.data.text"
 
 -- this experiment analyses imported decoders too (--model=DIR --text=FILE; outlierlab.pretrained's

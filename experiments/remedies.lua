@@ -13,14 +13,14 @@
 -- ratio at the first token (mean top-1 |h| at position 0 over the mean median |h|, largest over
 -- layers); Pearson kurtosis of the block outputs with and without the first token (averaged over
 -- layers); and the loss after RTN W8A8, W4A8, W4A4, W4A4 + Walsh–Hadamard rotation and W4A4 +
--- SmoothQuant (outlierlab.analysis.quant; per-channel weights, per-token activations). Mean ± sd over
+-- SmoothQuant (outlierlab.compress.rtn; per-channel weights, per-token activations). Mean ± sd over
 -- seeds; a difference against vanilla counts only beyond the seed spread (outlierlab.seeds).
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.analysis.seeds"
+local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
-local quant = require "outlierlab.analysis.quant"
-local analysis = require "outlierlab.analysis.metrics"
-local AR = require "outlierlab.analysis.remedies"
+local quant = require "outlierlab.compress.rtn"
+local analysis = require "outlierlab.measure.metrics"
+local AR = require "outlierlab.measure.recent"
 local E = require "outlierlab.experiment"
 
 -- key, short (the figure's bar label), label (the table's), attention spec (nil: softmax), optimizer,
@@ -63,7 +63,7 @@ local ALL = {
 local BY_KEY = {}
 for _, v in ipairs(ALL) do BY_KEY[v.key] = v end
 
--- the settings of outlierlab.analysis.quant (w8a8, w4a8, w4a4, w4a4_hadamard, w4a4_smooth) and their labels
+-- the settings of outlierlab.compress.rtn (w8a8, w4a8, w4a4, w4a4_hadamard, w4a4_smooth) and their labels
 local QUANT, QUANT_NAME = {}, {}
 for i, s in ipairs(quant.SETTINGS) do QUANT[i], QUANT_NAME[s.name] = s.name, s.label end
 local METRICS = { "val_loss", "sink_rate", "massive_first", "kurtosis", "kurtosis_no_first" }

@@ -9,8 +9,8 @@
 -- layer), counted by position and by token category. SO finds the outliers at every length, at
 -- the first token and weak-semantic tokens, their positions shifting with the text.
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.analysis.metrics"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model

@@ -12,7 +12,7 @@
 -- while (b) and (c) keep them. The models are shared with so-fig12 and (softmax, ca_scale)
 -- so-table3 (ptq.so_spec).
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.analysis.seeds"
+local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
 
 local FIG = figure.declare{

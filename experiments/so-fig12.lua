@@ -6,9 +6,9 @@
 -- recorded by the trainer (shared models: nothing is retrained). SO reports that the
 -- context-aware scaling factor converges faster early in training. Checked here: mean
 -- training loss over the first 20 % of the steps, and over the last 10 %, mean ± sd over the
--- seeds; a difference counts only beyond the seed spread (outlierlab.analysis.seeds).
+-- seeds; a difference counts only beyond the seed spread (outlierlab.judge.seeds).
 local ptq = require "outlierlab.ptq"
-local seeds = require "outlierlab.analysis.seeds"
+local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
 
 local FIG = figure.declare{

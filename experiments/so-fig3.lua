@@ -10,10 +10,10 @@
 -- shallow layers on, persisting through the middle and vanishing in the last layers, at the
 -- initial token and weak-semantic tokens, in a few fixed channels.
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.analysis.metrics"
-local remedies = require "outlierlab.analysis.remedies"
-local quant = require "outlierlab.analysis.quant"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local remedies = require "outlierlab.measure.recent"
+local quant = require "outlierlab.compress.rtn"
+local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig6: one trained model

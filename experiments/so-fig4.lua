@@ -10,10 +10,10 @@
 -- over tokens and channels. SO finds the outliers confined to a few shallow and deep layers, at
 -- the start token and weak-semantic tokens, in a few channels.
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.analysis.metrics"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.analysis.inspect"
+local inspect = require "outlierlab.measure.inspect"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
 local CATS = analysis.categories

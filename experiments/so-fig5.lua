@@ -12,7 +12,7 @@
 -- weight outliers concentrated in the down-projections W_down of the second layer and the
 -- last two layers; Fig. 5(b, c) show the per-column detail of those layers.
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.analysis.metrics"
+local analysis = require "outlierlab.measure.metrics"
 local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3/so-fig6/so-table1: one trained model

@@ -10,9 +10,9 @@
 -- SwiGLU inputs of the element, gate and up, are shown with the layer's medians: SO finds weight
 -- outliers in the gate and up projections amplified by SiLU and the GLU product.
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.analysis.metrics"
+local analysis = require "outlierlab.measure.metrics"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.analysis.inspect"
+local inspect = require "outlierlab.measure.inspect"
 local overview = require "outlierlab.figure.overview"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model

@@ -11,7 +11,7 @@
 -- score multiplies).
 local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.analysis.inspect"
+local inspect = require "outlierlab.measure.inspect"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
 

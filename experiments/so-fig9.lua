@@ -10,7 +10,7 @@
 -- the neutralisation is progressive rather than abrupt).
 local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.analysis.inspect"
+local inspect = require "outlierlab.measure.inspect"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
 

@@ -28,8 +28,8 @@
 -- attention outliers: what random positions/channels would give.
 -- SO (LLaMA2-7B, 100 RedPajama samples of 2048 tokens): 100 %, 100 %, 100 %, 95 %.
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.analysis.metrics"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3/so-fig5/so-fig6: one trained model

@@ -11,17 +11,17 @@
 -- column). The compressed weights are the linear layers of the blocks (q, k, v, o, MLP up and
 -- down); the tied embedding / head and the scaling weights stay in full precision
 -- (outlierlab.ptq). Mean ± sd over the seeds; a difference counts only beyond the seed spread
--- (outlierlab.analysis.seeds). The models are shared with so-fig11 and so-fig12 (same specs).
+-- (outlierlab.judge.seeds). The models are shared with so-fig11 and so-fig12 (same specs).
 -- Beside the paper's columns (not in the paper): the 4-bit era's settings of
--- outlierlab.analysis.quant on the same models and held-out batches — RTN W8A8, W4A8, W4A4
+-- outlierlab.compress.rtn on the same models and held-out batches — RTN W8A8, W4A8, W4A4
 -- (per-channel weights, per-token dynamic activations), W4A4 after a Walsh–Hadamard rotation
 -- (the llama family's RMSNorm decoder of the default profiles; not applicable to the paper
 -- profile's GPT-2, a LayerNorm model) and W4A4 after SmoothQuant (α = 0.5, n_calib batches).
 local ptq = require "outlierlab.ptq"
-local compress = require "outlierlab.analysis.compress"
-local seeds = require "outlierlab.analysis.seeds"
+local compress = require "outlierlab.compress.fakequant"
+local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
-local quant = require "outlierlab.analysis.quant"
+local quant = require "outlierlab.compress.rtn"
 
 local VARIANTS = { "softmax", "ca_scale" }
 local PAPER = { softmax = { 27.24, 93.44, 7235.68 }, ca_scale = { 26.95, 29.22, 39.47 } }
@@ -49,10 +49,10 @@ local vars = {
 for _, k in ipairs(COLS) do
   vars[#vars + 1] = { "ppl_" .. k, dims = { "variant", "seed" }, long_name = COL_LONG[k] .. ", per seed", units = "1" }
 end
--- the 4-bit era's settings (outlierlab.analysis.quant), not in the paper
+-- the 4-bit era's settings (outlierlab.compress.rtn), not in the paper
 local QUANT_NA = " (fill value where the setting does not apply)"
 for _, q in ipairs({
-  { "quant_ppl", { "variant", "quant_setting", "seed" }, "held-out perplexity after the 4-bit era post-training quantisation setting (outlierlab.analysis.quant), per seed" },
+  { "quant_ppl", { "variant", "quant_setting", "seed" }, "held-out perplexity after the 4-bit era post-training quantisation setting (outlierlab.compress.rtn), per seed" },
   { "quant_ppl_mean", { "variant", "quant_setting" }, "held-out perplexity after the quantisation setting, mean over seeds" },
   { "quant_ppl_sd", { "variant", "quant_setting" }, "held-out perplexity after the quantisation setting, sample standard deviation over seeds" },
   { "quant_ratio_to_fp", { "variant", "quant_setting", "seed" }, "perplexity after the quantisation setting divided by the FP perplexity of the same model, per seed" },

@@ -1,6 +1,6 @@
 # plots/history.gp — the training history of one cached model (lua/outlierlab/runner/history.lua):
 # loss, gradient norm, and the four phenomena the model organism is judged by, with their
-# thresholds (lua/outlierlab/analysis/thresholds.lua, written into the data) and the final window.
+# thresholds (lua/outlierlab/judge/thresholds.lua, written into the data) and the final window.
 # usage: gnuplot -c plots/history.gp history.dat out.png|out.pdf
 # history.dat: index 0 = which panels have data ("train" "val" "curve" "phenomena" "sink_rate"
 #   "max_kurtosis" "lr_varies", 1 or 0), index 1 = "step" "loss" "lr" "grad_norm",

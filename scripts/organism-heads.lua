@@ -6,19 +6,19 @@
 --
 -- On `batches` held-out batches of 16 sequences of the model's own validation stream (the
 -- stream and the measurement of the training history: recipes.measure_phenomena,
--- analysis/phenomena.lua), per layer: top-1/median |h| at the first token in the layer's input
+-- measure/phenomena.lua), per layer: top-1/median |h| at the first token in the layer's input
 -- (the previous layer's output; "—" for layer 0, whose input is the embedding) and, per head,
 -- Gu et al.'s α (the mean attention on the first key), its share (the largest weight on one
 -- initial key, per query), the value ratio at the first token (its attention-weighted value norm
 -- over the median value norm of the other keys) and the attention left for ordinary tokens.
 -- Then the sink heads (α > ε = 0.3) and their mean value ratio, over all of them and split by
 -- whether the head reads a massive first-token state (its layer's input ratio ≥ the organism's
--- massive threshold, analysis/thresholds.lua) or not. Nothing is trained or written.
+-- massive threshold, judge/thresholds.lua) or not. Nothing is trained or written.
 local cache = require "outlierlab.runner.cache"
 local recipes = require "outlierlab.recipes"
 local batcher = require "outlierlab.data.batcher"
-local phenomena = require "outlierlab.analysis.phenomena"
-local thresholds = require "outlierlab.analysis.thresholds"
+local phenomena = require "outlierlab.measure.phenomena"
+local thresholds = require "outlierlab.judge.thresholds"
 local cfg = require("outlierlab.config").get{ model = "", batches = 16 }
 
 local function fail(msg) error("organism-heads: " .. msg, 0) end

@@ -1,6 +1,6 @@
 -- scripts/organism-search.lua — the one-off harness behind the rows marked † in docs/ORGANISM.md
 -- ("The search"): one LLaMA organism trained on a data layout or recipe that is not an
--- experiment option, then measured the way the project measures (outlierlab.analysis.phenomena
+-- experiment option, then measured the way the project measures (outlierlab.measure.phenomena
 -- on 16 held-out batches of 16 sequences) plus what the search asked about: the norm of the
 -- initial token's state against the ordinary tokens', what each layer writes at position 0 (the
 -- norm of h_l − h_(l−1) there, against the ordinary tokens' median write, and the cosine of the
@@ -8,7 +8,7 @@
 -- the attention of every head on the first key and on <bos> wherever it is, what the last
 -- layer's largest values at ordinary tokens do to the prediction (its entropy and loss with that
 -- channel set to 0 before the final norm), and what the loss says when the initial token's
--- state is scaled (analysis.remedies.scale_state); for the LLaMA presets, every layer's FFN write
+-- state is scaled (measure.recent.scale_state); for the LLaMA presets, every layer's FFN write
 -- decomposed neuron by neuron (analysis.writers: which neuron writes the first token and which
 -- the others).
 --
@@ -54,11 +54,11 @@ if cfg.threads > 0 then ol.set_num_threads(cfg.threads) end
 local org = require "outlierlab.data.organism"
 local models = require "outlierlab.models"
 local train = require "outlierlab.train.loop"
-local phenomena = require "outlierlab.analysis.phenomena"
-local probes = require "outlierlab.analysis.probes"
-local remedies = require "outlierlab.analysis.remedies"
-local writers = require "outlierlab.analysis.writers"
-local quant = require "outlierlab.analysis.quant"
+local phenomena = require "outlierlab.measure.phenomena"
+local probes = require "outlierlab.measure.probes"
+local remedies = require "outlierlab.measure.recent"
+local writers = require "outlierlab.measure.writers"
+local quant = require "outlierlab.compress.rtn"
 
 local task = org.task{ vocab_size = cfg.vocab_size, n_triggers = cfg.n_triggers, groups = cfg.groups, alpha = cfg.alpha,
   p_trigger = cfg.p_trigger, n_pointer = cfg.n_pointer, p_pointer = cfg.p_pointer, pointer_hops = cfg.pointer_hops,
@@ -423,7 +423,7 @@ local function report(step, loss)
     print(string.format("  last layer, ordinary tokens (%d; top 1 %%: %d, largest |h| %.0f against %.0f; channels %s; tokens %s): entropy %.3f against %.3f, loss %.3f against %.3f; with the largest channel set to 0: entropy %.3f / %.3f, loss %.3f / %.3f; corr(log largest |h|, entropy) %.2f (the head recomputed within %.1e nats of the model's logits)",
       n, n1, top[1], rest[1], table.concat(cs, ", "), table.concat(kl, ", "), top[2], rest[2], top[3], rest[3], top[4], rest[4], top[5], rest[5], corr, toks.head_err or 0 / 0))
   end
-  -- the dose-response of the initial token's state (analysis.remedies.scale_state)
+  -- the dose-response of the initial token's state (measure.recent.scale_state)
   local bs = quant.batches(ctx, loader("val", cfg.seed + 1, 16), 8)
   for _, l in ipairs { 0, 1 } do
     local s = remedies.scale_state(ctx, m, bs, { layer = l })

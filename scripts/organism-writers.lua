@@ -17,12 +17,12 @@
 --     |x_down|, cosines and W_down column norm; and per token id how often the same neuron is the
 --     top one (1.00: a fixed neuron per token, a lookup table) and how many distinct neurons serve
 --     the ids seen.
--- The measurement is outlierlab.analysis.writers (organism-search.lua prints it for the model it
+-- The measurement is outlierlab.measure.writers (organism-search.lua prints it for the model it
 -- trains, too). Nothing is trained or written; the numbers are printed.
 local cache = require "outlierlab.runner.cache"
 local recipes = require "outlierlab.recipes"
 local batcher = require "outlierlab.data.batcher"
-local writers = require "outlierlab.analysis.writers"
+local writers = require "outlierlab.measure.writers"
 local cfg = require("outlierlab.config").get{ model = "", batches = 8 }
 
 if cfg.model == "" then error("organism-writers: --model=DIR (a model directory of the cache, with spec.json and model.safetensors) is required", 0) end

@@ -6,7 +6,7 @@
 --   the recipes           outlierlab.recipes (LLAMA_LM_PROFILES, BERT_MLM_PROFILES, llama_lm_spec,
 --                         bert_mlm_spec, profiles_with, fit = train_model, load = load_model, ...)
 --   the data              outlierlab.data.batcher (corpus, batcher, data_spec, organism_task)
---   the analysis helpers  outlierlab.analysis.batches (probe_batches, blocks, token_label)
+--   the analysis helpers  outlierlab.measure.batches (probe_batches, blocks, token_label)
 --   the bounds            outlierlab.train.bounds (check_run, check_memory, check_profile)
 --   file helpers          outlierlab.util.fs (hash, read_file, mkdir), outlierlab.util.serialize
 -- and an assignment (E.CORPUS_FILE_TOKENS = n in a test) goes to the module that owns the name.
@@ -23,7 +23,7 @@ local aliases = {
 local owners = {
   require "outlierlab.runner.run", require "outlierlab.runner.cache", require "outlierlab.runner.report",
   require "outlierlab.runner.catalogue", require "outlierlab.recipes", require "outlierlab.data.batcher",
-  require "outlierlab.analysis.batches", aliases,
+  require "outlierlab.measure.batches", aliases,
 }
 
 return setmetatable({}, {

@@ -1,7 +1,7 @@
 -- test_analysis — every metric of docs/METRICS.md on hand-made tensors whose answers are
 -- worked out by hand in the comments; merge and streaming equivalences of the accumulator.
 local ol = require "outlierlab"
-local analysis = require "outlierlab.analysis.metrics"
+local analysis = require "outlierlab.measure.metrics"
 local t = require "outlierlab.tap"
 
 local ctx = ol.Context{ params = 65536, step_bytes = 67108864 }
@@ -395,7 +395,7 @@ end
 
 -- ---------------------------------------------------------------- the ViT verdicts' margins
 do
-  local th = require "outlierlab.analysis.thresholds"
+  local th = require "outlierlab.judge.thresholds"
   local base = { n = 100, background = { share = 1, p = 0.9 }, border = { share = 0.9, p = 0.75 }, head = "layer 3 head 1",
                  enrichment = 3, value_ratio = 0.4, inf = { peak_layer = 3, n_layers = 4, peak = 150, first_half_max = 60 } }
   local function with(k, v) local o = {} for a, b in pairs(base) do o[a] = b end o[k] = v return o end

@@ -2,8 +2,8 @@
 -- hand (a scripted fake model whose calls are known), then a real llama-quick forward pass
 -- streamed into the analysis accumulators, checked against invariants and direct counts.
 local ol = require "outlierlab"
-local probes = require "outlierlab.analysis.probes"
-local analysis = require "outlierlab.analysis.metrics"
+local probes = require "outlierlab.measure.probes"
+local analysis = require "outlierlab.measure.metrics"
 local t = require "outlierlab.tap"
 
 local ctx = ol.Context{ seed = 3 }

@@ -8,7 +8,7 @@
 -- layer profile.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local AR = require "outlierlab.analysis.remedies"
+local AR = require "outlierlab.measure.recent"
 
 local ctx = ol.Context({ seed = 3 })
 local function tensor(shape, vals)
@@ -166,8 +166,8 @@ do
   t.ok(ok, "layer_profile: medians, ordered top-3, BOS norms and entropies in (0, 1] normalised")
   t.near(prof.loss, none.loss, 1e-6, "layer_profile reports the same evaluation loss")
   -- the tracked phenomena carry the same sink rate
-  local phenomena = require "outlierlab.analysis.phenomena"
-  local probes = require "outlierlab.analysis.probes"
+  local phenomena = require "outlierlab.measure.phenomena"
+  local probes = require "outlierlab.measure.probes"
   local ph = phenomena.new{ category = function(id) return id == 0 and "initial" or "other" end, T = 16,
                             C = cfg.d_model, n_head = cfg.n_head, causal = true }
   local P = probes.new{}
@@ -175,7 +175,7 @@ do
   for _, b in ipairs(batches) do mc:no_grad(function() mc:reset(); P:forward(m, b) end) end
   mc:reset()
   local r = ph:result()
-  t.near(r.sink_rate_pct, sr.rate, 1e-9, "phenomena: sink_rate_pct is Gu et al.'s per-sample rate, the same as analysis.remedies.sink_rate")
+  t.near(r.sink_rate_pct, sr.rate, 1e-9, "phenomena: sink_rate_pct is Gu et al.'s per-sample rate, the same as measure.recent.sink_rate")
   t.ok(phenomena.describe(r):find("sink rate", 1, true) ~= nil, "phenomena.describe() reports the sink rate")
 end
 

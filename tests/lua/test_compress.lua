@@ -1,7 +1,7 @@
 -- Compression kernels on hand-made tensors whose answers are worked out in the comments.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local compress = require "outlierlab.analysis.compress"
+local compress = require "outlierlab.compress.fakequant"
 local C, ffi = ol.C, ol.ffi
 local ctx = ol.Context()
 

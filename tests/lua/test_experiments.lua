@@ -32,7 +32,7 @@ local expect = {
   ["so-table1"] = { "double consistency(row)", "double chance_level(row)", "int h_outlier_tokens(tau)", "double overlap_h_attention(tau)" },
   ["emergence"] = { "double max_inf_norm(variant, step)", "double avg_kurtosis(variant, step)",
                     "double max_inf_norm_per_seed(variant, seed, step)", "int n_seeds ;" },
-  -- the 4-bit era's settings beside the papers' columns (outlierlab.analysis.quant)
+  -- the 4-bit era's settings beside the papers' columns (outlierlab.compress.rtn)
   ["qt-table2"] = { "double quant_metric(family, variant, quant_setting, seed)", "double quant_metric_mean(family, variant, quant_setting)",
                     "double quant_degradation(family, variant, quant_setting, seed)", "double quant_degradation_sd(family, variant, quant_setting)",
                     "int quant_applicable(family, variant, quant_setting)",
@@ -61,7 +61,7 @@ local undefined_without = {
 local declared = {}
 for _, id in ipairs({ "qt-fig1", "qt-fig2", "qt-fig3", "qt-table1", "qt-table2", "so-fig3", "so-fig5", "so-fig6", "so-fig11",
                       "so-fig12", "so-table1", "so-table3", "emergence", "quant" }) do declared[id] = true end
--- the comparisons between variants state the seed rule (outlierlab.analysis.seeds) in their summary
+-- the comparisons between variants state the seed rule (outlierlab.judge.seeds) in their summary
 local seeded = { ["qt-table1"] = true, ["qt-table2"] = true, ["so-fig11"] = true, ["so-fig12"] = true, ["so-table3"] = true,
                  ["emergence"] = true }
 local function values_of(file, var)

@@ -1,5 +1,5 @@
 -- test_figures — outlierlab.figure (declaration -> NetCDF, panels, summary numbers) and the
--- computations of the single-sequence figures (outlierlab.analysis.inspect, outlierlab.figure.overview), each on
+-- computations of the single-sequence figures (outlierlab.measure.inspect, outlierlab.figure.overview), each on
 -- a hand-made case whose answer is known. The quick runs of the experiments themselves are in
 -- test_experiments.lua (every experiments/*.lua); here each new figure's quoted number is tied
 -- to the function that computes it:
@@ -8,7 +8,7 @@
 --   so-fig1/10/23/24 ratio_count, pool_abs; qt-fig10 owner_head, matmul; qt-fig16 received.
 local t = require "outlierlab.tap"
 local figure = require "outlierlab.figure"
-local inspect = require "outlierlab.analysis.inspect"
+local inspect = require "outlierlab.measure.inspect"
 local overview = require "outlierlab.figure.overview"
 local ol = require "outlierlab"
 
@@ -198,7 +198,7 @@ near(pa[1], 45, 1e-6, "a line rotated by 45°")
 -- the chance level: random lines in R^2 are uniform on [0°, 90°] (mean 45°, sd 90/√12 = 26.0°);
 -- in R^3 |cos| is uniform on [0, 1], so the mean angle is ∫ acos c dc = 1 rad; two planes of R^3
 -- always share a line (0°); the same seed gives the same list, another seed another
-local c2m, c2s = require("outlierlab.analysis.seeds").stats(inspect.chance_angles(2, 1, 20000, 7))
+local c2m, c2s = require("outlierlab.judge.seeds").stats(inspect.chance_angles(2, 1, 20000, 7))
 near(c2m, 45, 0.6, "chance angle of lines in R^2: mean 45° (4.5 standard errors)")
 near(c2s, 90 / math.sqrt(12), 0.6, "chance angle of lines in R^2: sd 26.0°")
 near(inspect.mean(inspect.chance_angles(3, 1, 20000, 7)), math.deg(1), 0.5, "chance angle of lines in R^3: mean 1 rad = 57.30°")

@@ -1,15 +1,15 @@
 -- Training histories show the phenomena (issue 23): runner/history.lua and plots/history.gp on
--- hand-made model directories, and the one verdict of analysis/thresholds.
+-- hand-made model directories, and the one verdict of judge/thresholds.
 --   * judge: the final measurement is the mean over the last 10 % of the tracked steps; a
 --     threshold met on the way and lost by the end is "reached on the way at step N", not reached;
 --   * a model with the tracker's curve: history.nc holds sink share, value ratio, massive ratio,
 --     kurtosis (and the sink rate when the curve has it) with the thresholds and the final means as
---     attributes; history.dat carries the thresholds of analysis/thresholds (one place) and the
+--     attributes; history.dat carries the thresholds of judge/thresholds (one place) and the
 --     final window; a constant learning rate is a note (no panel, flag 0), a cosine one a curve;
 --   * a trainer that recorded only max inf norm and kurtosis (emergence) and one that recorded no
 --     curve still give a figure; ensure() rewrites a history of an older version, not a current one.
 local t = require "outlierlab.tap"
-local th = require "outlierlab.analysis.thresholds"
+local th = require "outlierlab.judge.thresholds"
 local history = require "outlierlab.runner.history"
 local serialize = require "outlierlab.util.serialize"
 local fs = require "outlierlab.util.fs"
@@ -70,7 +70,7 @@ t.is(#blocks, 5, "history.dat: 5 blocks")
 local flags = blocks[1]:match("\n([%d ]+)%s*$")
 t.is(flags, "1 1 1 1 1 0 0 0", "flags: train, val, curve, phenomena, sink rate present; no max kurtosis; constant lr (no panel); no max inf norm")
 local last = blocks[5]:match("\n([^\n]+)%s*$")
-t.ok(last and last:match("^0%.8 0%.2 100 30 2700 3000 "), "thresholds (analysis/thresholds) and final window in the data", last)
+t.ok(last and last:match("^0%.8 0%.2 100 30 2700 3000 "), "thresholds (judge/thresholds) and final window in the data", last)
 local png = t.slurp(dir .. "/history.png") or ""
 t.ok(#png > 20000 and png:sub(2, 4) == "PNG", "history.png drawn", #png)
 

@@ -19,7 +19,9 @@ local LAYERS = {
   { "data",       { "outlierlab.data" } },
   { "train",      { "outlierlab.train" } },
   { "pretrained", { "outlierlab.pretrained" } },
-  { "analysis",   { "outlierlab.analysis" } },
+  { "measure",    { "outlierlab.measure" } },     -- what a model does: activations, attention, weights
+  { "judge",      { "outlierlab.judge" } },       -- when a number counts: seeds, thresholds, verdicts
+  { "compress",   { "outlierlab.compress" } },    -- what compression costs: quantisation, pruning
   { "recipes",    { "outlierlab.recipes" } },
   { "figure",     { "outlierlab.figure" } },
   { "runner",     { "outlierlab.runner" } },

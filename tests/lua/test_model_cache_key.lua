@@ -2,7 +2,7 @@
 -- computed through changes (outlierlab.runner.cache, docs/EXPERIMENTS.md "Caching"). In a copy
 -- of the source tree (OUTLIERLAB_ROOT points bin/outlierlab at it) one experiment trains a
 -- quick LLaMA-style model through the shared recipe; then
---   * editing an analysis module (analysis/inspect.lua), a figure module (figure/init.lua),
+--   * editing an analysis module (measure/inspect.lua), a figure module (figure/init.lua),
 --     the report writer (runner/report.lua) and the NetCDF writer (engine/io_netcdf.c) reuses
 --     the cached model (no retraining);
 --   * editing a recipe module (recipes/init.lua) trains it anew, under a new hash.
@@ -42,7 +42,7 @@ end
 local o1, ok1, trained1 = run()
 t.ok(ok1 and trained1, "first run trains the model", o1)
 
-for _, rel in ipairs({ "lua/outlierlab/analysis/inspect.lua", "lua/outlierlab/figure/init.lua",
+for _, rel in ipairs({ "lua/outlierlab/measure/inspect.lua", "lua/outlierlab/figure/init.lua",
                        "lua/outlierlab/runner/report.lua", "engine/io_netcdf.c" }) do
   edit(rel)
   local o, ok, trained, cached = run()

@@ -4,8 +4,8 @@
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
 local org = require "outlierlab.data.organism"
-local phenomena = require "outlierlab.analysis.phenomena"
-local probes = require "outlierlab.analysis.probes"
+local phenomena = require "outlierlab.measure.phenomena"
+local probes = require "outlierlab.measure.probes"
 local ffi = require "ffi"
 
 local ctx = ol.Context{ seed = 1 }

@@ -14,7 +14,7 @@ local fs = require "outlierlab.util.fs"
 local json = require "outlierlab.util.json"
 local recipes = require "outlierlab.recipes"
 local batcher = require "outlierlab.data.batcher"
-local probes = require "outlierlab.analysis.probes"
+local probes = require "outlierlab.measure.probes"
 local model_dir = dofile(ol.root .. "/tests/lua/lib/model_dir.lua")
 
 local spec = recipes.llama_lm_spec(recipes.LLAMA_LM_PROFILES.quick)

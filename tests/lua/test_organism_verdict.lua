@@ -1,5 +1,5 @@
 -- One verdict per model (issue 23): the recipe map (experiments/organism.lua) judges each model's
--- final measurement (the mean over the last 10 % of the tracked steps, analysis/thresholds) and
+-- final measurement (the mean over the last 10 % of the tracked steps, judge/thresholds) and
 -- reports a threshold met only on the way as "reached on the way at step N", which does not count.
 --   * the issue's case: top-1/median 120 at step 2550, 95 at the end -> massive "not at the end
 --     (final 95); reached on the way at step 2550", the family's default recipe not a model

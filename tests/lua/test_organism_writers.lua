@@ -69,7 +69,7 @@ t.ok(run("--model=" .. bad):find("not a language model's spec", 1, true), "an ML
 
 -- the module refuses a model without a SwiGLU MLP (GPT-2's GELU MLP), naming what it needs
 do
-  local writers = require "outlierlab.analysis.writers"
+  local writers = require "outlierlab.measure.writers"
   local gctx = ol.Context{ seed = 1 }
   local gm = models.build(gctx, models.preset("gpt2-quick", { vocab_size = 64 }))
   local ok, err = pcall(writers.measure, gctx, gm, function() error("not reached") end, 1)

@@ -3,7 +3,7 @@
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
 local ptq = require "outlierlab.ptq"
-local compress = require "outlierlab.analysis.compress"
+local compress = require "outlierlab.compress.fakequant"
 local models = require "outlierlab.models"
 local E = require "outlierlab.experiment"
 local ffi = ol.ffi

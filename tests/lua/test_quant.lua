@@ -7,17 +7,17 @@
 --     rounding (random norm gains folded; softmax, gated_sdpa, ca_scale; single-scale norms);
 --   * W8A8 is close to full precision, restore() gives the FP model back bit for bit, errors;
 --   * what quant.evaluate measures per family: exp(loss) = the compression driver's perplexity
---     (outlierlab.analysis.quantisation) for BERT's masked tokens, and for the ViT the top-1
+--     (outlierlab.compress.evaluate) for BERT's masked tokens, and for the ViT the top-1
 --     accuracy it computes by hand = the driver's "acc"; bits ≥ 16 change nothing (bit for bit);
 --   * quant.run over every family: the heads and embeddings kept (the blocks' linears only), the
 --     rotation reported as not applicable to BERT / ViT / GPT-2 / QT's gate with the reason, the
 --     other settings finite, the model restored.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local quant = require "outlierlab.analysis.quant"
+local quant = require "outlierlab.compress.rtn"
 local gradcheck = require "outlierlab.nn.gradcheck"
 local models = require "outlierlab.models"
-local ptq = require "outlierlab.analysis.quantisation"
+local ptq = require "outlierlab.compress.evaluate"
 local C = ol.C
 
 local ctx = ol.Context({ seed = 9 })

@@ -163,7 +163,7 @@ t.is(E.data_leaf{ data = "organism", p_text = 0 }, nil, "data_leaf: the organism
 
 -- the code hash follows the package's folders (outlierlab.runner.cache): the engine's numerics
 -- and nn/ models/ data/ train/ recipes/ util/ for a trained model, never a file that only writes
--- results (figure/gnuplot.lua); the analysis/ folder enters the cached-stage hash only
+-- results (figure/gnuplot.lua); the measure/, judge/ and compress/ folders enter the cached-stage hash only
 local cache = require "outlierlab.runner.cache"
 os.execute(string.format("mkdir -p %s/tree && cp -r %s/engine %s/lua %s/tree/", tmp, OUTLIERLAB_ROOT, OUTLIERLAB_ROOT, tmp))
 local root = tmp .. "/tree"
@@ -183,8 +183,8 @@ end
 local after_plot = changed("lua/outlierlab/figure/gnuplot.lua")
 t.is(after_plot, base, "editing figure/gnuplot.lua keeps the code hash")
 local stage0 = dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/runner/cache.lua").code_hash(root, "stage")
-local after_inspect = changed("lua/outlierlab/analysis/inspect.lua")
-t.is(after_inspect, base, "editing an analysis module (analysis/inspect.lua) keeps the trained-model hash")
+local after_inspect = changed("lua/outlierlab/measure/inspect.lua")
+t.is(after_inspect, base, "editing an analysis module (measure/inspect.lua) keeps the trained-model hash")
 t.ok(dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/runner/cache.lua").code_hash(root, "stage") ~= stage0,
      "... and changes the cached-stage hash (the analysis is recomputed)")
 local after_model = changed("lua/outlierlab/models/gpt2.lua")

@@ -4,8 +4,8 @@
 -- (dist.allmerge). Rank 0 prints every number the NetCDF files would hold.
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
-local analysis = require "outlierlab.analysis.metrics"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local probes = require "outlierlab.measure.probes"
 local dist = require "outlierlab.util.dist"
 local cfg = require("outlierlab.config").get{ nseq = 8, T = 16, seed = 3 }
 ol.set_num_threads(1)

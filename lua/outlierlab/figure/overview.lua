@@ -9,10 +9,10 @@
 -- Each layer is measured as it streams past (only the chosen layer's copy is kept), so the same
 -- code runs on an imported 7B model. Outlier counts use SO's rule |x| > τ·mean|x| over the
 -- sequence's values of that layer.
-local analysis = require "outlierlab.analysis.metrics"
-local inspect = require "outlierlab.analysis.inspect"
+local analysis = require "outlierlab.measure.metrics"
+local inspect = require "outlierlab.measure.inspect"
 local figure = require "outlierlab.figure"
-local E = require "outlierlab.analysis.batches"
+local E = require "outlierlab.measure.batches"
 local batcher = require "outlierlab.data.batcher"
 
 local M = {}
@@ -48,7 +48,7 @@ end
 
 -- the four views of one model (ctx, m loaded), on the first held-out sequence
 function M.measure(ctx, m, corpus, spec, tau)
-  local probes = require "outlierlab.analysis.probes"
+  local probes = require "outlierlab.measure.probes"
   local best = { h = { r = -1 }, x_down = { r = -1 }, A = { s = -1 } }
   local ids, T
   local P = probes.new{ points = { "h", "x_down", "attn_probs" } }

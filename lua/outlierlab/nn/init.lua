@@ -13,7 +13,7 @@ nn.Module = Module
 -- Probe functions (opts.probe = fn(name, layer, tensor) of a model's forward) may say which
 -- points they want: nn.probe_wants(fn, name, layer) is false only when fn was registered with
 -- a predicate (nn.register_probe(fn, wants(name, layer))) that declines; a model skips the work
--- of a point nobody wants (the attention probabilities, a full B·NH·T² pass). outlierlab.analysis.probes
+-- of a point nobody wants (the attention probabilities, a full B·NH·T² pass). outlierlab.measure.probes
 -- registers its collector; any other function gets every point.
 local probe_wants = setmetatable({}, { __mode = "k" })
 function nn.register_probe(fn, wants) probe_wants[fn] = wants return fn end

@@ -128,7 +128,7 @@ local function persistent_copy(ctx, t)
   return p:copy_(t)
 end
 
--- Run the probes P (outlierlab.analysis.probes) over n batches of loader (loader:next(ctx)),
+-- Run the probes P (outlierlab.measure.probes) over n batches of loader (loader:next(ctx)),
 -- layer-major. Each batch gets seq_offset = i·B (its first sequence's global index).
 function Stream:probe(P, loader, n)
   local ctx, m, cfg = self.ctx, self.m, self.cfg

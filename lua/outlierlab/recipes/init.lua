@@ -154,8 +154,8 @@ M.model_cfg = model_cfg
 -- background patches are "weak" (they carry no information), object patches "other"
 -- (outlierlab.phenomena.vit_batch); the sinks looked for are [CLS] and background patches.
 function M.measure_vit_phenomena(ctx, m, spec, n, first)
-  local phenomena = require "outlierlab.analysis.phenomena"
-  local probes = require "outlierlab.analysis.probes"
+  local phenomena = require "outlierlab.measure.phenomena"
+  local probes = require "outlierlab.measure.probes"
   local d = spec.data
   local NP = (d.size / spec.batch.patch) ^ 2
   local ph = phenomena.new{ category = phenomena.vit_category, T = NP + 1, C = m.cfg.d_model, n_head = m.cfg.n_head,
@@ -252,7 +252,7 @@ function M.fit(run, spec)
   end)
 end
 
--- Phenomena during training (outlierlab.analysis.phenomena): at step 0 and every steps/TRACK_POINTS
+-- Phenomena during training (outlierlab.measure.phenomena): at step 0 and every steps/TRACK_POINTS
 -- steps, one held-out batch (at most 16 rows) of the model's validation stream is run with the
 -- probes on; curve[i] = { step, loss, sink_share, value_ratio, sink_layer, sink_head,
 -- sink_category, massive_ratio, massive_layer, massive_category, max_ratio, max_inf_norm,
@@ -271,8 +271,8 @@ M.TRACK_BATCHES = 2
 -- phenomena on n held-out batches (B rows each, at most 16) starting at batch `first` of the
 -- model's validation stream
 function M.measure_phenomena(ctx, m, corpus, spec, B, n, first)
-  local phenomena = require "outlierlab.analysis.phenomena"
-  local probes = require "outlierlab.analysis.probes"
+  local phenomena = require "outlierlab.measure.phenomena"
+  local probes = require "outlierlab.measure.probes"
   local ph = phenomena.new{ category = corpus.category, T = spec.batch.T, C = m.cfg.d_model, n_head = m.cfg.n_head,
                             causal = spec.batch.kind == "lm" }
   local va = batcher.batcher(corpus, { B = math.min(B or 16, spec.batch.B), T = spec.batch.T, kind = spec.batch.kind,
@@ -335,9 +335,9 @@ function M.stable(curve, steps)
   local sub = {}   -- the points up to `steps` (a resumed or longer curve is cut there)
   for _, p in ipairs(curve) do if not steps or p.step <= steps then sub[#sub + 1] = p end end
   if #sub == 0 then return nil end
-  local pts = require("outlierlab.analysis.thresholds").window(sub).points   -- the one window rule
+  local pts = require("outlierlab.judge.thresholds").window(sub).points   -- the one window rule
   local out = { n_points = #pts, from_step = pts[1].step, to_step = pts[#pts].step, sd = {} }
-  local stats = require("outlierlab.analysis.seeds").stats   -- one mean/sd (NaN without values)
+  local stats = require("outlierlab.judge.seeds").stats   -- one mean/sd (NaN without values)
   for _, f in ipairs(M.STABLE_FIELDS) do
     local xs = {}
     for _, p in ipairs(pts) do local v = p[f] if type(v) == "number" and v == v then xs[#xs + 1] = v end end

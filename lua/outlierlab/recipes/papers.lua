@@ -1,10 +1,10 @@
 -- recipes/papers — the model specs of the compression experiments and of QT's and SO's variant
 -- sweeps: QT's three families (BERT, the decoder, ViT) and their attention variants, SO's
 -- variants, the ViT profiles, and one row of QT's tables (train/load through outlierlab.recipes,
--- quantise through outlierlab.analysis.quantisation). outlierlab.ptq offers these with the
+-- quantise through outlierlab.compress.evaluate). outlierlab.ptq offers these with the
 -- quantisation.
 local recipes = require "outlierlab.recipes"
-local quant = require "outlierlab.analysis.quantisation"
+local quant = require "outlierlab.compress.evaluate"
 
 local M = {}
 M.load, M.train = recipes.load, recipes.fit

@@ -62,7 +62,7 @@ end
 --     and the Lua the weights are computed through: the binding (init.lua), optim.lua and the
 --     folders nn/ models/ data/ train/ recipes/ util/ (except util/progress.lua, which prints);
 --   a cached stage ("stage"): all of that, the whole engine except io_netcdf.c, and the
---     folders analysis/ and pretrained/ and figure/overview.lua (the measurements of SO Fig. 1).
+--     folders measure/, judge/, compress/ and pretrained/ and figure/overview.lua (the measurements of SO Fig. 1).
 -- Never hashed: runner/ (running, caching, reporting, listing, Slurm, history, gallery),
 -- figure/ (declarations, NetCDF, gnuplot), cli.lua, config.lua, tap.lua, engine/host/ and
 -- the docs. Computed once per process (docs/EXPERIMENTS.md, "Caching").
@@ -72,7 +72,7 @@ M.ENGINE_NOT_STAGE = { ["io_netcdf.c"] = true }
 M.MODEL_LUA = { "lua/outlierlab/init.lua", "lua/outlierlab/optim.lua", "lua/outlierlab/nn/", "lua/outlierlab/models/",
                 "lua/outlierlab/data/", "lua/outlierlab/train/", "lua/outlierlab/recipes/", "lua/outlierlab/util/" }
 M.MODEL_LUA_NOT = { "lua/outlierlab/util/progress.lua" }
-M.STAGE_LUA = { "lua/outlierlab/analysis/", "lua/outlierlab/pretrained/", "lua/outlierlab/figure/overview.lua" }
+M.STAGE_LUA = { "lua/outlierlab/measure/", "lua/outlierlab/judge/", "lua/outlierlab/compress/", "lua/outlierlab/pretrained/", "lua/outlierlab/figure/overview.lua" }
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 local function under(f, list)

@@ -11,7 +11,7 @@
 -- metadata, so a model trained before its history was written still has one), the validation
 -- loss of every evaluation, and the phenomena measured during training where the trainer
 -- records them (info.curve: recipes' tracker, every steps/20 on one held-out batch, the points of
--- outlierlab.analysis.thresholds; or the model directory's curve.lua: { {step =, max_inf_norm =,
+-- outlierlab.judge.thresholds; or the model directory's curve.lua: { {step =, max_inf_norm =,
 -- avg_kurtosis =}, ... }, as experiments/emergence.lua does).
 --
 -- history.nc (CF + ACDD global attributes of outlierlab.figure.netcdf):
@@ -20,12 +20,12 @@
 --   max_inf_norm(probe), avg_kurtosis(probe), and where recorded sink_share(probe),
 --   sink_value_ratio(probe), massive_ratio(probe), max_kurtosis(probe), sink_rate(probe)
 --                               with coordinate probe = the step of each measurement
---   attributes threshold_* (analysis/thresholds), final_window_from (the first step of the final
+--   attributes threshold_* (judge/thresholds), final_window_from (the first step of the final
 --   measurement: the last 10 % of the tracked steps) and final_* (its means)
 -- The figure (plots/history.gp), 3 × 2 panels: loss (training and validation; a constant
 -- learning rate is a note in this panel), gradient norm (log scale; a learning rate that changes
 -- on the right axis), and the four phenomena over the steps, each with its threshold drawn
--- (analysis/thresholds, the numbers of the recipe map's verdict) and the final window shaded:
+-- (judge/thresholds, the numbers of the recipe map's verdict) and the final window shaded:
 -- sink share (and Gu et al.'s sink rate when the curve has it) >= 0.8, the sink's value ratio
 -- <= 0.2, the massive-activation ratio at the sink token >= 100, average kurtosis >= 30 (with
 -- the max inf norm on the right axis). Panels a trainer did not record say "not recorded". Runs of
@@ -34,7 +34,7 @@ local results = require "outlierlab.figure.netcdf"
 local plot = require "outlierlab.figure.gnuplot"
 local serialize = require "outlierlab.util.serialize"
 
-local thresholds = require "outlierlab.analysis.thresholds"
+local thresholds = require "outlierlab.judge.thresholds"
 
 local M = {}
 M.FIGURE_POINTS = 4000
@@ -190,7 +190,7 @@ function M.write(dir, info, meta)
     { comment = "evaluations", columns = { "step", "val_loss" }, rows = vrows, empty_row = nan },
     { comment = "phenomena during training (recipes' tracker)", columns = { "step", unpack(CK) }, rows = crows,
       empty_row = { 0 / 0, 0 / 0, 0 / 0, 0 / 0, 0 / 0, 0 / 0, 0 / 0, 0 / 0 } },
-    { comment = "thresholds (analysis/thresholds), the final window (last 10 % of the tracked steps) and its means",
+    { comment = "thresholds (judge/thresholds), the final window (last 10 % of the tracked steps) and its means",
       columns = { "th_sink_share", "th_value_ratio", "th_massive_ratio", "th_avg_kurtosis", "final_from", "final_to",
                   "final_sink_share", "final_value_ratio", "final_massive_ratio", "final_avg_kurtosis", "final_sink_rate", "lr",
                   "value_lo", "value_hi", "massive_lo", "massive_hi", "kurtosis_lo", "kurtosis_hi", "inf_lo", "inf_hi" },

@@ -1,7 +1,7 @@
 -- analysis_remedies — the metrics the field reports since the two papers (docs/METRICS.md,
 -- "2024–2026 metrics"), each with its paper's defaults:
 --
---   local AR = require "outlierlab.analysis.remedies"
+--   local AR = require "outlierlab.measure.recent"
 -- Gu et al. 2025 (sink rate; sail-sg/Attention-Sink):
 --   AR.key_importance(A, {causal =, pad_mask =}) -> { B, NH, Tk, at(b, h, k) }
 --       α(k) = mean over the queries that can see key k of A[t, k]  (A (B,NH,Tq,Tk) attention weights)
@@ -259,7 +259,7 @@ function M.scale_state(ctx, model, batches, opts)
     local l = run_model(ctx, model, batches, function(name, ll, t)
       if name == point and ll == layer then
         local T, Cd = t:size(1), t:size(2)
-        if pos >= T then error(string.format("analysis.remedies.scale_state: position %d is outside the sequence (T = %d)", pos, T), 0) end
+        if pos >= T then error(string.format("measure.recent.scale_state: position %d is outside the sequence (T = %d)", pos, T), 0) end
         for b = 0, t:size(0) - 1 do
           local at = (b * T + pos) * Cd
           for c = 0, Cd - 1 do t.data[at + c] = t.data[at + c] * s end

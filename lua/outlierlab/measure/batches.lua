@@ -1,4 +1,4 @@
--- analysis/batches — held-out batches through a probed model, the blocks of a model and token labels
+-- measure/batches — held-out batches through a probed model, the blocks of a model and token labels
 -- (what the analyses of trained and imported models share).
 local dist = require "outlierlab.util.dist"
 local batcher = require "outlierlab.data.batcher"

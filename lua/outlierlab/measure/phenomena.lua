@@ -14,7 +14,7 @@
 --                  averaged over sequences (SO Fig. 3), and the same with the top-1 taken only
 --                  over tokens of each category ("at that token");
 --   kurtosis       per layer, Pearson kurtosis of each sequence's T·C values of h_l, averaged
---                  over sequences (QT's definition, outlierlab.analysis.metrics); the model's "average
+--                  over sequences (QT's definition, outlierlab.measure.metrics); the model's "average
 --                  kurtosis" is the mean over layers; the same without the initial tokens
 --                  (kurtosis_no_initial: how heavy the tail is apart from the sink token);
 --   one-hot share  per layer, of each sequence's initial token h_0: the share of its squared norm
@@ -29,9 +29,9 @@
 --                  is the share of such heads over all layers.
 --                  sink_rate_pct is the same threshold per sample (each sequence's own alpha),
 --                  the percentage of (sample, head) pairs, as Gu et al.'s code reports it
---                  (outlierlab.analysis.remedies).
+--                  (outlierlab.measure.recent).
 --
---   local phenomena = require "outlierlab.analysis.phenomena"
+--   local phenomena = require "outlierlab.measure.phenomena"
 --   local ph = phenomena.new{ category = task.category, T = 128, C = 64, n_head = 4,
 --                             sink_categories = {"initial", "delimiter"},   -- the default
 --                             causal = true }   -- decoders: key j > i is masked, not "seen"
@@ -54,8 +54,8 @@
 --           max_ratio = { layer, ratio }, avg_kurtosis, max_kurtosis,
 --           sink_rate_pct (percent, per sample), sink_rate_by_layer = { [l] = { fraction of samples per head } } }
 local ffi = require "ffi"
-local analysis = require "outlierlab.analysis.metrics"
-local remedies = require "outlierlab.analysis.remedies"
+local analysis = require "outlierlab.measure.metrics"
+local remedies = require "outlierlab.measure.recent"
 
 local M = {}
 local CATS = analysis.categories                  -- initial, delimiter, weak, other

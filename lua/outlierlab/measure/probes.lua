@@ -1,9 +1,9 @@
 -- probes — collects the tensors a model reports at its probe points (docs/INTERFACES.md:
 -- model:forward(batch, {probe = fn(name, layer, tensor)})) and hands each one, with the
 -- batch it came from, to the registered handlers. Nothing is kept: handlers stream the
--- tensor into accumulators (outlierlab.analysis.metrics) while it is alive (step arena).
+-- tensor into accumulators (outlierlab.measure.metrics) while it is alive (step arena).
 --
---   local probes = require "outlierlab.analysis.probes"
+--   local probes = require "outlierlab.measure.probes"
 --   local P = probes.new{ points = {"h", "ffn_out"}, layers = "all" | {10, 11},
 --                         on = function(name, layer, tensor, batch) ... end }   -- on is optional
 --   P:attach("ffn_out", analysis.LayerStats{T = 128, C = 256, V = vocab, rule = analysis.QT_6SIGMA})

@@ -3,7 +3,7 @@
 -- input) decomposed neuron by neuron, at position 0 (the first token) and at the other positions
 -- (docs/ORGANISM.md, "Why the ratio stops"; scripts/organism-writers.lua, organism-search.lua).
 --
---   local writers = require "outlierlab.analysis.writers"
+--   local writers = require "outlierlab.measure.writers"
 --   local res = writers.measure(ctx, m, function() return loader:next(ctx) end, 8)
 --   for _, line in ipairs(writers.lines(res)) do print(line) end
 --
@@ -19,8 +19,8 @@
 --     an id's occurrences whose top neuron is that id's most frequent one: 1 = a fixed neuron per
 --     token, a lookup table), n_ids, n_neurons (distinct neurons that are some id's). }
 local ffi = require "ffi"
-local probes = require "outlierlab.analysis.probes"
-local median = require("outlierlab.analysis.inspect").median
+local probes = require "outlierlab.measure.probes"
+local median = require("outlierlab.measure.inspect").median
 
 local M = {}
 

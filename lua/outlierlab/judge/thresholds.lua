@@ -2,12 +2,12 @@
 -- them, shared by the recipe map's summary (experiments/organism.lua) and the training histories
 -- (runner/history.lua, plots/history.gp draws the same numbers).
 --
---   local th = require "outlierlab.analysis.thresholds"
+--   local th = require "outlierlab.judge.thresholds"
 --   th.THRESHOLDS                       -- { sink_share = 0.8, value_ratio = 0.2, massive_ratio = 100, avg_kurtosis = 30 }
 --   local j = th.judge(curve)           -- curve: recipes' tracker points { {step =, sink_share =, ...}, ... }
 --   j.final.sink_share, j.reached.sink, j.first.sink, j.window = { from =, to =, points = }
 --
--- A curve point (recipes.curve_point, analysis/phenomena) holds, on one held-out batch at one
+-- A curve point (recipes.curve_point, measure/phenomena) holds, on one held-out batch at one
 -- training step: sink_share (the largest share of attention of other tokens on the sink tokens,
 -- over heads), value_ratio (that head's value norm at the sink over the median value norm),
 -- massive_ratio (top-1/median |h| at a sink token, in the layer where it is largest),
@@ -19,8 +19,8 @@
 -- the figures analyse, not a peak on the way. first[k] is the first tracked step at which the
 -- condition held ("reached on the way at step N"), reported separately; a condition met on the
 -- way and lost by the end is not reached.
-local stats = require("outlierlab.analysis.seeds").stats   -- one mean/sd
-local binomial_tail = require("outlierlab.analysis.metrics").binomial_tail
+local stats = require("outlierlab.judge.seeds").stats   -- one mean/sd
+local binomial_tail = require("outlierlab.measure.metrics").binomial_tail
 
 local M = {}
 

@@ -4,7 +4,7 @@
 -- SmoothQuant's migration, and a QuaRot-style Walsh–Hadamard rotation — kernels in
 -- engine/quant.c (and ol_absmax_quant_ for weights).
 --
---   local quant = require "outlierlab.analysis.quant"
+--   local quant = require "outlierlab.compress.rtn"
 --   local h = quant.apply(ctx, model, { wbits = 4, abits = 4, w_per_channel = true, a_per_token = true,
 --                                       clip = 1, smooth = false | α, hadamard = false | true,
 --                                       calib = { batch, ... } (for smooth) })
@@ -42,8 +42,8 @@
 -- In full precision the logits are unchanged up to fp32 rounding (tested).
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
-local compress = require "outlierlab.analysis.compress"
-local quantisation = require "outlierlab.analysis.quantisation"
+local compress = require "outlierlab.compress.fakequant"
+local quantisation = require "outlierlab.compress.evaluate"
 local ffi = ol.ffi
 local C = ol.C
 
@@ -376,7 +376,7 @@ end
 -- value[i][seed], mean[i], sd[i], change[i][seed], change_mean[i], change_sd[i], applicable[i]
 -- (1 / 0: a setting applies to every seed's model or to none).
 function M.over_seeds(ms, change)
-  local seeds = require "outlierlab.analysis.seeds"
+  local seeds = require "outlierlab.judge.seeds"
   local c = { value = {}, mean = {}, sd = {}, change = {}, change_mean = {}, change_sd = {}, applicable = {} }
   for i, s in ipairs(M.SETTINGS) do
     local xs, ds, ok = {}, {}, true
@@ -407,7 +407,7 @@ end
 function M.cell_text(mean, sd, n, applicable, fmt)
   if applicable == 0 or applicable == false then return "not applicable" end
   if mean ~= mean or mean == math.huge or mean == -math.huge then return "undefined (non-finite)" end
-  return require("outlierlab.analysis.seeds").pm_of(mean, sd, n, fmt)
+  return require("outlierlab.judge.seeds").pm_of(mean, sd, n, fmt)
 end
 
 -- The Markdown table of the settings in a summary (qt-table2, so-table3):
@@ -418,7 +418,7 @@ end
 --   above, within } (e.g. "smaller than vanilla's")
 -- -> the table's lines joined by "\n"
 function M.summary_table(o)
-  local seeds = require "outlierlab.analysis.seeds"
+  local seeds = require "outlierlab.judge.seeds"
   local head = {}
   for i, h in ipairs(o.head) do head[i] = h end
   for _, st in ipairs(M.SETTINGS) do head[#head + 1] = st.label end
@@ -446,7 +446,7 @@ end
 
 -- what the settings are, for a summary's "4-bit era" paragraph; kept: what stays in full precision
 function M.method_text(n_calib, kept)
-  return "The project's 4-bit-era post-training quantisation (outlierlab.analysis.quant, docs/COMPRESSION.md): round to nearest, " ..
+  return "The project's 4-bit-era post-training quantisation (outlierlab.compress.rtn, docs/COMPRESSION.md): round to nearest, " ..
     "symmetric, weights per output channel and activations per token with dynamic ranges, on the input and weight of every " ..
     "linear layer of the blocks (" .. kept .. ", attention scores and probabilities in full precision); W4A4 + Hadamard " ..
     "first applies a QuaRot-style Walsh–Hadamard rotation (exact in full precision), W4A4 + SmoothQuant first migrates " ..

@@ -3,7 +3,7 @@
 -- and the small computations the figures quote, each a plain function of Lua lists so that a
 -- test can check it on a hand-made case (docs/METRICS.md, "Single-sequence figures").
 --
---   local inspect = require "outlierlab.analysis.inspect"
+--   local inspect = require "outlierlab.measure.inspect"
 --   local cap = inspect.capture(ctx, m, corpus, spec, { points = {"attn_probs", "v"}, layers = {2, 3} })
 --   local A = inspect.get(cap, "attn_probs", 3)        -- { data = flat row-major, shape = {NH, T, T} }
 --   cap.ids, cap.cats, cap.labels                      -- the sequence's tokens, categories, labels
@@ -17,8 +17,8 @@ local M = {}
 -- { data = {d1·d2·… values}, shape = {d1, d2, …} }. o.layers = list of layers (nil: all);
 -- o.heads = list of heads to keep of 4-D tensors (B, NH, T, X) (nil: all).
 function M.capture(ctx, m, corpus, spec, o)
-  local E = require "outlierlab.analysis.batches"
-  local probes = require "outlierlab.analysis.probes"
+  local E = require "outlierlab.measure.batches"
+  local probes = require "outlierlab.measure.probes"
   local row = o.row or 0
   local cap = { t = {}, ids = {}, cats = {}, labels = {} }
   local P = probes.new{ points = o.points, layers = o.layers }

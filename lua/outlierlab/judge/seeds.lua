@@ -7,7 +7,7 @@
 --
 -- With one seed the spread is unknown and no difference counts (the verdict is inconclusive).
 --
---   local seeds = require "outlierlab.analysis.seeds"
+--   local seeds = require "outlierlab.judge.seeds"
 --   for _, s in ipairs(seeds.list(cfg)) do ... end          -- cfg.seed (1) .. cfg.seed + cfg.n_seeds - 1
 --   seeds.members({ "softmax", "ca_scale" }, cfg)            -- every {variant =, seed =} pair
 --   local mu, sd, n = seeds.stats(xs)                        -- NaN mean when a value is NaN

@@ -1,6 +1,6 @@
 -- compress — post-training quantisation and pruning (QT §5 and App. C; SO Table 3).
 --
---   local compress = require "outlierlab.analysis.compress"
+--   local compress = require "outlierlab.compress.fakequant"
 --   local saved = compress.snapshot(ctx)                 -- keep the FP weights
 --   compress.quantize_weights(params, {bits = 8, range = "minmax"|"mse"})
 --   local q = compress.ActivationQuantizer{bits = 8, estimator = "running_minmax", momentum = 0.9}

@@ -1,8 +1,8 @@
--- analysis/quantisation — post-training quantisation (W8A8 and friends) and the other compression
--- evaluations of the papers' tables, on top of outlierlab.analysis.compress (docs/COMPRESSION.md).
+-- compress/evaluate — post-training quantisation (W8A8 and friends) and the other compression
+-- evaluations of the papers' tables, on top of outlierlab.compress.fakequant (docs/COMPRESSION.md).
 -- (The models these evaluate are outlierlab.recipes.papers'; outlierlab.ptq offers both.)
 --
---   local ptq = require "outlierlab.analysis.quantisation"
+--   local ptq = require "outlierlab.compress.evaluate"
 --   local fp = ptq.evaluate(ctx, m, { metric = "ppl"|"acc", loader = fn() -> fresh loader, n = 8 })
 --   local q  = ptq.w8a8(ctx, m, { metric =, loader =, n =, calib_loader = fn() -> loader,
 --                                 n_calib = 16, wbits = 8, abits = 8, weight_range = "minmax"|"mse",
@@ -22,7 +22,7 @@
 --   activations: asymmetric uniform per tensor, static ranges from n_calib calibration batches
 --     (running min-max with momentum 0.9, or a percentile), at the output of every op that
 --     makes a new activation (linear in/outputs, residual and embedding sums, attention
---     scores, softmax outputs, norm and activation outputs; outlierlab.analysis.compress);
+--     scores, softmax outputs, norm and activation outputs; outlierlab.compress.fakequant);
 --   the attention runs through its plain-op reference path (attention.reference) while
 --     quantised, so its scores and probabilities pass the hook (the fused C kernel never
 --     materialises them); masks are added outside the hook (attention.add_mask); gates and
@@ -30,10 +30,10 @@
 --   the last linear (the head: logits) stays in full precision (compress skip_last_linear).
 -- Every evaluation restores the FP weights and the fused attention before it returns.
 local ol = require "outlierlab"
-local compress = require "outlierlab.analysis.compress"
+local compress = require "outlierlab.compress.fakequant"
 local attention = require "outlierlab.nn.attention"
-local analysis = require "outlierlab.analysis.metrics"
-local probes = require "outlierlab.analysis.probes"
+local analysis = require "outlierlab.measure.metrics"
+local probes = require "outlierlab.measure.probes"
 local ffi = ol.ffi
 
 local M = {}
@@ -296,9 +296,9 @@ end
 -- the mean of a list (first result of mean_std)
 function M.mean(xs) return (M.mean_std(xs)) end
 
--- (one implementation: outlierlab.analysis.seeds.stats; here one value has sd 0 even when NaN)
+-- (one implementation: outlierlab.judge.seeds.stats; here one value has sd 0 even when NaN)
 function M.mean_std(xs)
-  local mu, sd = require("outlierlab.analysis.seeds").stats(xs)
+  local mu, sd = require("outlierlab.judge.seeds").stats(xs)
   if #xs == 1 then sd = 0 end
   return mu, sd
 end
