@@ -1,5 +1,5 @@
 /*
- * analysis.c — streaming outlier statistics over activation tensors (docs/METRICS.md):
+ * analysis.c — streaming outlier statistics over activation tensors (docs/reference/metrics.md):
  * moments, per-sequence kurtosis / max inf norm / median / top-k, outlier
  * counts by position, channel and token id (6σ of QT, τ·mean of SO), histograms, running
  * maxima and a global top-k with indices; weight extremal ratios; cumulative attention; row

@@ -1,5 +1,5 @@
 /*
- * analysis_extra.c — numerical helpers for the 2024–2026 metrics (docs/METRICS.md): the
+ * analysis_extra.c — numerical helpers for the 2024–2026 metrics (docs/reference/metrics.md): the
  * eigenvalues of a symmetric matrix (cyclic Jacobi in double), used for the matrix entropy of
  * token representations (Queipo-de-Llano et al. 2025).
  */

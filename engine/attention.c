@@ -1,5 +1,5 @@
 /*
- * attention.c — the fused attention variants of QT, SO and BLOG (docs/ATTENTION.md), forward
+ * attention.c — the fused attention variants of QT, SO and BLOG (docs/reference/attention.md), forward
  * and backward side by side, and the per-token head scaling used by gated attention and
  * context-aware scaling.
  *

@@ -1,5 +1,5 @@
 /*
- * compress.c — post-training compression kernels (QT §5, SO Table 3; docs/COMPRESSION.md):
+ * compress.c — post-training compression kernels (QT §5, SO Table 3; docs/reference/compression.md):
  * uniform fake quantisation, range estimators (min-max, percentile, MSE grid search),
  * AbsMax weight quantisation per tensor and per output channel, and unstructured
  * magnitude pruning (one threshold per tensor or one global threshold).

@@ -45,7 +45,7 @@ const char *ol__shape_str(const ol_tensor *t, char *buf) {
  * underflow, the default. On x86 a subnormal result or operand takes a microcode assist of
  * tens of cycles: attention probabilities of ~1e-38 and their gradients made the gemm
  * microkernel of the recipe map's lr 0.03 organism take 2.7× the time of the same steps
- * flushed (docs/TRAINING.md, "Subnormals"). It changes numbers wherever a subnormal occurs, so
+ * flushed (docs/reference/training.md, "Subnormals"). It changes numbers wherever a subnormal occurs, so
  * it is a training setting (train cfg.flush_subnormals, part of a model's spec), not a default.
  * The mode is per thread: set on the calling thread and on the OpenMP team here, on the pool's
  * workers when they next take an item (pool.c, work), again on the team whenever

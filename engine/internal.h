@@ -123,7 +123,7 @@ static inline float ol__u01(uint64_t seed, uint64_t idx) {
  * constant path, which leaves the rest on a conditional path, and under trapping math (the
  * default) a conditional float operation is only if-converted into a masked vector operation,
  * which AVX2 does not have: there every loop using it stayed scalar and branchy (SwiGLU's e^x
- * took 19 % of perf's samples of the organism's training benchmark; docs/TRAINING.md, "e^x on a
+ * took 19 % of perf's samples of the organism's training benchmark; docs/reference/training.md, "e^x on a
  * CPU without AVX-512"). The blend has no branch and the same result bit for bit. */
 static inline float ol__clampf(float x, float lo, float hi) {
     uint32_t xb, lb, hb;

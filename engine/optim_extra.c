@@ -1,5 +1,5 @@
 /*
- * optim_extra.c — the optimizers of the 2024–2026 outlier remedies (docs/TRAINING.md):
+ * optim_extra.c — the optimizers of the 2024–2026 outlier remedies (docs/reference/training.md):
  * Muon (Newton–Schulz orthogonalised momentum, Jordan et al. 2024; Outlier-Safe Pre-Training,
  * Park et al. 2025) and OrthoAdam (Adam in a fixed rotated basis, Kaul et al. 2025), and AdamW on
  * a subset of the parameters (what Muon leaves to AdamW: embeddings, gains, biases, the head).

@@ -63,7 +63,7 @@ void ol_set_num_threads(int n);
 int  ol_get_num_threads(void);
 /* Flush-to-zero on every thread that computes (1) or IEEE gradual underflow (0, the default):
  * with 1 a float result below FLT_MIN in magnitude is stored as 0, which avoids the CPU's slow
- * path for subnormal numbers (core.c, "subnormals"; docs/TRAINING.md). ol_flushes_subnormals:
+ * path for subnormal numbers (core.c, "subnormals"; docs/reference/training.md). ol_flushes_subnormals:
  * the calling thread's mode. */
 void ol_set_flush_subnormals(int on);
 int  ol_flushes_subnormals(void);
@@ -241,7 +241,7 @@ void  ol_grad_scale(ol_ctx *ctx, float s);
 /* 1 if every gradient is finite. */
 int   ol_grads_finite(ol_ctx *ctx);
 
-/* Muon, OrthoAdam (engine/optim_extra.c; docs/TRAINING.md). State in the AdamW m (and v) buffers.
+/* Muon, OrthoAdam (engine/optim_extra.c; docs/reference/training.md). State in the AdamW m (and v) buffers.
  * Newton–Schulz: out ≈ the orthogonal polar factor of g (rows, cols): X0 = g/(‖g‖_F + 1e-7)
  * (transposed when rows > cols), then X ← a·X + (b·XXᵀ + c·(XXᵀ)²)·X, steps times; coef (a,b,c) or
  * NULL for Muon's quintic (3.4445, −4.7750, 2.0315); (1.5, −0.5, 0) is the classic cubic. */
@@ -264,7 +264,7 @@ int ol_orthoadam_step(ol_ctx *ctx, int32_t n, const int32_t *idx, ol_tensor **qa
 int ol_random_orthogonal(ol_tensor *q, uint64_t seed);
 
 /* ================================================================ attention */
-/* Fused attention variants (engine/attention.c; formulas there and in docs/ATTENTION.md).
+/* Fused attention variants (engine/attention.c; formulas there and in docs/reference/attention.md).
  * q (B,NH,Tq,HD), k, v (B,NH,Tk,HD) -> (B,NH,Tq,HD), s = q·kᵀ/√HD. Causal hides key j > i + Tk − Tq;
  * pad_mask int32 (B,Tk) (1 = real key) or NULL. kp, vp (NH,HD) are the variant's k′, v′:
  * kp for ca_bias/attn_bias, vp for fixed_bias/ca_bias/attn_bias, otherwise NULL. Only row
@@ -302,7 +302,7 @@ ol_tensor *ol_head_scale(ol_tensor *y, ol_tensor *g);
 
 /* ================================================================= analysis */
 
-/* Outlier statistics (docs/METRICS.md). A streaming accumulator ol_stats
+/* Outlier statistics (docs/reference/metrics.md). A streaming accumulator ol_stats
  * reads activation tensors x (B, T, C) batch after batch without keeping them, and holds its
  * whole state in ONE flat double array, in three sections:
  *   [0, nsum)            counts and sums     — merge across accumulators/ranks by +
@@ -343,7 +343,7 @@ typedef struct ol_stats_layout {
     /* sums: scalars */
     int64_t n, nseq, ntok, nnonfinite, s1, s2, s3, s4, sabs;
     int64_t seq_kurt, nseq_kurt, seq_maxabs, seq_median, seq_topk /* topk values */;
-    /* the official codes' conventions (docs/METRICS.md): Σ over sequences of QT's
+    /* the official codes' conventions (docs/reference/metrics.md): Σ over sequences of QT's
      * μ₄/(s⁴ + 1e-6) and their count; Σ of the lower middle |x| (torch.median) */
     int64_t seq_kurt_qt, nseq_kurt_qt, seq_median_lower;
     int64_t nout, nout_tok, nseq_out;
@@ -390,7 +390,7 @@ int       ol_attn_cumulative(const ol_tensor *a, const ol_tensor *qmask, double 
 /* L2 norm of every row of the last dim: x (..., D) -> out (numel/D) (QT Fig. 3e: ‖v_j‖). */
 int       ol_row_norms(const ol_tensor *x, double *out);
 /* Eigenvalues of a symmetric n×n double matrix (cyclic Jacobi; engine/analysis_extra.c): the
- * matrix entropy of token representations (docs/METRICS.md). */
+ * matrix entropy of token representations (docs/reference/metrics.md). */
 int       ol_sym_eigvals(const double *a, int64_t n, double *ev);
 
 /* ======================================================================= io */
@@ -540,7 +540,7 @@ float      ol_mse_scale_symmetric(ol_tensor *x, int32_t bits, int32_t n_grid);  
 int        ol_absmax_quant_(ol_tensor *w, int32_t bits, int32_t per_channel);
 float      ol_magnitude_kth(int32_t n, ol_tensor **ts, int64_t k);    /* < 0: error */
 int64_t    ol_magnitude_prune_(int32_t n, ol_tensor **ts, float sparsity, int32_t global);
-/* 4-bit era (engine/quant.c; docs/COMPRESSION.md). Symmetric RTN of activations, no gradient:
+/* 4-bit era (engine/quant.c; docs/reference/compression.md). Symmetric RTN of activations, no gradient:
  * s = clip·max|x|/(2^(b−1)−1) per token (row of the last dim, per_token = 1) or per tensor. */
 ol_tensor *ol_quant_tokens(ol_tensor *x, int32_t bits, int32_t per_token, float clip);
 /* Normalised Walsh–Hadamard rotation along the last dim in blocks of `block` (a power of two

@@ -1,5 +1,5 @@
 /*
- * quant.c — 4-bit-era post-training quantisation kernels (docs/COMPRESSION.md, "RTN, SmoothQuant
+ * quant.c — 4-bit-era post-training quantisation kernels (docs/reference/compression.md, "RTN, SmoothQuant
  * and Hadamard rotation"): symmetric round-to-nearest of activations per token or per tensor,
  * SmoothQuant's per-channel migration scales, and the Walsh–Hadamard rotation (QuaRot) in
  * O(d log d). Weights use ol_absmax_quant_ (engine/compress.c: per tensor or per output channel).

@@ -7,7 +7,7 @@
 -- flat buffer, named "<name>.log_tau") and checkpoints handle it like any built-in variant.
 -- Use it in a model config as  attention = { kind = "softmax_temp", tau_init = 1 }.
 --
--- The recipe (docs/ATTENTION.md, "Adding a variant"):
+-- The recipe (docs/reference/attention.md, "Adding a variant"):
 --   1. attention.register(name, { params = {key = default}, validate = fn(spec), new = fn(ctx, spec, dims) })
 --      params lists every key the spec may set (default `false` = optional); unknown keys and
 --      unknown kinds are rejected with the list of valid ones before new() runs.

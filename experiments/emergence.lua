@@ -7,7 +7,7 @@
 -- steps, on one held-out batch): QT's max inf norm (the per-sequence max |h| averaged over
 -- sequences, largest over the layer outputs h) and average kurtosis (Pearson, per sequence,
 -- averaged, mean over the layer outputs; QT hooks the FFN outputs too). At the default
--- profile the decoder is the model organism's LLaMA-style model (docs/ORGANISM.md); at the
+-- profile the decoder is the model organism's LLaMA-style model (docs/findings/organism.md); at the
 -- paper profile QT's OPT-125m. Mean ± sd over the seeds, and a difference counts only beyond
 -- the seed spread (outlierlab.judge.seeds). QT Table 2 (OPT-125m, end of training): vanilla 340 /
 -- 1778, clipped softmax 63.2 / 19728, gated attention 8.7 / 18.9 (max inf norm / avg kurtosis).

@@ -1,6 +1,6 @@
 -- Model organism — how long, at what settings, until attention heads learn to do nothing.
 --
--- Method (docs/ORGANISM.md): the default profiles of the other experiments train small models
+-- Method (docs/findings/organism.md): the default profiles of the other experiments train small models
 -- on the Bigram-Backcopy task (outlierlab.data.organism), in which a head that serves a copy is
 -- needed only right after a trigger token and must add nothing elsewhere. This experiment is
 -- the recipe map behind that choice: for each family (LLaMA-style decoder, GPT-2-style decoder of
@@ -33,9 +33,9 @@ local KNOBS = {
   depth = function(c, v) c.n_layer = v end,
   groups = function(c, v) c.groups = v; c.n_triggers = math.min(c.n_triggers, 4 * v) end,
   seed = function(c, v) c.seed = v end,
-  -- an attention variant by name (docs/ATTENTION.md), put on the spec's model by train
+  -- an attention variant by name (docs/reference/attention.md), put on the spec's model by train
   attention = function(c, v) c.attention = v end,
-  -- the task and shape knobs of the search for a stronger organism (docs/ORGANISM.md,
+  -- the task and shape knobs of the search for a stronger organism (docs/findings/organism.md,
   -- "The search"): sequence length at the same tokens per step, copies that never repeat a
   -- trigger, recall tokens (an induction circuit), pointer tokens and their hops (a chain of
   -- attention layers), the token embeddings' own weight decay, width and heads
@@ -46,7 +46,7 @@ local KNOBS = {
   embed_wd = function(c, v) c.embed_weight_decay = v end,
   width = function(c, v) c.d_model = v; c.d_ff = 4 * v end,
   heads = function(c, v) c.n_head = v end,
-  -- the ViT's images (docs/ORGANISM.md, "The ViT's recipe map"): side in pixels at the same
+  -- the ViT's images (docs/findings/organism.md, "The ViT's recipe map"): side in pixels at the same
   -- patch size, number of shape classes, background style (flat or textured), per-patch labels
   -- (dense=1: every patch token labelled object class or background, models/vit.lua)
   image = function(c, v) c.image = v end,
@@ -56,7 +56,7 @@ local KNOBS = {
   -- the remedies' optimizer (adamw, muon, orthoadam) and single-scale RMSNorm (norm_gain=single)
   optimizer = function(c, v) c.optimizer = v end,
   norm_gain = function(c, v) c.norm_gain = v end,
-  -- a fixed factor on the LLaMA decoder's token embedding (docs/ORGANISM.md, "Why the ratio
+  -- a fixed factor on the LLaMA decoder's token embedding (docs/findings/organism.md, "Why the ratio
   -- stops": at 20 layer 0 writes no per-token table and <bos>'s state stands out)
   embed_scale = function(c, v) c.embed_scale = v end,
 }

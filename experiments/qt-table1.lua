@@ -13,7 +13,7 @@ local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
 
--- rows (γ at T = 128, ζ) and the paper's numbers where QT Table 1 gives them (docs/EXPERIMENTS.md)
+-- rows (γ at T = 128, ζ) and the paper's numbers where QT Table 1 gives them (docs/reference/experiments.md)
 -- (FP ppl / max inf norm / avg kurtosis / W8A8 ppl)
 local ROWS = {
   { gamma = 0, zeta = 1, paper = { 4.49, 735, 3076, 1294 } },           -- vanilla (Table 2)

@@ -6,7 +6,7 @@
 -- softmax (γ scaled to the sequence length: BERT γ = −0.025 at T = 128, OPT γ = −12/T, ViT
 -- γ = −1e−4 at 197 tokens; ζ = 1) and gated attention (a linear gate per head, π_init = 0.5).
 -- For each model report the FP metric (perplexity; top-1 accuracy for ViT), the max inf norm
--- and the average kurtosis over QT's hooked tensors (docs/METRICS.md), and the metric after
+-- and the average kurtosis over QT's hooked tensors (docs/reference/metrics.md), and the metric after
 -- static W8A8 post-training quantisation (outlierlab.ptq: symmetric per-tensor weights with
 -- min-max ranges — MSE for OPT —, asymmetric per-tensor activations from 16 calibration
 -- batches with running min-max — the 99.999th percentile for OPT —, attention scores and
@@ -409,7 +409,7 @@ local function summary(run)
       or ("At this scale the vanilla models did **not** develop outliers like the paper's (" .. table.concat(parts, "; ") ..
           "): the paper's models train for 10⁵–10⁶ steps; the differences between the variants here are therefore small and the verdict says little about the paper's claim (inconclusive).")),
     "",
-    "Settings: clipped softmax γ: " .. table.concat(gammas, ", ") .. "; gated attention: linear gate per head, π_init = 0.5. W8A8: weights symmetric per tensor (min-max; MSE for OPT), activations asymmetric per tensor from " .. run.cfg.n_calib .. " calibration batches (running min-max, momentum 0.9; 99.999th percentile for OPT); see docs/COMPRESSION.md.",
+    "Settings: clipped softmax γ: " .. table.concat(gammas, ", ") .. "; gated attention: linear gate per head, π_init = 0.5. W8A8: weights symmetric per tensor (min-max; MSE for OPT), activations asymmetric per tensor from " .. run.cfg.n_calib .. " calibration batches (running min-max, momentum 0.9; 99.999th percentile for OPT); see docs/reference/compression.md.",
     "",
     quant_table(run, v, a, fams),
     "",

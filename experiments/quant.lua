@@ -1,9 +1,9 @@
 -- Post-training quantisation of one model — the 4-bit era's settings of
 -- outlierlab.compress.rtn on one model: the LLaMA-style decoder organism of so-fig3 (trained,
 -- or loaded from the cache: the same model), or an imported Hugging Face model with
--- --model=DIR --text=FILE (docs/PRETRAINED.md; GPT-2, OPT and the llama family).
+-- --model=DIR --text=FILE (docs/reference/pretrained.md; GPT-2, OPT and the llama family).
 --
--- Method (QuaRot, Ashkboos et al. 2024; SmoothQuant, Xiao et al. 2023; docs/COMPRESSION.md):
+-- Method (QuaRot, Ashkboos et al. 2024; SmoothQuant, Xiao et al. 2023; docs/reference/compression.md):
 -- on eval_batches held-out batches (an imported model: the first sequences of the text; the
 -- organism: its validation split), the token-weighted mean next-token loss in full precision,
 -- after the Walsh–Hadamard rotation alone (exact in full precision: the loss must not move

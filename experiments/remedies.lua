@@ -1,7 +1,7 @@
 -- Remedies leaderboard — which of the 2023–2026 remedies remove the attention sink, the massive
 -- activation and the heavy tail on the model organism, and which make 4-bit quantisation work.
 --
--- Method (docs/ATTENTION.md, TRAINING.md, METRICS.md, COMPRESSION.md): the LLaMA-style
+-- Method (docs/reference/attention.md, training.md, metrics.md, compression.md): the LLaMA-style
 -- decoder organism (the recipe and data of so-table3/so-fig11, so vanilla is shared through the
 -- cache) trained with vanilla softmax and AdamW, and with one remedy at a time: QT's clipped
 -- softmax and gated attention, SO's variants (b)–(e), sigmoid attention in its three forms (SO
@@ -256,7 +256,7 @@ local function summary(run)
   end
   local notes = table.concat({
     "Mean ± sd over " .. ns .. " seed(s); (better)/(worse)/(≈) against vanilla by the seed rule: " .. seeds.RULE .. ".",
-    "ΔX = held-out loss after quantisation X minus the FP loss of the same model (RTN, per-channel weights, per-token activations; docs/COMPRESSION.md). NaN: not applicable (QT's per-head gate cannot be rotated).",
+    "ΔX = held-out loss after quantisation X minus the FP loss of the same model (RTN, per-channel weights, per-token activations; docs/reference/compression.md). NaN: not applicable (QT's per-head gate cannot be rotated).",
     "", table.concat(lines, "\n"), "", "Check: " .. check .. ".",
   }, "\n")
   return {

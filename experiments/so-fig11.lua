@@ -7,7 +7,7 @@
 -- (a learnable key/value position every query sees), (e) the context-aware scaling factor,
 -- and sigmoid attention (bias −log T); each with cfg.n_seeds seeds. For each model, over
 -- held-out sequences, take the three largest |h| of every layer output h_l and its median,
--- averaged over sequences (docs/METRICS.md, "Top-k and median per layer"); report mean ± sd
+-- averaged over sequences (docs/reference/metrics.md, "Top-k and median per layer"); report mean ± sd
 -- over the seeds. SO finds (d), (e) and sigmoid attention free of the massive activations,
 -- while (b) and (c) keep them. The models are shared with so-fig12 and (softmax, ca_scale)
 -- so-table3 (ptq.so_spec).
@@ -58,7 +58,7 @@ local function analyze(run)
   local layers
   for _, t in ipairs(run.out.train) do
     local ctx, m, L = ptq.load(t.spec, t.handle)
-    -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/METRICS.md)
+    -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/reference/metrics.md)
     local s = ptq.outlier_stats(ctx, m, { loader = L.val, n = run.cfg.n_eval, points = { "h" }, topk = 3, median = "lower" })
     local r = { top = {}, median = {}, ratio = 0, max_top1 = s.max_inf_norm }
     layers = {}

@@ -101,7 +101,7 @@ local function analyze(run)
   local ctx, m, loaders = exp_runner.load_model(spec, run.out.train)
   local C = m.cfg.d_model
   local function layer_stats(tau)
-    -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/METRICS.md)
+    -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/reference/metrics.md)
     return analysis.LayerStats{ T = cfg.seq_len, C = C, V = m.cfg.vocab_size, topk = 3, category = corpus.category, median = "lower",
                                 rule = analysis.rule{ kind = "tau_mean", tau = tau, scope = "sequence" } }
   end
@@ -122,7 +122,7 @@ local function analyze(run)
     ratio = math.max(ratio, r.avg_topk[1] / r.avg_median)
     if r.avg_topk[1] > peak then peak, peak_l = r.avg_topk[1], l end
   end
-  -- the dose-response of the massive activation (docs/ORGANISM.md, "Why the ratio stops"): the
+  -- the dose-response of the massive activation (docs/findings/organism.md, "Why the ratio stops"): the
   -- held-out loss with the initial token's whole state multiplied by each scale after each layer;
   -- for the models trained here (an imported model would need 6 × L more passes)
   local dloss, scales, base = {}, remedies.STATE_SCALES, 0 / 0
@@ -158,14 +158,14 @@ local function dose(a, v)
   for j, s in ipairs(sc) do parts[#parts + 1] = string.format("×%g %+.4f", s, d(1, j)) end
   return string.format(" What the massive activation is worth (the last panel): the held-out loss (%.4f nats) changes by %s when the initial token's state after layer %d is multiplied by the scale;",
     v.heldout_loss, table.concat(parts, ", "), a.coords.layer[1]) ..
-    " a loss that does not fall when the state grows gives training no reason to grow it further (docs/ORGANISM.md, \"Why the ratio stops\")."
+    " a loss that does not fall when the state grows gives training no reason to grow it further (docs/findings/organism.md, \"Why the ratio stops\")."
 end
 
 local function summary(run)
   local a = run.out.analyze
   local v = figure.values(FIG, a)
   local none = v.total_outlier_tokens == 0
-  -- Verdict with margins (docs/EXPERIMENTS.md, "The verdict is computed from the data"): outlier
+  -- Verdict with margins (docs/reference/experiments.md, "The verdict is computed from the data"): outlier
   -- tokens exist at this τ, at least SHARE_MIN of them sit at the initial token or
   -- weak-semantic tokens / delimiters, in at most CHANNELS_MAX hidden dimensions, and the top-1
   -- |h| of the last layer is at most VANISH of its peak ("vanishes in the last layers"). SO's

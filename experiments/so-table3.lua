@@ -236,7 +236,7 @@ local function summary(run)
     default_degrades and "The default model does degrade under compression here, so the comparison tests the claim."
       or "The default model barely degrades under AbsMax W8 (< 10 %) and 50 % pruning (< ×2) at this scale: it has no outliers that break compression yet, so the claim cannot be tested here (verdict inconclusive).",
     "",
-    "Compressed: the linear weights of every block (q, k, v, o projections, MLP up and down); the tied embedding/head and the scaling weights W_s stay in full precision; see docs/COMPRESSION.md.",
+    "Compressed: the linear weights of every block (q, k, v, o projections, MLP up and down); the tied embedding/head and the scaling weights W_s stay in full precision; see docs/reference/compression.md.",
     "",
     quant_table(run, v, a),
   }, "\n")

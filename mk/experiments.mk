@@ -1,10 +1,10 @@
-# mk/experiments.mk — reproduce the papers' figures (docs/EXPERIMENTS.md).
+# mk/experiments.mk — reproduce the papers' figures (docs/reference/experiments.md).
 #   make reproduce-<id>      one experiment, experiments/<id>.lua (PROFILE=quick|default|long|paper)
 #   make reproduce-all       every experiment (RANKS=2: under mpirun, the same numbers)
 #   make list                ids, titles and the profiles with results (results/<id>/<profile>/)
-#   make list MARKDOWN=1     the experiments table of docs/EXPERIMENTS.md (checked by a test)
+#   make list MARKDOWN=1     the experiments table of docs/reference/experiments.md (checked by a test)
 #   make reproduce-<id> MODEL=DIR TEXT=FILE   an analysis experiment on an imported Hugging Face
-#                            model (--model=DIR --text=FILE, docs/PRETRAINED.md), e.g.
+#                            model (--model=DIR --text=FILE, docs/reference/pretrained.md), e.g.
 #                            make reproduce-quant MODEL=models/Llama-2-7b-hf TEXT=data/wiki.txt
 #                            (results/<id>/<model name>-<profile>/)
 # Every target depends on `all`, so a fresh clone builds the engine first.
@@ -12,7 +12,7 @@ EXPERIMENT_IDS := $(sort $(basename $(notdir $(wildcard experiments/*.lua))))
 REPRODUCE_ARGS ?=
 # RANKS=N: run each experiment under mpirun with N ranks of nproc/N threads, every model on one
 # rank (--model_ranks=1: a sweep's members spread over the ranks, a lone model on rank 0), so the
-# numbers are the single-process ones bit for bit (docs/TRAINING.md)
+# numbers are the single-process ones bit for bit (docs/reference/training.md)
 RANKS ?= 1
 RUN_PREFIX = $(if $(filter-out 1,$(RANKS)),mpirun -np $(RANKS) --bind-to none -x OMP_NUM_THREADS=$$(( $$(nproc) / $(RANKS) > 0 ? $$(nproc) / $(RANKS) : 1 )) -x OUTLIERLAB_MODEL_RANKS=1 ,)
 

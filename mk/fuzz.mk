@@ -7,7 +7,7 @@
 # what libFuzzer adds goes to build/fuzz/corpus/<t>/. A crash writes its input to
 # tests/fuzz/crashes/<t>/ and fails the target: commit that file with the fix, and make test
 # replays it for ever (tests/c/test_fuzz_replay.c, built with gcc, no clang needed).
-# docs/RELIABILITY.md says what is fuzzed and how long.
+# docs/reference/reliability.md says what is fuzzed and how long.
 FUZZ_PKGS    := clang libclang-rt-14-dev
 FUZZ_CC      ?= clang
 FUZZ_TARGETS ?= safetensors tokens config

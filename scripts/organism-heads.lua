@@ -1,6 +1,6 @@
 -- scripts/organism-heads.lua — every attention head of one trained language model of the cache:
 -- how much it attends to the first token, and whether the value it takes from there is drained
--- (docs/ORGANISM.md, "What it reaches": which heads keep the sink heads' mean value above 0.2).
+-- (docs/findings/organism.md, "What it reaches": which heads keep the sink heads' mean value above 0.2).
 --
 --   bin/outlierlab run scripts/organism-heads.lua --model=cache/models/<hash> [--batches=16]
 --

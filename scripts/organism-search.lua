@@ -1,4 +1,4 @@
--- scripts/organism-search.lua — the one-off harness behind the rows marked † in docs/ORGANISM.md
+-- scripts/organism-search.lua — the one-off harness behind the rows marked † in docs/findings/organism.md
 -- ("The search"): one LLaMA organism trained on a data layout or recipe that is not an
 -- experiment option, then measured the way the project measures (outlierlab.measure.phenomena
 -- on 16 held-out batches of 16 sequences) plus what the search asked about: the norm of the
@@ -14,7 +14,7 @@
 --
 --   bin/outlierlab run scripts/organism-search.lua --layout=packed --steps=3000 --seed=1
 --
--- Layouts (the decoder organism's task, docs/DATA.md, in every one):
+-- Layouts (the decoder organism's task, docs/reference/data.md, in every one):
 --   bos       [<bos>, chain …] — the project's LM batches
 --   packed    documents [<bos>, chain of U(doc_min, doc_max) tokens] one after another, each
 --             window starting at a random place of its first document (nanoGPT's and LLaMA's
@@ -25,7 +25,7 @@
 --   multibos  n_bos start tokens; the one at position 0 tells x_1's id mod n_bos (a first token
 --             whose identity carries information, as in a window that starts anywhere)
 --   text      [<bos>, T tokens of a real English text from a random place]: the King James Bible
---             of outlierlab.data.words (--data=kjv's text, docs/DATA.md; --vocab_size=1024 and
+--             of outlierlab.data.words (--data=kjv's text, docs/reference/data.md; --vocab_size=1024 and
 --             --n_weak words weak); the last 5 % of the text is held out
 --   mix       a share --p_text (0.5) of the sequences text rows (its --text_vocab ids after the
 --             task's, <bos> shared), the rest bos rows of the task: idle heads and real words

@@ -1,13 +1,13 @@
 -- scripts/organism-writers.lua — who writes the first token's state, and who writes everyone
 -- else's: the SwiGLU write of every layer of one trained LLaMA-family model of the cache,
--- decomposed neuron by neuron (docs/ORGANISM.md, "Why the ratio stops").
+-- decomposed neuron by neuron (docs/findings/organism.md, "Why the ratio stops").
 --
 --   bin/outlierlab run scripts/organism-writers.lua --model=cache/models/<hash> [--batches=8]
 --
 -- On `batches` held-out batches of 16 sequences of the model's own validation stream (the
 -- stream phenomena.lua measures), per layer l:
 --   * the state norm ‖h‖ at the first token (position 0, the initial token) against the ordinary
---     tokens' median (every other position; the norm ratio of docs/ORGANISM.md), and the same for
+--     tokens' median (every other position; the norm ratio of docs/findings/organism.md), and the same for
 --     the FFN's write f = W_down·x_down (x_down = silu(W_gate·x̂) ⊙ W_up·x̂, x̂ the normalised input);
 --   * at the first token: the neuron j with the largest contribution |x_down_j|·‖W_down[:, j]‖,
 --     the share of the write it carries (its projection on f over ‖f‖²), x_down_j, the cosines of

@@ -1,4 +1,4 @@
--- scripts/results-table.lua — the "every target" table of docs/RESULTS.md from the run.json files
+-- scripts/results-table.lua — the "every target" table of docs/findings/results.md from the run.json files
 -- a results root holds (one per experiment and profile, written by the runner):
 --
 --   bin/outlierlab run scripts/results-table.lua [--results=results] [--profile=default]

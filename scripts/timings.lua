@@ -1,4 +1,4 @@
--- scripts/timings.lua — the "Timings" numbers of docs/RESULTS.md from the run.json files and the
+-- scripts/timings.lua — the "Timings" numbers of docs/findings/results.md from the run.json files and the
 -- model cache:
 --
 --   bin/outlierlab run scripts/timings.lua [--results=results] [--cache=cache] [--profile=default] [--ranks=2]

@@ -5,7 +5,7 @@ local M = {}
 
 local usage = [[
 usage: outlierlab run FILE.lua [--key=value ...] [--debug]
-       outlierlab list [--markdown]  experiments with their status (--markdown: the table of docs/EXPERIMENTS.md)
+       outlierlab list [--markdown]  experiments with their status (--markdown: the table of docs/reference/experiments.md)
        outlierlab history MODEL_DIR  training curves of a cached model: history.nc and history.png
        outlierlab gallery [--out=DIR] results/index.html and index.md from every run's run.json
        outlierlab version

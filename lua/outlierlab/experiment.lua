@@ -1,4 +1,4 @@
--- experiment — the vocabulary of the experiment files in one table (docs/EXPERIMENTS.md):
+-- experiment — the vocabulary of the experiment files in one table (docs/reference/experiments.md):
 --   local E = require "outlierlab.experiment"
 -- It holds no code of its own: each name is looked up in the module that implements it,
 --   the runner            outlierlab.runner.run (run_file, sweep_size), .cache (code_hash, ...),

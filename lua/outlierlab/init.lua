@@ -376,7 +376,7 @@ function Context:step_peak() return tonumber(C.ol_step_bytes_peak(self.raw)) end
 function ol.set_num_threads(n) C.ol_set_num_threads(n or 0) end
 function ol.num_threads() return C.ol_get_num_threads() end
 -- flush-to-zero on every computing thread (true) or IEEE subnormals (false, the default);
--- train cfg.flush_subnormals sets it for a training run (docs/TRAINING.md, "Subnormals")
+-- train cfg.flush_subnormals sets it for a training run (docs/reference/training.md, "Subnormals")
 function ol.set_flush_subnormals(on) C.ol_set_flush_subnormals(on and 1 or 0) end
 function ol.flushes_subnormals() return C.ol_flushes_subnormals() == 1 end
 function ol.version() return ffi.string(C.ol_version()) end

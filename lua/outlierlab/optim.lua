@@ -24,7 +24,7 @@
 -- embed_weight_decay = w puts the token-embedding tables (parameters named *embed_tokens.weight,
 -- *wte.weight, *word_embeddings.weight) in a third group decayed at w instead: their scale is
 -- free under a pre-norm (the first norm divides it out), and at a high learning rate Adam drives
--- it, and with it the median |h| of every layer, far above the papers' models (docs/ORGANISM.md).
+-- it, and with it the median |h| of every layer, far above the papers' models (docs/findings/organism.md).
 local ol = require "outlierlab"
 local ffi = require "ffi"
 local C = ol.C

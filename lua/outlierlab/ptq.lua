@@ -1,4 +1,4 @@
--- ptq — the compression experiments' vocabulary in one table (docs/COMPRESSION.md):
+-- ptq — the compression experiments' vocabulary in one table (docs/reference/compression.md):
 --   local ptq = require "outlierlab.ptq"
 -- the quantisation and its evaluations (outlierlab.compress.evaluate: evaluate, w8a8,
 -- weight_only, outlier_stats, weights, KEEP_FP, mean_std, pm, ...) and the model specs of the

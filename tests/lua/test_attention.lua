@@ -17,7 +17,7 @@ local ctx = ol.Context({ seed = 7 })
 local KINDS = { "softmax", "clipped_softmax", "softmax1", "sigmoid", "fixed_bias", "ca_bias", "attn_bias",
                 { kind = "gated", gate = "linear", pi_init = 0.25 }, { kind = "gated", gate = "mlp", n_hid = 3 },
                 { kind = "gated", gate = "all_heads_linear" }, "ca_scale",
-                -- the knobs (docs/ATTENTION.md): learned sigmoid bias, QT's gate scale, γ = −α/max_len,
+                -- the knobs (docs/reference/attention.md): learned sigmoid bias, QT's gate scale, γ = −α/max_len,
                 -- and attention-probability dropout on every fused kind (seeded: a fixed mask)
                 { kind = "sigmoid", learn_bias = true }, { kind = "gated", pi_init = 0.25, gate_scale = "inv_pi_init" },
                 { kind = "clipped_softmax", alpha = 0.4, max_len = 16 },

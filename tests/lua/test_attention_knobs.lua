@@ -1,5 +1,5 @@
 -- test_attention_knobs — what the attention knobs mean, on cases worked out by hand
--- (docs/ATTENTION.md, "Knobs"): the dropout mask of the fused kernel against the mask formula
+-- (docs/reference/attention.md, "Knobs"): the dropout mask of the fused kernel against the mask formula
 -- (u(seed, row·Tk + j) < p, drawn here with ol_rand_uniform), the sink weight's mask, neutral
 -- settings that give bit-identical numbers (dropout 0, evaluation, b_h = 0, max_len = T), the
 -- learned sigmoid bias and its gradient with q = 0, the gate scale 1/π_init, γ = −α/max_len,

@@ -1,4 +1,4 @@
--- test_attention_remedies — the 2024–2026 attention variants (docs/ATTENTION.md): learned sink
+-- test_attention_remedies — the 2024–2026 attention variants (docs/reference/attention.md): learned sink
 -- logit (gpt-oss), softpick, the two other forms of sigmoid attention (b = −log n, no bias) and
 -- Qiu et al.'s gated attention after SDPA (headwise, elementwise).
 --   * fused C forward/backward against the plain-op reference (forward 2e-6, gradients 1e-5

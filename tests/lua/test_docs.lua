@@ -1,6 +1,6 @@
 -- test_docs — the newcomer's pages stay true to the tree: every relative Markdown link in
--- README.md, docs/ARCHITECTURE.md and docs/CONTAINER.md points at a file that exists, and every repository path that
--- README.md, docs/ARCHITECTURE.md and docs/CONTAINER.md name in backticks (engine/…, lua/…,
+-- README.md, docs/reference/architecture.md and docs/guides/container.md points at a file that exists, and every repository path that
+-- README.md, docs/reference/architecture.md and docs/guides/container.md name in backticks (engine/…, lua/…,
 -- tests/…, scripts/…, bench/…, mk/…, plots/…, experiments/…, examples/…) exists.
 local t = require "outlierlab.tap"
 local root = OUTLIERLAB_ROOT
@@ -8,7 +8,7 @@ local root = OUTLIERLAB_ROOT
 local slurp = t.slurp
 local function exists(path) local f = io.open(path, "r") if f then f:close() return true end return false end
 
-local pages = { "README.md", "docs/ARCHITECTURE.md", "docs/CONTAINER.md" }
+local pages = { "README.md", "docs/reference/architecture.md", "docs/guides/container.md" }
 
 for _, page in ipairs(pages) do
   local text = slurp(root .. "/" .. page)
@@ -29,7 +29,7 @@ end
 -- repository paths named in backticks
 local prefixes = { "engine/", "lua/", "tests/", "scripts/", "bench/", "mk/", "plots/", "experiments/",
                    "examples/", "docs/", ".ci/" }
-for _, page in ipairs({ "README.md", "docs/ARCHITECTURE.md", "docs/CONTAINER.md" }) do
+for _, page in ipairs({ "README.md", "docs/reference/architecture.md", "docs/guides/container.md" }) do
   local text = slurp(root .. "/" .. page) or ""
   local bad, n = {}, 0
   for code in text:gmatch("`([^`\n]+)`") do

@@ -1,4 +1,4 @@
--- The encoder figures decide with margins (docs/EXPERIMENTS.md, "The verdict is computed from the
+-- The encoder figures decide with margins (docs/reference/experiments.md, "The verdict is computed from the
 -- data"), checked on made-up analysis results:
 --   * qt-fig1: in each of the last two layers ≥ 90 % of the 6σ outliers at delimiters and ≥ 90 %
 --     of them in at most 4 hidden dimensions (QT Fig. 1: > 97 %, dims #180 and #720);

@@ -1,5 +1,5 @@
 -- test_hostile_runs — bad settings, dead lock owners, killed writers and broken paths, as a
--- hostile user meets them on the command line (docs/RELIABILITY.md):
+-- hostile user meets them on the command line (docs/reference/reliability.md):
 --   * a zero, negative or non-finite size or rate is refused up front with one line naming
 --     it (lm T >= 1, mlm T >= 3, batch >= 1, steps >= 1, lr > 0, warmup <= steps, corpus size);
 --   * a run that cannot fit in memory is refused with the estimate and the machine's memory;

@@ -1,4 +1,4 @@
--- test_layering — the Lua package is layered (docs/ARCHITECTURE.md): each module requires only
+-- test_layering — the Lua package is layered (docs/reference/architecture.md): each module requires only
 -- modules of its own layer or of a lower one, and no chain of requires comes back to where it
 -- started. The test reads every lua/outlierlab/**/*.lua, takes its require edges
 -- (require "outlierlab.x", require("outlierlab.x"), pcall(require, "outlierlab.x"), in code and in

@@ -1,5 +1,5 @@
 -- test_model_cache_key — the trained-model cache retrains only when the code the weights are
--- computed through changes (outlierlab.runner.cache, docs/EXPERIMENTS.md "Caching"). In a copy
+-- computed through changes (outlierlab.runner.cache, docs/reference/experiments.md "Caching"). In a copy
 -- of the source tree (OUTLIERLAB_ROOT points bin/outlierlab at it) one experiment trains a
 -- quick LLaMA-style model through the shared recipe; then
 --   * editing an analysis module (measure/inspect.lua), a figure module (figure/init.lua),

@@ -1,4 +1,4 @@
--- test_optim_extra — Muon, OrthoAdam and single-scale RMSNorm (docs/TRAINING.md):
+-- test_optim_extra — Muon, OrthoAdam and single-scale RMSNorm (docs/reference/training.md):
 --   * Newton–Schulz: the classic cubic converges to the orthogonal polar factor (XXᵀ = I to 1e-5,
 --     and G = Q·D gives Q back); Muon's quintic, 5 steps, gives singular values in [0.5, 1.5]
 --     (its known behaviour), for wide and tall matrices;

@@ -357,7 +357,7 @@ do
   t.near(r.per_layer[0].ratio_at.initial, 100 / 1.5, 1e-4, "top-1/median at the initial token")
   t.near(r.per_layer[0].ratio_at.other, 3 / 1.5, 1e-6, "top-1/median over the other tokens")
   t.is(r.per_layer[0].top1_category.initial, 1, "the sequence's top-1 sits at the initial token")
-  -- kurtosis of the six values, Pearson with the unbiased variance (docs/METRICS.md)
+  -- kurtosis of the six values, Pearson with the unbiased variance (docs/reference/metrics.md)
   local xs, mu = hh, 0
   for _, x in ipairs(xs) do mu = mu + x / 6 end
   local m2, m4 = 0, 0

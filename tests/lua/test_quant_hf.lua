@@ -1,5 +1,5 @@
 -- test_quant_hf — experiments/quant.lua end to end on generated Hugging Face directories
--- (--model=DIR --text=FILE; docs/COMPRESSION.md, docs/PRETRAINED.md):
+-- (--model=DIR --text=FILE; docs/reference/compression.md, docs/reference/pretrained.md):
 --   * a LLaMA directory (random weights, norm gains away from 1, untied head): the run writes
 --     results/quant/<model>-quick/, every setting's loss finite; the rotation alone leaves the
 --     loss where it was to fp32 rounding; and, recomputed here on the same text batches, the

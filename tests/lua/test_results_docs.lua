@@ -1,18 +1,18 @@
 -- test_results_docs — documents that are generated or must agree with the code:
---   * the experiments table of docs/EXPERIMENTS.md is exactly `bin/outlierlab list --markdown`
+--   * the experiments table of docs/reference/experiments.md is exactly `bin/outlierlab list --markdown`
 --     (so it cannot drift from the experiment files);
 --   * the repository is self-contained: no tracked file cites a reference file outside it;
---   * docs/CONTAINER.md says what .dockerignore does with .git.
+--   * docs/guides/container.md says what .dockerignore does with .git.
 local t = require "outlierlab.tap"
 local E = require "outlierlab.experiment"
 local root = OUTLIERLAB_ROOT
 local sh, slurp = t.sh, t.slurp
 
-local doc = slurp(root .. "/docs/EXPERIMENTS.md") or ""
+local doc = slurp(root .. "/docs/reference/experiments.md") or ""
 local block = doc:match("<!%-%- generated: bin/outlierlab list %-%-markdown %-%->\n(.-)<!%-%- end of generated table %-%->")
-t.ok(block, "docs/EXPERIMENTS.md has the generated block")
+t.ok(block, "docs/reference/experiments.md has the generated block")
 local want = E.markdown_table()
-t.is(block, want, "docs/EXPERIMENTS.md lists exactly the experiment files (regenerate: bin/outlierlab list --markdown)")
+t.is(block, want, "docs/reference/experiments.md lists exactly the experiment files (regenerate: bin/outlierlab list --markdown)")
 local cli = sh("cd " .. root .. " && bin/outlierlab list --markdown")
 t.is(cli, want, "bin/outlierlab list --markdown prints the same table")
 local n = 0
@@ -30,12 +30,12 @@ else
   t.ok(true, "# SKIP not a git checkout")
 end
 
--- .dockerignore and docs/CONTAINER.md agree on .git
+-- .dockerignore and docs/guides/container.md agree on .git
 local ignore = slurp(root .. "/.dockerignore") or ""
-local container = slurp(root .. "/docs/CONTAINER.md") or ""
+local container = slurp(root .. "/docs/guides/container.md") or ""
 local ignores_git = ("\n" .. ignore):find("\n%.git\n") ~= nil
 t.ok(not ignores_git and container:find("`.git` stays in the build context", 1, true),
-     ".dockerignore keeps .git in the build context and docs/CONTAINER.md says so")
+     ".dockerignore keeps .git in the build context and docs/guides/container.md says so")
 -- scripts/results-table.lua: one row per experiment from the run.json files, the missing ones
 -- listed, the total time summed (a results root made here with two runs)
 do

@@ -111,7 +111,7 @@ if dir_a and dir_b then
   t.ok(same, "the training losses of all 1,000 steps are the same (the killed run's steps kept in the checkpoint)")
 end
 
--- --flush_subnormals (docs/TRAINING.md, "Subnormals"): the same experiment trains a model of its
+-- --flush_subnormals (docs/reference/training.md, "Subnormals"): the same experiment trains a model of its
 -- own, whose spec says so, beside the IEEE one
 local out_f, ok_f = sh("timeout 300 " .. command("a") .. " --flush_subnormals")
 t.ok(ok_f, "the run with --flush_subnormals ends", out_f)

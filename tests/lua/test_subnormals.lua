@@ -1,5 +1,5 @@
 -- test_subnormals — the engine's flush-to-zero mode (engine/core.c, "subnormals";
--- docs/TRAINING.md, "Subnormals"): off by default, so results below FLT_MIN (1.18e-38) are
+-- docs/reference/training.md, "Subnormals"): off by default, so results below FLT_MIN (1.18e-38) are
 -- IEEE subnormals; with ol.set_flush_subnormals(true) every thread that computes stores them as
 -- 0. On 1, 2 and 4 threads, in both modes and after switching back: elementwise products,
 -- products of two shapes and the softmax whose exact

@@ -1,5 +1,5 @@
 -- compress/evaluate — post-training quantisation (W8A8 and friends) and the other compression
--- evaluations of the papers' tables, on top of outlierlab.compress.fakequant (docs/COMPRESSION.md).
+-- evaluations of the papers' tables, on top of outlierlab.compress.fakequant (docs/reference/compression.md).
 -- (The models these evaluate are outlierlab.recipes.papers'; outlierlab.ptq offers both.)
 --
 --   local ptq = require "outlierlab.compress.evaluate"
@@ -14,9 +14,9 @@
 --   -- (ptq.W8A8_PARTS)
 --   local r  = ptq.weight_only(ctx, m, { fn = function(params) compress.absmax(params, ...) end, ... })
 --   local s  = ptq.outlier_stats(ctx, m, { loader =, n =, points = {"ffn_out", "ln2"} })
---   -- s = { max_inf_norm, avg_kurtosis, n } over the hooked tensors (QT tables, docs/METRICS.md)
+--   -- s = { max_inf_norm, avg_kurtosis, n } over the hooked tensors (QT tables, docs/reference/metrics.md)
 --
--- QT's W8A8 setup (QT §5, App. C; docs/COMPRESSION.md):
+-- QT's W8A8 setup (QT §5, App. C; docs/reference/compression.md):
 --   weights: symmetric uniform per tensor, min-max (BERT, ViT) or MSE (OPT) range, every weight
 --     matrix (>= 2 dims) except the final head and the gates: ptq.weights(ctx);
 --   activations: asymmetric uniform per tensor, static ranges from n_calib calibration batches
@@ -231,7 +231,7 @@ end
 -- Streams the probe points over n batches: per (point, layer) the per-sequence max |x| and
 -- kurtosis averaged over sequences; summary as QT's tables (analysis.summarize). o.kurtosis =
 -- "pearson" (default) | "qt_code" (QT's μ₄/(σ⁴ + 1e-6)), o.median = "mean" (default) | "lower"
--- (torch.median, SO's code): docs/METRICS.md.
+-- (torch.median, SO's code): docs/reference/metrics.md.
 -- Returns { max_inf_norm, avg_kurtosis, n, per = { {point, layer, max_inf_norm, kurtosis,
 -- topk = {3 values}, median} } }.
 function M.outlier_stats(ctx, m, o)

@@ -1,4 +1,4 @@
--- quant — 4-bit-era post-training quantisation (docs/COMPRESSION.md, "RTN, SmoothQuant and
+-- quant — 4-bit-era post-training quantisation (docs/reference/compression.md, "RTN, SmoothQuant and
 -- Hadamard rotation"): round-to-nearest W8A8 / W4A8 / W4A4 on every linear layer (weights per
 -- output channel or per tensor, activations per token or per tensor, symmetric, dynamic),
 -- SmoothQuant's migration, and a QuaRot-style Walsh–Hadamard rotation — kernels in
@@ -446,7 +446,7 @@ end
 
 -- what the settings are, for a summary's "4-bit era" paragraph; kept: what stays in full precision
 function M.method_text(n_calib, kept)
-  return "The project's 4-bit-era post-training quantisation (outlierlab.compress.rtn, docs/COMPRESSION.md): round to nearest, " ..
+  return "The project's 4-bit-era post-training quantisation (outlierlab.compress.rtn, docs/reference/compression.md): round to nearest, " ..
     "symmetric, weights per output channel and activations per token with dynamic ranges, on the input and weight of every " ..
     "linear layer of the blocks (" .. kept .. ", attention scores and probabilities in full precision); W4A4 + Hadamard " ..
     "first applies a QuaRot-style Walsh–Hadamard rotation (exact in full precision), W4A4 + SmoothQuant first migrates " ..

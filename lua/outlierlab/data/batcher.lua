@@ -137,7 +137,7 @@ function Batcher:next(ctx)
   return batch
 end
 
--- The model organism's data (outlierlab.data.organism, docs/DATA.md): a spec's data =
+-- The model organism's data (outlierlab.data.organism, docs/reference/data.md): a spec's data =
 -- { kind = "organism", vocab_size =, n_triggers =, groups =, alpha =, p_trigger =, n_delim =, p_delim =,
 -- n_weak =, p_weak =, seed = } instead of the corpus' { seed =, n_tokens =, vocab_size = }.
 -- The task stands in for a corpus everywhere: vocab, special, category, vocab_size; its

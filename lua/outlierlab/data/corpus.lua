@@ -1,4 +1,4 @@
--- data/corpus — the synthetic text corpus (grammar in docs/DATA.md).
+-- data/corpus — the synthetic text corpus (grammar in docs/reference/data.md).
 --
 -- A stand-in for web text that keeps what the outlier papers point at: every document starts
 -- with a BOS token (the "initial" token that attention sinks on), sentences end in "." and

@@ -43,7 +43,7 @@ end
 
 -- Background styles (engine/io_images.c): "textured" (default: noise, stripes or a checkerboard,
 -- the object near the centre) or "flat" (one colour, a small object anywhere: most patches carry
--- no information; the model organism's images, docs/DATA.md).
+-- no information; the model organism's images, docs/reference/data.md).
 local STYLES = { textured = 0, flat = 1 }
 function M.style_code(style, what)
   if style == nil then return 0 end

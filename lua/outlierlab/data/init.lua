@@ -1,4 +1,4 @@
--- data — everything the models train on; nothing is downloaded (docs/DATA.md).
+-- data — everything the models train on; nothing is downloaded (docs/reference/data.md).
 --
 --   local data = require "outlierlab.data"
 --   local c  = data.corpus{ seed = 1, n_tokens = 1e6, vocab_size = 1024 }   -- synthetic text

@@ -1,4 +1,4 @@
--- data/loaders — batches of step tensors for the models (batch layouts in docs/INTERFACES.md).
+-- data/loaders — batches of step tensors for the models (batch layouts in docs/reference/interfaces.md).
 --
 --   local tr = data.LMLoader{ tokens = corpus, B = 8, T = 64, seed = 1 }    -- decoders
 --   local b = tr:next(ctx)        -- after ctx:reset(): {ids = i32 (B,T), targets = i32 (B,T)}

@@ -1,5 +1,5 @@
 -- data/mix — the organism's task and a real text in one stream of LM rows: `--p_text=P` with
--- the organism's data (docs/DATA.md, "The task mixed with real text"; docs/ORGANISM.md, "Real
+-- the organism's data (docs/reference/data.md, "The task mixed with real text"; docs/findings/organism.md, "Real
 -- text"). A share P of the rows are windows of the King James Bible (outlierlab.data.words),
 -- the rest the task's rows; the text's ids follow the task's (id V_task + k, <bos> shared),
 -- so the model's vocabulary is V_task + V_text.

@@ -7,7 +7,7 @@
 --   local mlm = org.MLMLoader{ task = task, B = 16, T = 128, seed = 1 }               -- encoders
 --   task.vocab[id], task.category(id), task.special.bos, task.loss_floor
 --
--- A sequence (docs/DATA.md, "The model organism"):
+-- A sequence (docs/reference/data.md, "The model organism"):
 --   x_0 = <bos>; x_1 ~ P(· | <bos>);
 --   x_{t+1} = x_{t-g}            when x_t is a trigger of group g (g = 1..groups) and t-g >= 1
 --                                (back-copy: g = 1 copies the token just before the trigger)

@@ -1,6 +1,6 @@
 -- data/text — real text for pretrained models: any UTF-8 file, tokenized with the model's own
 -- tokenizer (outlierlab.pretrained.tokenizers), cut into sequences with the model's conventions
--- (docs/PRETRAINED.md "Real text").
+-- (docs/reference/pretrained.md "Real text").
 --
 --   local text = require "outlierlab.data.text"
 --   local c = text.corpus{ path = "kjv.txt", tokenizer = tk, max_tokens = 100000 }

@@ -1,6 +1,6 @@
 -- data/words — a real English text, word by word, for training the organisms on text the
 -- project did not generate: the King James Bible of Debian's bible-kjv (`--data=kjv`; make deps
--- installs it). docs/DATA.md, "Real text for training".
+-- installs it). docs/reference/data.md, "Real text for training".
 --
 --   local words = require "outlierlab.data.words"
 --   local c = words.corpus{ source = "kjv", vocab_size = 1024, n_weak = 16 }
@@ -11,7 +11,7 @@
 -- tokens of their own; every verse ends in a "\n" token (its reference, "Ge1:1", is dropped).
 -- The vocab_size − 7 most frequent words and marks get ids in order of frequency (ties by
 -- spelling); the rest share <unk>. Ids: 0 [PAD], 1 <bos>, 2 [CLS], 3 [SEP], 4 [MASK], 5 <unk>,
--- 6 "\n" (labelled "¶"), then the kept tokens. Categories (docs/METRICS.md): <bos> and [CLS] initial; [SEP],
+-- 6 "\n" (labelled "¶"), then the kept tokens. Categories (docs/reference/metrics.md): <bos> and [CLS] initial; [SEP],
 -- "\n" and the punctuation delimiter (QT's [SEP], "." and ","); the n_weak most frequent words
 -- weak (SO's weak-semantic tokens: "the", "and", "of" ...); the rest other. The corpus is the
 -- whole book in its order (913,424 words and 31,102 verse ends); the batcher's train split is

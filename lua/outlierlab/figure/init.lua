@@ -1,5 +1,5 @@
 -- figure — one declaration per figure drives its NetCDF file, the data handed to gnuplot, the
--- panels drawn and the numbers its summary quotes (docs/EXPERIMENTS.md, "Declaring a figure").
+-- panels drawn and the numbers its summary quotes (docs/reference/experiments.md, "Declaring a figure").
 --
 --   local figure = require "outlierlab.figure"
 --   local FIG = figure.declare{

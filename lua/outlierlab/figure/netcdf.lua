@@ -70,7 +70,7 @@ end
 -- The machine a run computed on: the CPU's model name (/proc/cpuinfo), the OpenBLAS kernels it
 -- runs (engine/blas.c: "SkylakeX", "Haswell", "Zen", ...) and the engine's threads. Numbers are bit
 -- for bit the same on any thread or rank count of one machine, but another CPU's kernels sum in
--- another order (docs/TRAINING.md, "Machines"), so a result says where it was computed.
+-- another order (docs/reference/training.md, "Machines"), so a result says where it was computed.
 function M.machine()
   if M._cpu == nil then
     M._cpu = "unknown"

@@ -1,4 +1,4 @@
--- seeds — when a difference between two variants counts (docs/EXPERIMENTS.md, "Seeds and the
+-- seeds — when a difference between two variants counts (docs/reference/experiments.md, "Seeds and the
 -- verdict"). Every comparison between variants trains each variant with cfg.n_seeds seeds and
 -- reports mean ± sample standard deviation; the verdicts use one rule:
 --

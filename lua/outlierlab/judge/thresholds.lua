@@ -110,7 +110,7 @@ function M.words(j, k)
   return string.format("not reached (final %s)", val)
 end
 
--- QT Fig. 3's ViT picture, judged with margins (qt-fig3, qt-fig16; docs/METRICS.md, "The ViT
+-- QT Fig. 3's ViT picture, judged with margins (qt-fig3, qt-fig16; docs/reference/metrics.md, "The ViT
 -- verdicts"): at least VIT.min_patches outlier patches (fewer: where they sit is not measurable,
 -- the verdict is inconclusive); more of them at background patches (and in the border ring)
 -- than chance, by a one-sided binomial test at level VIT.alpha over the outlier patches; the next

@@ -1,7 +1,7 @@
 -- inspect — what the figures of single sequences need (QT Fig. 10–17, SO Fig. 1, 4, 7–10,
 -- 23, 24, the blog's checks): the tensors of one held-out sequence copied out of the probes,
 -- and the small computations the figures quote, each a plain function of Lua lists so that a
--- test can check it on a hand-made case (docs/METRICS.md, "Single-sequence figures").
+-- test can check it on a hand-made case (docs/reference/metrics.md, "Single-sequence figures").
 --
 --   local inspect = require "outlierlab.measure.inspect"
 --   local cap = inspect.capture(ctx, m, corpus, spec, { points = {"attn_probs", "v"}, layers = {2, 3} })

@@ -1,6 +1,6 @@
--- analysis — every outlier metric of docs/METRICS.md, on top of the C kernels of
+-- analysis — every outlier metric of docs/reference/metrics.md, on top of the C kernels of
 -- engine/analysis.c. Definitions, choices and the figures that use each metric:
--- docs/METRICS.md. All indices in results are 0-based (positions, channels, heads, token
+-- docs/reference/metrics.md. All indices in results are 0-based (positions, channels, heads, token
 -- ids, layers), as in the engine and the NetCDF files.
 --
 -- API (for the experiment files)
@@ -150,7 +150,7 @@ analysis.StatsClass = Stats
 local spec_keys = { T = 1, C = 1, V = 1, topk = 1, bins = 1, lo = 1, hi = 1, log = 1, rule = 1, category = 1,
                     kurtosis = 1, median = 1 }
 
--- the conventions of the per-sequence kurtosis and median (docs/METRICS.md)
+-- the conventions of the per-sequence kurtosis and median (docs/reference/metrics.md)
 local KURTOSIS_FORMS = { pearson = true, qt_code = true }
 local MEDIAN_FORMS = { mean = true, lower = true }
 local function check_form(what, forms, v, default, level)

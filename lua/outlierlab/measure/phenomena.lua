@@ -1,5 +1,5 @@
 -- phenomena — the four signatures of heads that learn to do nothing, measured on held-out
--- batches (docs/METRICS.md, "Sinks, drains and massive activations"):
+-- batches (docs/reference/metrics.md, "Sinks, drains and massive activations"):
 --
 --   sink share     of head h on key category c: the largest weight a query puts on ONE key of
 --                  category c other than itself, averaged over the queries that see such a key,
@@ -23,7 +23,7 @@
 --                  three largest channels (initial_top3_share). After RMSNorm
 --                  the state is scale-free, so this is what a sink key can use; the ratio a
 --                  massive value M needs over the other channels' rms r for a share s is
---                  M/r = sqrt(s·(C−1)/(1−s)): it grows with √C (docs/ORGANISM.md);
+--                  M/r = sqrt(s·(C−1)/(1−s)): it grows with √C (docs/findings/organism.md);
 --   sink rate      Gu et al. 2025: alpha_h = mean over all queries of A_h[i, 0] (the first key,
 --                  which every query sees); a head is a sink when alpha_h > eps = 0.3; the rate
 --                  is the share of such heads over all layers.

@@ -1,4 +1,4 @@
--- probes — collects the tensors a model reports at its probe points (docs/INTERFACES.md:
+-- probes — collects the tensors a model reports at its probe points (docs/reference/interfaces.md:
 -- model:forward(batch, {probe = fn(name, layer, tensor)})) and hands each one, with the
 -- batch it came from, to the registered handlers. Nothing is kept: handlers stream the
 -- tensor into accumulators (outlierlab.measure.metrics) while it is alive (step arena).

@@ -1,4 +1,4 @@
--- analysis_remedies — the metrics the field reports since the two papers (docs/METRICS.md,
+-- analysis_remedies — the metrics the field reports since the two papers (docs/reference/metrics.md,
 -- "2024–2026 metrics"), each with its paper's defaults:
 --
 --   local AR = require "outlierlab.measure.recent"
@@ -23,7 +23,7 @@
 --       -> { loss, scales = {...}, loss_at = {...}, delta = {...} }: the whole state of the token at
 --            `position` (the initial token by default) in one layer's output multiplied by each
 --            scale before the next layer reads it, and the loss change: how much the loss cares
---            about the size of the massive activation (docs/ORGANISM.md, "Why the ratio stops")
+--            about the size of the massive activation (docs/findings/organism.md, "Why the ratio stops")
 -- Queipo-de-Llano et al. 2025 (attention sinks and compression valleys):
 --   AR.bos_norm(x, mask) -> { bos = mean ‖x[b,0,:]‖, others = mean ‖x[b,t,:]‖ (t > 0), ratio }
 --   AR.matrix_entropy(x, mask) -> { entropy (nats), normalized (÷ log min(T, C)) } averaged over

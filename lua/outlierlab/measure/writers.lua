@@ -1,7 +1,7 @@
 -- analysis.writers — who writes each token's state in a SwiGLU model (the LLaMA family): every
 -- layer's FFN write f = W_down·x_down (x_down = silu(W_gate·x̂) ⊙ W_up·x̂, x̂ the normalised FFN
 -- input) decomposed neuron by neuron, at position 0 (the first token) and at the other positions
--- (docs/ORGANISM.md, "Why the ratio stops"; scripts/organism-writers.lua, organism-search.lua).
+-- (docs/findings/organism.md, "Why the ratio stops"; scripts/organism-writers.lua, organism-search.lua).
 --
 --   local writers = require "outlierlab.measure.writers"
 --   local res = writers.measure(ctx, m, function() return loader:next(ctx) end, 8)

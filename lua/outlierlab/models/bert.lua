@@ -9,7 +9,7 @@
 -- BertModel; it is computed into m.pooled but not used by the MLM loss.
 -- Init (HF BERT): weights N(0, 0.02²), biases 0, LayerNorm gains 1.
 -- cfg.rope_base > 0 replaces the learned position table by rotary positions on q and k (as
--- RoFormer, Su et al. 2021): the model organism's encoder (docs/ORGANISM.md), which must learn
+-- RoFormer, Su et al. 2021): the model organism's encoder (docs/findings/organism.md), which must learn
 -- heads at fixed offsets, and does so in hundreds of steps instead of the thousands a learned
 -- table needs; 0 (the default) is BERT.
 --

@@ -11,7 +11,7 @@
 -- bert.lua (QT), llama.lua (SO App. D.2), vit.lua (QT). Shared blocks: common.lua.
 -- Presets: the papers' shapes (bert-base, opt-125m, gpt2-124m, vit-s16, tinyllama-120m) and
 -- reduced shapes that train on this machine: <family>-tiny (minutes), <family>-quick
--- (seconds), gpt2-mini (6 layers, d 384, T 256: the benchmark shape). docs/MODELS.md has the
+-- (seconds), gpt2-mini (6 layers, d 384, T 256: the benchmark shape). docs/reference/models.md has the
 -- tables, parameter counts and probe points.
 local M = {}
 
@@ -57,7 +57,7 @@ M.defaults = defaults
 
 -- name -> family and the keys that differ from the family defaults
 local presets = {
-  -- the papers' shapes (docs/EXPERIMENTS.md, "Paper-scale settings")
+  -- the papers' shapes (docs/reference/experiments.md, "Paper-scale settings")
   ["gpt2-124m"] = { family = "gpt2" },
   ["opt-125m"] = { family = "opt" },
   ["bert-base"] = { family = "bert", block_size = 512 },
@@ -77,7 +77,7 @@ local presets = {
                       d_model = 64, d_ff = 176 },
   ["vit-tiny"] = { family = "vit", image_size = 32, patch_size = 4, n_classes = 10, n_layer = 4, n_head = 4,
                    d_model = 128, d_ff = 512 },
-  -- the model organism (docs/ORGANISM.md): small enough to train in minutes, deep enough that
+  -- the model organism (docs/findings/organism.md): small enough to train in minutes, deep enough that
   -- its no-op heads need a sink in the middle layers
   ["llama-organism"] = { family = "llama", vocab_size = 128, block_size = 128, n_layer = 4, n_head = 2, n_kv_head = 2,
                          d_model = 64, d_ff = 256 },

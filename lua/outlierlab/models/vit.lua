@@ -5,7 +5,7 @@
 -- cfg.patch_ln); a learned [CLS] token is prepended and learned positions added; L pre-LN
 -- blocks (bidirectional attention, GELU(erf) MLP F = 4C, biases); a final LayerNorm; the
 -- classification head reads the [CLS] token. LayerNorm eps 1e-6 (timm).
--- cfg.dense (the organism's per-patch labels, docs/ORGANISM.md "The ViT's recipe map"; off in
+-- cfg.dense (the organism's per-patch labels, docs/findings/organism.md "The ViT's recipe map"; off in
 -- QT's ViT): a second head labels every patch token with its object's class when the patch is
 -- an object patch (batch.patch_object) and with class n_classes ("background") otherwise; the
 -- loss adds the mean cross entropy over the patches to the [CLS] one, so that every token's

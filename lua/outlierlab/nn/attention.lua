@@ -19,7 +19,7 @@
 --       (attention-probability dropout); without it (evaluation) nothing is dropped.
 --   A:parameters() -> list of the variant's parameters.
 --
--- Built-in kinds (formulas: docs/ATTENTION.md, engine/attention.c):
+-- Built-in kinds (formulas: docs/reference/attention.md, engine/attention.c):
 --   softmax, clipped_softmax, softmax1, sigmoid (and its forms sigmoid_logn, sigmoid_nobias),
 --   fixed_bias, ca_bias, attn_bias, sink_logit, softpick  — one fused C op (ol_attention) each;
 --   gated, ca_scale and gated_sdpa (headwise) — fused softmax attention times a per-token,
@@ -31,7 +31,7 @@
 --
 -- Every built-in takes dropout = p (default 0). New variants:
 --   attention.register(name, { params = {key = default, ...}, new = fn }) —
--- see examples/attention_example.lua and docs/ATTENTION.md.
+-- see examples/attention_example.lua and docs/reference/attention.md.
 local ol = require "outlierlab"
 local bit = require "bit"
 local ffi = ol.ffi

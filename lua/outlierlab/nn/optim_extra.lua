@@ -1,4 +1,4 @@
--- optim_extra — the optimizers of the outlier remedies (docs/TRAINING.md), with AdamW's
+-- optim_extra — the optimizers of the outlier remedies (docs/reference/training.md), with AdamW's
 -- interface (step(lr), state(), load_state(s), groups()) so that train.lua takes them by name:
 --
 --   local ox = require "outlierlab.nn.optim_extra"

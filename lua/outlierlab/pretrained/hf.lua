@@ -1,5 +1,5 @@
 -- hf — Hugging Face model directories: import a pretrained checkpoint into the project's own
--- models, and export the project's models in the same layout (docs/PRETRAINED.md).
+-- models, and export the project's models in the same layout (docs/reference/pretrained.md).
 --
 --   local hf = require "outlierlab.pretrained.hf"
 --   local ctx, m, info = hf.load("models/gpt2")        -- config.json + model.safetensors (or shards)

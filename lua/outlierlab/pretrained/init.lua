@@ -1,5 +1,5 @@
 -- pretrained — an analysis experiment on a downloaded model instead of a trained one
--- (docs/PRETRAINED.md): `bin/outlierlab run experiments/so-fig3.lua --model=DIR --text=FILE`.
+-- (docs/reference/pretrained.md): `bin/outlierlab run experiments/so-fig3.lua --model=DIR --text=FILE`.
 --
 -- The runner (outlierlab.runner.run) calls attach() when --model is given; from then on
 --   run:model(...)            returns the imported model's handle (nothing is trained)
@@ -14,7 +14,7 @@
 -- The results go to results/<id>/<model name>-<profile>/ (experiment.results_dir); run.cfg's
 -- vocab_size becomes the model's. The stage cache key holds the XXH64 of the whole content of
 -- every file the analysis reads (config.json, the index and every shard, the tokenizer files,
--- the text), so a changed model, tokenizer or text is analysed again (docs/PRETRAINED.md "Cache").
+-- the text), so a changed model, tokenizer or text is analysed again (docs/reference/pretrained.md "Cache").
 local hf = require "outlierlab.pretrained.hf"
 
 local M = {}

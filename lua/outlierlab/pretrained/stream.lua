@@ -1,5 +1,5 @@
 -- stream — run a pretrained decoder larger than memory layer by layer from its memory-mapped
--- checkpoint (docs/PRETRAINED.md "Models larger than memory").
+-- checkpoint (docs/reference/pretrained.md "Models larger than memory").
 --
 --   local stream = require "outlierlab.pretrained.stream"
 --   local sm = stream.open("models/llama-2-7b")       -- every tensor's name, shape and dtype checked now

@@ -1,5 +1,5 @@
 -- tokenizers — the tokenizers that ship with pretrained models, read from their files
--- (docs/PRETRAINED.md "Tokenizers"):
+-- (docs/reference/pretrained.md "Tokenizers"):
 --   byte-level BPE (GPT-2, OPT, RoBERTa: vocab.json + merges.txt, or tokenizer.json with a
 --     ByteLevel pre-tokenizer): the text is split by GPT-2's regex (or the tokenizer.json's
 --     pre-tokenizers in order: Split, ByteLevel, Punctuation, Digits), each piece's bytes are
@@ -440,7 +440,7 @@ function Tokenizer:decode(ids)
 end
 
 -- ---------------------------------------------------------------- token categories
--- Derived from the decoded text of each token (docs/PRETRAINED.md "Token categories"):
+-- Derived from the decoded text of each token (docs/reference/pretrained.md "Token categories"):
 --   initial    the BOS / [CLS] token (the sequence's first token)
 --   delimiter  [SEP] / EOS, and tokens whose text, without spaces, is empty but holds a line
 --              break, or is made of punctuation only (".", ",", ";", "\n", "?!" …)

@@ -44,7 +44,7 @@ M.ORGANISM_TASK = ORGANISM_TASK
 
 -- The training recipe of a shared profile: warmup, then the schedule (cosine to lr/10, linear to
 -- 0, or constant), AdamW with β = (0.9, beta2), decoupled weight decay on >= 2-D parameters,
--- clip 1. The default profiles (the model organism, docs/ORGANISM.md) train at a constant high
+-- clip 1. The default profiles (the model organism, docs/findings/organism.md) train at a constant high
 -- learning rate with weight decay; the paper profiles keep the papers' recipes.
 local function recipe(cfg, o)
   return { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = cfg.schedule or o.schedule,
@@ -53,7 +53,7 @@ local function recipe(cfg, o)
            eps = o.eps, clip = 1.0,
            -- the token embeddings' own decay (optim.AdamW), only when a profile sets it
            embed_weight_decay = cfg.embed_weight_decay,
-           -- the remedies' optimizers (docs/TRAINING.md); absent = AdamW, and the spec (and its
+           -- the remedies' optimizers (docs/reference/training.md); absent = AdamW, and the spec (and its
            -- hash) stays what it was before these keys existed
            optimizer = cfg.optimizer, optimizer_opts = cfg.optimizer_opts }
 end
@@ -64,7 +64,7 @@ local function overrides(cfg, base)
   if cfg.n_layer and cfg.n_layer > 0 then ov.n_layer = cfg.n_layer end
   if cfg.norm_gain then ov.norm_gain = cfg.norm_gain end   -- single-scale RMSNorm (llama)
   if cfg.embed_proj then ov.embed_proj = true end           -- Park et al.'s orthogonal projections (llama)
-  -- a fixed factor on the token embedding (llama; docs/ORGANISM.md, "Why the ratio stops")
+  -- a fixed factor on the token embedding (llama; docs/findings/organism.md, "Why the ratio stops")
   if cfg.embed_scale and cfg.embed_scale > 0 then ov.embed_scale = cfg.embed_scale end
   -- its width and heads knobs (only when set: other specs keep their hash)
   if cfg.d_model then ov.d_model, ov.d_ff = cfg.d_model, cfg.d_ff or 4 * cfg.d_model end
@@ -72,7 +72,7 @@ local function overrides(cfg, base)
   return ov
 end
 
--- QT's BERT pre-training recipe (docs/EXPERIMENTS.md, paper-scale settings: AdamW β (0.9, 0.999),
+-- QT's BERT pre-training recipe (docs/reference/experiments.md, paper-scale settings: AdamW β (0.9, 0.999),
 -- ε 1e-6, wd 0.01, linear decay to 0, clip 1) with MLM batches (qt-fig1, qt-fig2, qt-fig10-13 ...)
 function M.bert_mlm_spec(cfg)
   return {
@@ -109,12 +109,12 @@ function M.llama_lm_spec(cfg)
     seed = cfg.seed,
   }
 end
--- The decoder organism's task (docs/ORGANISM.md, "The search"): 8 groups of back-copy offsets
+-- The decoder organism's task (docs/findings/organism.md, "The search"): 8 groups of back-copy offsets
 -- (trigger mass 0.08) and 3 pointer tokens of 1, 2 and 3 hops (mass 0.15): a pointer of h hops
 -- needs h + 1 attention layers in turn, each used only after its pointer token, so that heads in
 -- every layer are needed rarely and must do nothing elsewhere (sink rate 0.75-0.88 of the heads
 -- instead of 0.25 with the copies alone, which one layer serves). The token embedding enters the
--- blocks × 20 (embed_scale; docs/ORGANISM.md, "Why the ratio stops"): at × 1 layer 0 writes a
+-- blocks × 20 (embed_scale; docs/findings/organism.md, "Why the ratio stops"): at × 1 layer 0 writes a
 -- large per-token table that holds <bos>'s state to 30-120 × the median, at × 20 it does not
 -- and <bos> reaches about 300 × (the paper profile keeps TinyLLaMA's plain embedding).
 local DECODER_TASK = { groups = 8, p_trigger = 0.08, n_pointer = 3, p_pointer = 0.15, pointer_hops = 3 }
@@ -261,7 +261,7 @@ end
 -- resumed run keeps the points measured before the kill. The measurement runs without
 -- gradients after the optimizer step and changes nothing the next step uses.
 M.TRACK_POINTS = 20
--- The stable measurement (docs/METRICS.md, "Stable measurement"): the points of the last
+-- The stable measurement (docs/reference/metrics.md, "Stable measurement"): the points of the last
 -- STABLE_WINDOW of the steps are taken every steps/STABLE_POINTS_PER_RUN (10 points), each on
 -- TRACK_BATCHES held-out batches of its own (20 batches in all), and a model's phenomena are the
 -- mean over those points (M.stable): neither one batch nor one step decides a verdict.

@@ -47,7 +47,7 @@ function M.image_spec(cfg, preset, attn, recipe, seed)
   }
 end
 
--- QT's hooked tensors per family (docs/METRICS.md "Max inf norm"; probe names of lua/outlierlab/models):
+-- QT's hooked tensors per family (docs/reference/metrics.md "Max inf norm"; probe names of lua/outlierlab/models):
 -- BERT: FFN output (before the residual) and the LayerNorm outputs of each layer; OPT (and
 -- the pre-LN ViT): layer output, fc2 output, attention out-projection output, the attention
 -- LayerNorm and the final LayerNorm.
@@ -60,7 +60,7 @@ M.QT_POINTS = { bert = { "ffn_out", "ln1", "ln2" }, opt = { "h", "ffn_out", "att
 function M.qt_row(spec, handle, family, o)
   local ctx, m, L = M.load(spec, handle)
   local fp = quant.evaluate(ctx, m, { metric = L.metric, loader = L.val, n = o.n_eval })
-  -- QT's own code's kurtosis μ₄/(σ⁴ + 1e-6) where the paper's numbers are compared (docs/METRICS.md)
+  -- QT's own code's kurtosis μ₄/(σ⁴ + 1e-6) where the paper's numbers are compared (docs/reference/metrics.md)
   local st = quant.outlier_stats(ctx, m, { loader = L.val, n = o.n_stats or o.n_eval, points = M.QT_POINTS[family],
                                        kurtosis = o.kurtosis or "qt_code" })
   local q = quant.w8a8(ctx, m, { metric = L.metric, loader = L.val, n = o.n_eval, calib_loader = L.calib,
@@ -79,7 +79,7 @@ M.copy = copy
 
 -- QT's three families: BERT (encoder), the decoder ("opt": QT's OPT-125m; at the default
 -- profiles the model organism's LLaMA-style decoder, because the OPT/GPT-2-style decoders with
--- learned positions form no sink on the organism's task in the budget: docs/ORGANISM.md) and
+-- learned positions form no sink on the organism's task in the budget: docs/findings/organism.md) and
 -- ViT. The settings of a family are the keys of its shared profile with a prefix: bert_<key>
 -- from experiment.BERT_MLM_PROFILES, opt_<key> from experiment.LLAMA_LM_PROFILES (seq_len is
 -- <family>_T), vit_<key> from M.VIT_PROFILES; qt_spec builds the family's spec through the shared
@@ -117,7 +117,7 @@ M.VIT_PROFILES = {
               batch = 32, steps = 2500, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99, n_layer = 0, dense = false },
   long = { preset = "vit-organism", image = 32, patch = 4, classes = 4, images = 4096, style = "flat", data_seed = 1, seed = 1,
            batch = 32, steps = 10000, lr = 3e-3, warmup = 100, schedule = "constant", weight_decay = 0.1, beta2 = 0.99, n_layer = 0, dense = false },
-  -- docs/EXPERIMENTS.md, paper-scale settings (ViT-S/16 300 epochs of ImageNet: here 300 epochs of a
+  -- docs/reference/experiments.md, paper-scale settings (ViT-S/16 300 epochs of ImageNet: here 300 epochs of a
   -- 102,400-image synthetic set at 224², batch 512 = 60k steps)
   paper = { preset = "vit-s16", image = 224, patch = 16, classes = 8, images = 102400, style = "textured", data_seed = 1, seed = 1,
             batch = 512, steps = 60000, lr = 1e-3, warmup = 5000, schedule = "cosine", weight_decay = 0.03, beta2 = 0.999, n_layer = 0, dense = false },
@@ -147,7 +147,7 @@ local QT_PROFILES = {
   quick = qt_profile("quick", { n_seeds = 1, n_eval = 1, n_calib = 2, n_stats = 1 }),
   default = qt_profile("default", { n_seeds = 3, n_eval = 8, n_calib = 16, n_stats = 8 }),
   long = qt_profile("long", { n_seeds = 3, n_eval = 8, n_calib = 16, n_stats = 8 }),
-  -- the papers' families and recipes (docs/EXPERIMENTS.md, paper-scale settings): BERT-base 1M
+  -- the papers' families and recipes (docs/reference/experiments.md, paper-scale settings): BERT-base 1M
   -- steps, OPT-125m 125k steps (β2 0.95, wd 0.1, linear decay), ViT-S/16
   paper = merge(prefixed("bert", recipes.BERT_MLM_PROFILES.paper),
     prefixed("opt", merge(recipes.LLAMA_LM_PROFILES.paper,
@@ -191,7 +191,7 @@ end
 
 -- SO's variant runs (SO Table 2 (a)–(e), App. D.1): at the default profiles the model
 -- organism's LLaMA-style decoder (experiment.LLAMA_LM_PROFILES: the softmax model of seed 1 is
--- so-fig3's), at the paper profile SO's GPT-2 (SO App. B.3, docs/EXPERIMENTS.md: nanoGPT recipe,
+-- so-fig3's), at the paper profile SO's GPT-2 (SO App. B.3, docs/reference/experiments.md: nanoGPT recipe,
 -- no biases, dropout 0, tied embeddings, 491,520 tokens per step = 480 sequences of 1024).
 local function so_profile(name, extra)
   local E = recipes

@@ -54,7 +54,7 @@ end
 -- ---------------------------------------------------------------- what a cached result depends on
 -- A cached model or stage is reused only when everything that shaped it is unchanged: its
 -- settings, the engine version, and the text of the code it ran through, hashed by content.
--- Which code that is follows the package's folders (docs/ARCHITECTURE.md), never a list of
+-- Which code that is follows the package's folders (docs/reference/architecture.md), never a list of
 -- module names, so that a new module falls into the category of its folder:
 --   a trained model ("model"): the engine's numerics — engine/*.c and engine/*.h except the
 --     files that only write results or serve the analysis (ENGINE_NOT_TRAINING: the NetCDF
@@ -65,7 +65,7 @@ end
 --     folders measure/, judge/, compress/ and pretrained/ and figure/overview.lua (the measurements of SO Fig. 1).
 -- Never hashed: runner/ (running, caching, reporting, listing, Slurm, history, gallery),
 -- figure/ (declarations, NetCDF, gnuplot), cli.lua, config.lua, tap.lua, engine/host/ and
--- the docs. Computed once per process (docs/EXPERIMENTS.md, "Caching").
+-- the docs. Computed once per process (docs/reference/experiments.md, "Caching").
 M.ENGINE_NOT_TRAINING = { ["io_netcdf.c"] = true, ["io_hf.c"] = true, ["compress.c"] = true, ["analysis.c"] = true,
                           ["quant.c"] = true, ["analysis_extra.c"] = true }   -- post-training quantisation and the remedies' metrics
 M.ENGINE_NOT_STAGE = { ["io_netcdf.c"] = true }

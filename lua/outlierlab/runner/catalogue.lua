@@ -1,5 +1,5 @@
 -- runner/catalogue — the experiments catalogue: `make list` (bin/outlierlab list) and the
--- experiments table of docs/EXPERIMENTS.md (bin/outlierlab list --markdown).
+-- experiments table of docs/reference/experiments.md (bin/outlierlab list --markdown).
 local ol = require "outlierlab"
 
 local M = {}
@@ -42,13 +42,13 @@ end
 -- tables without data, and figures that need an imported pretrained model (run with --model).
 M.OTHER_FIGURES = {
   { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 4", kind = "schematic",
-    what = "the attention layer of BERT with the places outliers arise: a diagram, no data (docs/ATTENTION.md)" },
+    what = "the attention layer of BERT with the places outliers arise: a diagram, no data (docs/reference/attention.md)" },
   { paper = "SO (An et al. 2025)", figure = "Fig. 2", kind = "schematic",
     what = "where systematic outliers sit in an LLM: a diagram, no data (so-fig1 shows the data)" },
   { paper = "SO (An et al. 2025)", figure = "Table 2", kind = "formulas",
-    what = "the attention variants (a)-(e): formulas, implemented in lua/outlierlab/nn/attention.lua (docs/ATTENTION.md)" },
+    what = "the attention variants (a)-(e): formulas, implemented in lua/outlierlab/nn/attention.lua (docs/reference/attention.md)" },
   { paper = "SO (An et al. 2025)", figure = "Fig. 13–22", kind = "pretrained only",
-    what = "other model families and fine-tuned models: so-fig1 on a downloaded model, make reproduce-so-fig13 MODEL=DIR TEXT=FILE (imports Mistral-7B, LLaMA2-13B, LLaMA3-8B, LLaMA-3.1, OPT-6.7B, Phi-2, Phi-3, MPT-7B, Falcon-7B and their chat models: docs/PRETRAINED.md)" },
+    what = "other model families and fine-tuned models: so-fig1 on a downloaded model, make reproduce-so-fig13 MODEL=DIR TEXT=FILE (imports Mistral-7B, LLaMA2-13B, LLaMA3-8B, LLaMA-3.1, OPT-6.7B, Phi-2, Phi-3, MPT-7B, Falcon-7B and their chat models: docs/reference/pretrained.md)" },
 }
 
 function M.print_list()
@@ -66,7 +66,7 @@ function M.print_list()
   return 0
 end
 
--- the experiments table of docs/EXPERIMENTS.md (bin/outlierlab list --markdown); a test
+-- the experiments table of docs/reference/experiments.md (bin/outlierlab list --markdown); a test
 -- checks that the document holds exactly this text, so the list cannot drift
 function M.markdown_table(list)
   list = list or M.list()
@@ -74,7 +74,7 @@ function M.markdown_table(list)
   local lines = { "| id | paper, figure | title | profiles |", "|---|---|---|---|" }
   for _, e in ipairs(list) do
     local src = e.source.paper .. ((e.source.figure or "") ~= "" and (" " .. e.source.figure) or "")
-    lines[#lines + 1] = string.format("| [%s](../experiments/%s.lua) | %s | %s | %s |", e.id, e.id, cell(src),
+    lines[#lines + 1] = string.format("| [%s](../../experiments/%s.lua) | %s | %s | %s |", e.id, e.id, cell(src),
                                       cell(e.title), table.concat(e.profiles, ", "))
   end
   for _, o in ipairs(M.OTHER_FIGURES) do

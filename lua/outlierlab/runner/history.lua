@@ -135,8 +135,8 @@ function M.write(dir, info, meta)
       crows[i] = row
     end
     nc:dim("probe", #cs, cs, { long_name = "training step of the outlier measurement (0 = initialisation)" })
-    nc:var("max_inf_norm", { "probe" }, cols.max_inf_norm, { long_name = "max inf norm over the hooked tensors (docs/METRICS.md)", units = "1", type = "double" })
-    nc:var("avg_kurtosis", { "probe" }, cols.avg_kurtosis, { long_name = "average kurtosis over the hooked tensors (docs/METRICS.md)", units = "1", type = "double" })
+    nc:var("max_inf_norm", { "probe" }, cols.max_inf_norm, { long_name = "max inf norm over the hooked tensors (docs/reference/metrics.md)", units = "1", type = "double" })
+    nc:var("avg_kurtosis", { "probe" }, cols.avg_kurtosis, { long_name = "average kurtosis over the hooked tensors (docs/reference/metrics.md)", units = "1", type = "double" })
     local more = {
       { "sink_share", "sink_share", "largest sink share of any head (attention of other tokens on the sink tokens)" },
       { "value_ratio", "sink_value_ratio", "value norm at the sink over the median value norm, for the head with the largest sink share" },

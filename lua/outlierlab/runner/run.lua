@@ -1,6 +1,6 @@
 -- runner/run — the runner behind `bin/outlierlab run experiments/<id>.lua --profile=quick`.
 --
--- An experiment file returns a table (docs/EXPERIMENTS.md):
+-- An experiment file returns a table (docs/reference/experiments.md):
 --   { id = "qt-fig1", title = "...",
 --     source = { paper = "QT", figure = "Fig. 1", claim = "..." },
 --     profiles = { quick = {...}, default = {...}, paper = {...} },   -- settings, seed included
@@ -255,7 +255,7 @@ function Run:model(spec, trainer)
     set_train_key(spec, "shards", self.shards)
   end
   -- --flush_subnormals: every model the run trains does so with flush-to-zero (train.run's
-  -- cfg.flush_subnormals, docs/TRAINING.md "Subnormals")
+  -- cfg.flush_subnormals, docs/reference/training.md "Subnormals")
   if self.flush_subnormals then set_train_key(spec, "flush_subnormals", true) end
   return train_or_cache(self, spec, trainer)
 end

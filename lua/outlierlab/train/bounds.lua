@@ -13,7 +13,7 @@
 --
 -- A spec is experiment.train_model's: { model = {preset =, overrides =}, data = {n_tokens =,
 -- ...}, batch = {B =, T =, kind =}, train = {steps =, lr =, warmup =, ...}, seed = }.
--- The memory estimate is docs/RELIABILITY.md's formula; tests/lua/test_hostile_runs.lua
+-- The memory estimate is docs/reference/reliability.md's formula; tests/lua/test_hostile_runs.lua
 -- checks it against the engine's measured step-arena peak for every text family.
 local M = {}
 

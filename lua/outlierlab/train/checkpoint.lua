@@ -1,5 +1,5 @@
 -- checkpoint — training state in one safetensors file (engine/io_safetensors.c), readable by
--- other tools (Python safetensors, numpy: see docs/INTERFACES.md "Checkpoints").
+-- other tools (Python safetensors, numpy: see docs/reference/interfaces.md "Checkpoints").
 --
 --   local checkpoint = require "outlierlab.train.checkpoint"
 --   checkpoint.save("run/ckpt.safetensors", ctx, { config = cfg, step = 100, optim = opt:state(),

@@ -1,6 +1,6 @@
 -- train — the training loop: AdamW steps with gradient accumulation, clipping and a warmup +
 -- decay schedule, periodic evaluation, atomic checkpoints, bit-identical resume, and a stop
--- on divergence. The papers' recipes (docs/EXPERIMENTS.md, "Paper-scale settings") are configurations of this one loop.
+-- on divergence. The papers' recipes (docs/reference/experiments.md, "Paper-scale settings") are configurations of this one loop.
 --
 --   local train = require "outlierlab.train.loop"
 --   local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va,
@@ -16,7 +16,7 @@
 --     loss:backward() (gradients accumulate, +=, in the flat buffer);
 --   ctx:reset(); scale the gradients by 1/accum; global norm (clipped to cfg.clip when > 0),
 --     check it is finite; AdamW step with lr = schedule(s).
--- The reported step loss is the mean of the micro-batch losses. See docs/TRAINING.md.
+-- The reported step loss is the mean of the micro-batch losses. See docs/reference/training.md.
 local ol = require "outlierlab"
 local progress = require "outlierlab.util.progress"
 local ffi = require "ffi"
@@ -35,7 +35,7 @@ M.defaults = {
   betas = { 0.9, 0.95 },
   eps = 1e-8,
   weight_decay = 0.1,         -- decoupled, on parameters with >= 2 dims
-  optimizer = "adamw",        -- adamw | muon | orthoadam (outlierlab.nn.optim_extra, docs/TRAINING.md)
+  optimizer = "adamw",        -- adamw | muon | orthoadam (outlierlab.nn.optim_extra, docs/reference/training.md)
   optimizer_opts = {},        -- their own options (muon: momentum, ns_steps, scale, …; orthoadam: seed, …)
   decay_norm_gains = false,   -- also decay LayerNorm/RMSNorm gains (QT's OPT runs)
   embed_weight_decay = false, -- a number: the token embeddings' own decoupled decay (optim.AdamW)
@@ -44,14 +44,14 @@ M.defaults = {
   shards = 0,                 -- rank invariance: the global batch as this many fixed shards (a power of two, a
                               -- multiple of the rank count) whose gradients are added as a fixed tree, so e.g.
                               -- shards = 4 gives the same bits on 1, 2 and 4 ranks; 0 = off: one shard per rank,
-                              -- summed by MPI_Allreduce (see docs/TRAINING.md)
+                              -- summed by MPI_Allreduce (see docs/reference/training.md)
   eval_every = 0,             -- evaluate every n steps (0: only at the end) when val_loader is given
   eval_batches = 8,           -- validation batches per evaluation (the same batches every time)
   ckpt_every = 0,             -- checkpoint every n steps (0: only at the end) when ckpt is given
   log_every = 10,             -- plain log line every n steps (when stdout is not a terminal)
   flush_subnormals = false,   -- train with flush-to-zero on every thread (engine ol_set_flush_subnormals:
                               -- results below FLT_MIN become 0; avoids the CPU's slow path, changes the
-                              -- numbers where subnormals occur; docs/TRAINING.md, "Subnormals")
+                              -- numbers where subnormals occur; docs/reference/training.md, "Subnormals")
   progress = "auto",          -- auto | tty | plain | off
 }
 
