@@ -15,11 +15,13 @@ M.lines_of = lines_of
 
 -- paragraphs of a page: { {text=, line=}, ... } (the rules: tests/lua/test_docs.lua's header)
 function M.paragraphs(text)
-  local out, cur, fence, comment = {}, nil, false, false
+  local out, cur, fence, comment, indented = {}, nil, false, false, false
   local function close() if cur then out[#out + 1] = cur; cur = nil end end
   for i, l in ipairs(lines_of(text)) do
+    -- an indented code block: 4 or more spaces after a blank line, until the next line that is not
+    indented = l:match("^    ") and (indented or not cur) and not l:match("^%s*$") or false
     if l:match("^%s*```") then close(); fence = not fence
-    elseif fence then -- code
+    elseif fence or indented then -- code
     elseif comment then if l:find("-->", 1, true) then comment = false end
     elseif l:match("^%s*<!%-%-") then close(); if not l:find("-->", 1, true) then comment = true end
     elseif l:match("^%s*$") or l:match("^%s*|") or l:match("^#") then close()

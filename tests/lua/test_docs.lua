@@ -2,7 +2,7 @@
 --
 -- Pages checked for length: README.md and every docs/guides/*.md and docs/reference/*.md.
 --   * A paragraph is a run of consecutive prose lines. Not prose: fenced code blocks (``` to ```),
---     table lines (starting with |), headings (#), HTML comments (<!-- … -->) and blank lines,
+--     indented code blocks (lines of 4+ spaces after a blank line), table lines (starting with |), headings (#), HTML comments (<!-- … -->) and blank lines,
 --     which end a paragraph. Each list item (a line starting with "- ", "* " or "1. ") is a
 --     paragraph of its own, with its indented continuation lines. Limit: 120 words.
 --   * Sentences: a paragraph's text with inline code replaced by one word, split after . ! ?
@@ -40,13 +40,12 @@ for _, f in ipairs(md_files("docs/guides")) do limited[#limited + 1] = f end
 for _, f in ipairs(md_files("docs/reference")) do limited[#limited + 1] = f end
 
 -- reference pages still to be rewritten to the limits (a known TODO, reported below)
+-- (architecture.md and compression.md: their content is being rewritten by other work in parallel)
 local TODO = {
   ["docs/reference/architecture.md"] = true, ["docs/reference/compression.md"] = true,
   ["docs/reference/data.md"] = true, ["docs/reference/experiments.md"] = true,
-  ["docs/reference/metrics.md"] = true, ["docs/reference/models.md"] = true,
-  ["docs/reference/pretrained.md"] = true, ["docs/reference/reliability.md"] = true,
+  ["docs/reference/metrics.md"] = true, ["docs/reference/pretrained.md"] = true,
   ["docs/reference/training.md"] = true, ["docs/reference/attention.md"] = true,
-  ["docs/reference/interfaces.md"] = true,
 }
 
 local PAR_MAX, SENT_MAX = 120, 45
