@@ -52,7 +52,7 @@ function M.sentences(par)
   for i, w in ipairs(toks) do
     cur[#cur + 1] = w
     local nxt = toks[i + 1]
-    if nxt and w:match("[.!?][)\"'*]*$") and not ABBREV[w:gsub("^[(*]+", "")] and nxt:match("^[%u`*%[]") then
+    if nxt and w:match("[.!?][)\"'*]*$") and not ABBREV[w:gsub("^[(*]+", "")] and nxt:match('^[%u`*%["]') then
       out[#out + 1] = table.concat(cur, " "); cur = {}
     end
   end

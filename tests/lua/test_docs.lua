@@ -6,7 +6,7 @@
 --     which end a paragraph. Each list item (a line starting with "- ", "* " or "1. ") is a
 --     paragraph of its own, with its indented continuation lines. Limit: 120 words.
 --   * Sentences: a paragraph's text with inline code replaced by one word, split after . ! ?
---     when the next word starts with a capital letter, a backtick, * or [, unless the word before
+--     when the next word starts with a capital letter, a backtick, *, [ or ", unless the word before
 --     is an abbreviation (e.g., i.e., et al., Fig., vs., cf., …). Limit: 45 words.
 --   * Words are whitespace-separated tokens holding a letter or a digit.
 --   Pages in TODO (long reference pages not yet rewritten) are measured and reported as "# TODO"
@@ -44,7 +44,7 @@ for _, f in ipairs(md_files("docs/reference")) do limited[#limited + 1] = f end
 local TODO = {
   ["docs/reference/architecture.md"] = true, ["docs/reference/compression.md"] = true,
   ["docs/reference/experiments.md"] = true,
-  ["docs/reference/metrics.md"] = true, ["docs/reference/pretrained.md"] = true,
+  ["docs/reference/pretrained.md"] = true,
   ["docs/reference/training.md"] = true,
 }
 
