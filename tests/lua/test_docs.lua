@@ -45,7 +45,6 @@ local TODO = {
   ["docs/reference/architecture.md"] = true, ["docs/reference/compression.md"] = true,
   ["docs/reference/experiments.md"] = true,
   ["docs/reference/pretrained.md"] = true,
-  ["docs/reference/training.md"] = true,
 }
 
 local PAR_MAX, SENT_MAX = 120, 45
