@@ -40,10 +40,11 @@ for _, f in ipairs(md_files("docs/guides")) do limited[#limited + 1] = f end
 for _, f in ipairs(md_files("docs/reference")) do limited[#limited + 1] = f end
 
 -- reference pages still to be rewritten to the limits (a known TODO, reported below)
--- (architecture.md and compression.md: their content is being rewritten by other work in parallel)
+-- (architecture.md, compression.md and experiments.md's "Seeds", "Writing an experiment" and
+-- "Caching" sections are being rewritten by other work in parallel)
 local TODO = {
   ["docs/reference/architecture.md"] = true, ["docs/reference/compression.md"] = true,
-  ["docs/reference/pretrained.md"] = true,
+  ["docs/reference/experiments.md"] = true, ["docs/reference/pretrained.md"] = true,
 }
 
 local PAR_MAX, SENT_MAX = 120, 45
