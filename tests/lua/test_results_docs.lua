@@ -1,6 +1,9 @@
 -- test_results_docs — documents that are generated or must agree with the code:
 --   * the experiments table of docs/reference/experiments.md is exactly `bin/outlierlab list --markdown`
 --     (so it cannot drift from the experiment files);
+--   * the verdict tables of README.md and docs/findings/results.md are exactly what
+--     scripts/verdicts.lua makes of docs/findings/verdicts.tsv, that file has every row written and
+--     agrees with the run files' table of results.md, and --update flags a verdict that moved;
 --   * the repository is self-contained: no tracked file cites a reference file outside it;
 --   * docs/guides/container.md says what .dockerignore does with .git.
 local t = require "outlierlab.tap"
