@@ -70,4 +70,27 @@ end
 local s1, s3 = score_sd(1.0), score_sd(3.0)
 -- log(p·T) ≈ score − mean score for small scores, so its sd grows about 9× for gain 3
 t.ok(s3 / s1 > 7 and s3 / s1 < 10, string.format("the sd of log(p·T) grows with gain² (gain 3: %.4f / %.4f = %.2f, about 9)", s3, s1, s3 / s1))
+
+-- the profile-level switch: --scale_rule=paper keeps every spec as it was; width adds the gain
+local recipes = require "outlierlab.recipes"
+local papers = require "outlierlab.recipes.papers"
+local run = require "outlierlab.runner.run"
+t.is(recipes.init_gain({ preset = "bert-organism", scale_rule = "paper" }), nil, "scale_rule=paper: no init_gain in the spec")
+t.near(recipes.init_gain({ preset = "bert-organism", scale_rule = "width" }), math.sqrt(12), 1e-12, "scale_rule=width: the BERT organism's gain")
+t.is(recipes.init_gain({ preset = "llama-organism", scale_rule = "width" }), nil, "scale_rule=width: the LLaMA organism needs none (TinyLlama init)")
+local okb, errb = pcall(recipes.init_gain, { preset = "bert-organism", scale_rule = "mup" })
+t.ok(not okb and tostring(errb):match("scale_rule must be 'paper' or 'width'"), "an unknown rule is an error naming the key", errb)
+local qp = papers.qt_profiles()
+local function gain_of(rule, family)
+  local c = {}
+  for k, v in pairs(qp.default) do c[k] = v end
+  c.scale_rule = rule
+  return papers.qt_spec(c, family, papers.qt_attention(c, family, "clipped"), 1).model.overrides.init_gain
+end
+t.is(gain_of("paper", "bert"), nil, "QT's clipped BERT at scale_rule=paper: the spec of before")
+t.near(gain_of("width", "bert") or 0, math.sqrt(12), 1e-12, "QT's clipped BERT at scale_rule=width: init × √12")
+t.near(gain_of("width", "vit") or 0, math.sqrt(6), 1e-12, "QT's ViT at scale_rule=width: init × √6")
+t.is(run.data_leaf{ scale_rule = "width" }, "width", "a width-rule run writes results/<id>/width-<profile>/")
+t.is(run.data_leaf{ data = "kjv", scale_rule = "width" }, "kjv-width", "... and kjv-width-<profile> on the KJV")
+t.is(run.data_leaf{ scale_rule = "paper" }, nil, "the papers' rule keeps <id>/<profile>")
 return t.done()
