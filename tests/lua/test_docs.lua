@@ -212,6 +212,24 @@ for _, page in ipairs(tracked) do
   end
 end
 
+-- README's layout table stays current: it names every file of scripts/ and bench/ (and bench/peer/;
+-- bench/workers/ is mpi.lua's helper) and every folder of lua/outlierlab/
+do
+  local readme = slurp(root .. "/README.md") or ""
+  local missing = {}
+  local function need(word) if not readme:find(word, 1, true) then missing[#missing + 1] = word end end
+  for _, dir in ipairs({ "scripts", "bench" }) do
+    for f in io.popen("ls -p " .. root .. "/" .. dir):lines() do
+      if dir == "scripts" or not f:match("/$") or f == "peer/" then need(dir .. "/" .. f) end
+    end
+  end
+  for f in io.popen("ls -p " .. root .. "/lua/outlierlab"):lines() do
+    if f:match("/$") then need("`" .. f .. "`") end
+  end
+  t.ok(#missing == 0, "README's layout table names every script, bench program and package folder",
+       "missing: " .. table.concat(missing, ", "))
+end
+
 -- repository paths named in backticks
 local prefixes = { "engine/", "lua/", "tests/", "scripts/", "bench/", "mk/", "plots/", "experiments/",
                    "examples/", "docs/", ".ci/" }
