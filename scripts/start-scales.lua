@@ -3,6 +3,7 @@
 -- shrunk model can be made to start where the paper's model starts (issue: scale-faithful organisms).
 --
 --   bin/outlierlab run scripts/start-scales.lua [--gain=rule|1|<number>] [--T=0] [--seed=1]
+--                                               [--which=NAME] [--embed_scale=20 (LLaMA models)]
 --
 -- On random token ids (images: random pixels) at initialisation, one forward, it prints per model:
 --   spread   sd of log(p·T_i) over every attention probability of every layer (T_i the keys query
@@ -20,7 +21,7 @@
 -- the paper model's (docs/reference/models.md, "Starting where the paper's model starts").
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
-local cfg = require("outlierlab.config").get{ gain = "1", T = 0, seed = 1, which = "all" }
+local cfg = require("outlierlab.config").get{ gain = "1", T = 0, seed = 1, which = "all", embed_scale = 0.0 }
 
 -- the paper model each organism is a shrunk copy of, and the sequence lengths they train at
 local ROWS = {
@@ -34,7 +35,7 @@ local ROWS = {
 local function measure(name, T, paper)
   local gain = cfg.gain == "rule" and (paper and models.width_gain(name) or 1) or tonumber(cfg.gain)
   if not gain then error("start-scales: --gain must be 'rule' or a number, got " .. tostring(cfg.gain), 0) end
-  local mc = models.preset(name, { init_gain = gain })
+  local mc = models.preset(name, { init_gain = gain, embed_scale = models.preset(name).family == "llama" and cfg.embed_scale or nil })
   local ctx = ol.Context{ seed = cfg.seed }
   local m = models.build(ctx, mc)
   local B = 2
@@ -95,7 +96,7 @@ local function measure(name, T, paper)
   end)
   local sd = math.sqrt(math.max(0, s2 / n - (s1 / n) ^ 2))
   local sd0 = math.sqrt(math.max(0, s20 / n0 - (s10 / n0) ^ 2))
-  local base = rms.attn_in or rms.emb
+  local base = rms.emb or rms.attn_in   -- the residual stream entering layer 0
   local write = (rms.attn_out or 0) + (rms.ffn_out or 0)
   print(string.format("%-16s d %4d  T %4d  gain %5.2f  spread %.4f  spread0 %.4f  write %7.3f  clip %.2e  max pT %7.3f",
                       name, mc.d_model, T, gain, sd, sd0, base and write / base or 0 / 0, pass / n, maxpt))
