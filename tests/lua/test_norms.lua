@@ -219,4 +219,11 @@ err({ norm_gate_mode = "rowwise" }, "norm_gate_mode must be elementwise or tenso
 err({ dyt_alpha = 0 }, "dyt_alpha must be a positive finite number", "dyt_alpha 0 is refused")
 err({ residual_clip = -1 }, "residual_clip must be a non-negative finite number", "a negative residual_clip is refused")
 
+do   -- a model with a variant has no Hugging Face layout: export says so
+  local c = ol.Context{ params = 2^18, step_bytes = 2^22 }
+  local m = models.build(c, models.preset("llama-quick", { norm_variant = "gated" }))
+  local ok, e = pcall(require("outlierlab.pretrained.hf").export, "/nonexistent-outlierlab-dir", c, m)
+  t.ok(not ok and tostring(e):find("norm_variant 'gated'", 1, true), "hf.export refuses a norm variant", tostring(e))
+end
+
 t.done()
