@@ -64,6 +64,8 @@ local function overrides(cfg, base)
   if cfg.n_layer and cfg.n_layer > 0 then ov.n_layer = cfg.n_layer end
   if cfg.norm_gain then ov.norm_gain = cfg.norm_gain end   -- single-scale RMSNorm (llama)
   if cfg.embed_proj then ov.embed_proj = true end           -- Park et al.'s orthogonal projections (llama)
+  -- the norm variants and residual clipping (nn/norms.lua), only when set away from their defaults
+  for k, d in pairs(require("outlierlab.nn.norms").CONFIG_DEFAULTS) do if cfg[k] ~= nil and cfg[k] ~= d then ov[k] = cfg[k] end end
   -- a fixed factor on the token embedding (llama; docs/findings/organism.md, "Why the ratio stops")
   if cfg.embed_scale and cfg.embed_scale > 0 then ov.embed_scale = cfg.embed_scale end
   -- its width and heads knobs (only when set: other specs keep their hash)
