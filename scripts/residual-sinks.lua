@@ -32,7 +32,7 @@ if exists(cfg.model .. "/spec.json") then
   ctx, m = recipes.load(spec, { ckpt = cfg.model .. "/model.safetensors" })
   local va = batcher.batcher(batcher.corpus(spec.data), { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind,
                                                         seed = spec.seed + 1, split = "val" })
-  for i = 1, cfg.batches do batches[i] = va:next(ctx, { persistent = true }) or va:next(ctx) end
+  batches = require("outlierlab.compress.rtn").batches(ctx, va, cfg.batches)   -- persistent copies
   label = spec.model.preset
 elseif exists(cfg.model .. "/config.json") then
   local hf = require "outlierlab.pretrained.hf"
@@ -45,7 +45,7 @@ elseif exists(cfg.model .. "/config.json") then
     local tk = require("outlierlab.pretrained.tokenizers").load(cfg.model)
     local corpus = text.corpus{ path = cfg.text, tokenizer = tk, max_tokens = B * T * cfg.batches + 16 }
     local ld = text.batcher(corpus, { B = B, T = T, kind = m.cfg.family == "bert" and "mlm" or "lm", n = cfg.batches })
-    for i = 1, cfg.batches do batches[i] = ld:next(ctx, { persistent = true }) end
+    batches = require("outlierlab.compress.rtn").batches(ctx, ld, cfg.batches)
   else
     local V = m.cfg.vocab_size
     for i = 1, cfg.batches do

@@ -11,7 +11,7 @@
 --       `bottom` smallest singular values),
 --       kinds = fn(batch) -> int array (B·T): 1 where the next token is fixed by a rule (a copy),
 --               0 where it is a random draw, −1 (or nil) unknown; nil: no split }) -> {
---     layer, channel, tau, bottom, C, chance = bottom / C (a random direction's expected fraction),
+--     layer, channel, max_ratio (when found: its largest |h_c| / the token's mean |h|), tau, bottom, C, chance = bottom / C (a random direction's expected fraction),
 --     positions, fires        the positions counted (position 0 and padding left out) and those
 --                             where |h_c| ≥ tau × mean |h| of the token,
 --     by_kind = { copy = {n, fires}, draw = {n, fires} }     (with kinds),
@@ -102,7 +102,7 @@ function M.measure(ctx, model, batches, opts)
   local W, V, C, g = head_of(model)
   local bottom = opts.bottom or math.ceil(C / 8)
   -- pass 1: the channel (most τ-flags at layer `layer`, position 0 left out) unless given
-  local channel = opts.channel
+  local channel, max_ratio = opts.channel, nil
   if not channel then
     local count, ratio = {}, {}
     for j = 1, C do count[j], ratio[j] = 0, 0 end
@@ -134,10 +134,11 @@ function M.measure(ctx, model, batches, opts)
       if count[j] > count[best] or (count[j] == count[best] and ratio[j] > ratio[best]) then best = j end
     end
     channel = best - 1
+    max_ratio = ratio[best]
   end
   -- pass 2: firing positions, kinds, the block's write there, the rest's mean of the channel,
   -- entropies and loss as the model is
-  local res = { layer = layer, channel = channel, tau = tau, bottom = bottom, C = C, chance = bottom / C,
+  local res = { layer = layer, channel = channel, max_ratio = max_ratio, tau = tau, bottom = bottom, C = C, chance = bottom / C,
                 positions = 0, fires = 0, entropy = {}, entropy_ablated = {}, delta_entropy = {} }
   local fire_mask, kinds_of = {}, {}
   local write = {}

@@ -26,6 +26,8 @@
 --       median, ratio, flagged, at_sink = {[dim] = λ}} }, flagged = n, coincide = n }: per norm,
 --       the smallest |λ|, the median |λ|, their ratio and whether it is below opts.ratio; with
 --       sinks, λ at those dimensions and how many flagged minima sit on a sink dimension
+--   R.series_point(ctx, model, batches) -> { sink_rate, massive_ratio, resid_share }: one point of a
+--       checkpoint series (judge/onsets times when each crosses its threshold)
 --   R.sorted_map(x, b, order, opts) -> { rows = T, cols = n, z = {{...}} }: |x| of sequence b
 --       (B,T,C) with the dimensions in `order` (the dimension-sorted token × dimension heat map)
 local nn = require "outlierlab.nn"
@@ -209,6 +211,26 @@ function M.sorted_map(x, b, order, opts)
     z[t + 1] = row
   end
   return { rows = rows, cols = cols, z = z }
+end
+
+-- ---------------------------------------------------------------- one point of a checkpoint series
+-- The three quantities judge/onsets times, on a model's forward passes over batches: sink_rate
+-- (Gu et al.'s share of heads whose mean attention on the first token exceeds 0.3, as a fraction),
+-- massive_ratio (the first token's top-1 |h| over the median |h|, largest over the layers, as the
+-- remedies leaderboard's) and resid_share (max_share of M.residual_sinks).
+function M.series_point(ctx, model, batches)
+  local sr = recent.sink_rate(ctx, model, batches)
+  local s = M.ResidualSinks{}
+  local first, med, cur = {}, {}, nil
+  recent.run_model(ctx, model, batches, function(name, l, x)
+    if name ~= "h" then return end
+    s:update(x, l, cur and cur.pad_mask)
+    first[l] = (first[l] or 0) + recent.top_median(x:narrow(1, 0, 1)).top[1]
+    med[l] = (med[l] or 0) + recent.top_median(x, cur and cur.pad_mask).median
+  end, function(_, b) cur = b end)
+  local massive = 0
+  for l, f in pairs(first) do if med[l] > 0 then massive = math.max(massive, f / med[l]) end end
+  return { sink_rate = sr.rate / 100, massive_ratio = massive, resid_share = s:result().max_share }
 end
 
 return M

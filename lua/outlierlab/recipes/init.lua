@@ -311,7 +311,8 @@ local function curve_point(step, loss, r)
            sink_rate = r.sink_rate, sink_rate_value_ratio = r.sink_rate_value_ratio,
            avg_kurtosis_no_initial = r.avg_kurtosis_no_initial, massive_peak_top1 = peak, massive_last_top1 = last,
            -- how one-hot the initial token's state is in the massive activation's layer (phenomena)
-           initial_top_share = r.massive.initial_top_share, initial_top3_share = r.massive.initial_top3_share }
+           initial_top_share = r.massive.initial_top_share, initial_top3_share = r.massive.initial_top3_share,
+           resid_share = r.resid_share }   -- residual sink (measure/residual)
 end
 M.curve_point = curve_point
 -- the numeric fields of a curve point that M.stable averages
