@@ -93,4 +93,29 @@ do
   os.execute("rm -rf '" .. root .. "'")
 end
 
+-- ---------------------------------------------------------------- scripts/onset-table.lua over cached curves
+do
+  local fs = require "outlierlab.util.fs"
+  local json = require "outlierlab.util.json"
+  local serialize = require "outlierlab.util.serialize"
+  local root = (os.getenv("TMPDIR") or "/tmp") .. "/outlierlab-test-onset-table-" .. os.time() .. "-" .. math.random(1e6)
+  local function model(name, overrides, seed, c)
+    local d = root .. "/" .. name
+    fs.mkdir_p(d)
+    local spec = { model = { preset = "llama-quick", overrides = overrides }, train = { steps = 80 }, seed = seed,
+                   batch = { B = 1, T = 1, kind = "lm" }, data = { kind = "organism" } }
+    fs.write_atomic(d .. "/spec.json", json.encode({ spec = spec }) .. "\n")
+    fs.write_atomic(d .. "/track.lua", serialize.serialize(c))
+  end
+  model("a", { embed_scale = 20 }, 1, curve)
+  model("b", { embed_scale = 20, norm_variant = "gated" }, 1, { { step = 0, sink_rate = 0, resid_share = 0.1 }, { step = 80, sink_rate = 0.1, resid_share = 0.2 } })
+  local f = io.popen(string.format("cd '%s' && bin/outlierlab run scripts/onset-table.lua --models='%s' 2>&1", ol.root, root))
+  local out = f:read("*a")
+  f:close()
+  t.ok(out:find("| vanilla (llama-quick, 80 steps) | 1 | 20 (held 60) | 20 (held 80) | 60 | 80 |", 1, true)
+       and out:find("| norm_variant=gated (llama-quick, 80 steps) | 1 | — | n/a | — | 80 |", 1, true),
+       "scripts/onset-table.lua: one row per cached model, labelled by what its spec sets", out)
+  os.execute("rm -rf '" .. root .. "'")
+end
+
 t.done()
