@@ -8,11 +8,14 @@
 -- b = −log T, Ramapuram et al. b = −log n, Gu et al. without bias), softmax1, the learned sink
 -- logit (gpt-oss), Qiu et al.'s gate after SDPA (headwise, elementwise), softpick; Muon and
 -- OrthoAdam instead of AdamW; single-scale RMSNorm; and Outlier-Safe Pre-Training's recipe (Muon,
--- single-scale RMSNorm, orthogonal projections after the embedding and before the head). cfg.n_seeds seeds each. On held-out batches of each trained model:
+-- single-scale RMSNorm, orthogonal projections after the embedding and before the head); the rescalers
+-- of arXiv 2601.22966 (PreAffine, GatedNorm alone and with Qiu's gate, DyT, residual clipping at 10;
+-- nn/norms.lua). cfg.n_seeds seeds each. On held-out batches of each trained model:
 -- validation loss; Gu et al.'s sink rate (first-token importance > 0.3, % of heads); the massive
 -- ratio at the first token (mean top-1 |h| at position 0 over the mean median |h|, largest over
 -- layers); Pearson kurtosis of the block outputs with and without the first token (averaged over
--- layers); and the loss after RTN W8A8, W4A8, W4A4, W4A4 + Walsh–Hadamard rotation and W4A4 +
+-- layers); the residual-sink share (the largest top-3 share of one dimension of h, measure/residual)
+-- and the peak |h| (the Qwen team's "peak activation"); and the loss after RTN W8A8, W4A8, W4A4, W4A4 + Walsh–Hadamard rotation and W4A4 +
 -- SmoothQuant (outlierlab.compress.rtn; per-channel weights, per-token activations). Mean ± sd over
 -- seeds; a difference against vanilla counts only beyond the seed spread (outlierlab.seeds).
 local ptq = require "outlierlab.ptq"

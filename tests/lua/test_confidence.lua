@@ -12,6 +12,7 @@ local ffi = require "ffi"
 local CR = require "outlierlab.measure.confidence"
 local models = require "outlierlab.models"
 local org = require "outlierlab.data.organism"
+local id_batches = dofile(ol.root .. "/tests/lua/lib/id_batches.lua")
 
 -- ---------------------------------------------------------------- entropy, Gram, null fraction
 do
@@ -70,13 +71,8 @@ local function planted(zero_col)
   local Wu = m.lm_head.weight
   for i = 0, V * C - 1 do Wu.data[i] = Wu.data[i] * 100 end   -- logits of order 1
   for v = 0, V - 1 do Wu.data[v * C + CH] = zero_col and 0 or 50 end   -- or the largest column by far
-  local batches = {}
-  for bi = 1, 2 do
-    local ids = ctx:tensor({ 4, 16 }, { dtype = "i32", persistent = true })
-    local tg = ctx:tensor({ 4, 16 }, { dtype = "i32", persistent = true })
-    for i = 0, 63 do ids.idata[i] = (i * 37 + bi * 11) % V; tg.idata[i] = (i * 13 + bi) % V end
-    batches[bi] = { ids = ids, targets = tg }
-  end
+  local batches = id_batches(ctx, 2, 4, 16, function(i, bi) return (i * 37 + bi * 11) % V end,
+                             function(i, bi) return (i * 13 + bi) % V end)
   -- kinds: a "draw" where the input id is even (where the channel was planted), a "copy" elsewhere
   local function kinds(batch)
     local out = {}

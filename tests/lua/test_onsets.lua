@@ -73,10 +73,9 @@ do
   local pts = {}
   for i = 1, 3 do
     local ctx, m = hf.load(root .. "/step" .. (i * 100))
-    local ids = ctx:tensor({ 4, 16 }, { dtype = "i32", persistent = true })
-    local tg = ctx:tensor({ 4, 16 }, { dtype = "i32", persistent = true })
-    for j = 0, 63 do ids.idata[j] = (j * 13) % m.cfg.vocab_size; tg.idata[j] = (j * 5) % m.cfg.vocab_size end
-    local p = R.series_point(ctx, m, { { ids = ids, targets = tg } })
+    local V = m.cfg.vocab_size
+    local p = R.series_point(ctx, m, dofile(ol.root .. "/tests/lua/lib/id_batches.lua")(ctx, 1, 4, 16,
+      function(j) return (j * 13) % V end, function(j) return (j * 5) % V end))
     p.step = i * 100
     pts[i] = p
   end

@@ -115,13 +115,8 @@ do
   for _, nl in ipairs(R.norm_layers(m)) do nl.weight.data[SINK] = 0.004 end
   hf.export(dir, c, m)
   local ctx2, m2 = hf.load(dir)
-  local batches = {}
-  for b = 1, 2 do
-    local ids = ctx2:tensor({ 2, 16 }, { dtype = "i32", persistent = true })
-    local tg = ctx2:tensor({ 2, 16 }, { dtype = "i32", persistent = true })
-    for i = 0, 31 do ids.idata[i] = (i * 7 + b * 13) % V; tg.idata[i] = (i * 11 + b) % V end
-    batches[b] = { ids = ids, targets = tg }
-  end
+  local batches = dofile(ol.root .. "/tests/lua/lib/id_batches.lua")(ctx2, 2, 2, 16,
+    function(i, b) return (i * 7 + b * 13) % V end, function(i, b) return (i * 11 + b) % V end)
   local rs = R.residual_sinks(ctx2, m2, batches, { k = 3 })
   t.is(rs.sink_dim, SINK, "imported: the planted dimension is the residual sink")
   t.is(rs.max_share, 1, "imported: on top at every token of every layer")
