@@ -53,6 +53,10 @@ local defaults = {
           patch_ln = false, dropout = 0.0, attention = "softmax", seed = 1234, init_gain = 1.0,
           dense = false },             -- true: per-patch labels beside [CLS]'s (models/vit.lua; the organism map)
 }
+-- the norm variants and residual clipping (nn/norms.lua), the same keys in every family, all off
+for _, d in pairs(defaults) do
+  for k, v in pairs(require("outlierlab.nn.norms").CONFIG_DEFAULTS) do d[k] = v end
+end
 M.defaults = defaults
 
 -- name -> family and the keys that differ from the family defaults
@@ -138,6 +142,7 @@ function M.config(cfg, what)
     error(string.format("%s: n_head %d is not a multiple of n_kv_head %d", what, out.n_head, out.n_kv_head), 3)
   end
   if out.dropout < 0 or out.dropout >= 1 then error(string.format("%s: dropout %g not in [0, 1)", what, out.dropout), 3) end
+  require("outlierlab.nn.norms").check(out, what)
   if fam == "llama" then M.families.llama.check(out, what) end
   return out
 end

@@ -64,6 +64,8 @@ local function overrides(cfg, base)
   if cfg.n_layer and cfg.n_layer > 0 then ov.n_layer = cfg.n_layer end
   if cfg.norm_gain then ov.norm_gain = cfg.norm_gain end   -- single-scale RMSNorm (llama)
   if cfg.embed_proj then ov.embed_proj = true end           -- Park et al.'s orthogonal projections (llama)
+  -- the norm variants and residual clipping (nn/norms.lua), only when set away from their defaults
+  for k, d in pairs(require("outlierlab.nn.norms").CONFIG_DEFAULTS) do if cfg[k] ~= nil and cfg[k] ~= d then ov[k] = cfg[k] end end
   -- a fixed factor on the token embedding (llama; docs/findings/organism.md, "Why the ratio stops")
   if cfg.embed_scale and cfg.embed_scale > 0 then ov.embed_scale = cfg.embed_scale end
   -- its width and heads knobs (only when set: other specs keep their hash)
@@ -335,7 +337,8 @@ local function curve_point(step, loss, r)
            sink_rate = r.sink_rate, sink_rate_value_ratio = r.sink_rate_value_ratio,
            avg_kurtosis_no_initial = r.avg_kurtosis_no_initial, massive_peak_top1 = peak, massive_last_top1 = last,
            -- how one-hot the initial token's state is in the massive activation's layer (phenomena)
-           initial_top_share = r.massive.initial_top_share, initial_top3_share = r.massive.initial_top3_share }
+           initial_top_share = r.massive.initial_top_share, initial_top3_share = r.massive.initial_top3_share,
+           resid_share = r.resid_share }   -- residual sink (measure/residual)
 end
 M.curve_point = curve_point
 -- the numeric fields of a curve point that M.stable averages
