@@ -216,9 +216,12 @@ int ol_l2c_read(const ol_l2c_file *f, int32_t which, int32_t layer, float *dst) 
         }
     }
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(dst[i]))
-            OL_FAIL_INT("llama2c: %s: %s of layer %d holds %s at element %lld: a checkpoint with non-finite weights is refused", f->path,
-                        L2C_NAMES[which], layer, isnan(dst[i]) ? "NaN" : (dst[i] > 0 ? "+Inf" : "-Inf"), (long long)i);
+        if (!isfinite(dst[i])) {
+            char where[32] = "";
+            if (f->layered[which]) snprintf(where, sizeof where, " of layer %d", layer);
+            OL_FAIL_INT("llama2c: %s: %s%s holds %s at element %lld: a checkpoint with non-finite weights is refused", f->path,
+                        L2C_NAMES[which], where, isnan(dst[i]) ? "NaN" : (dst[i] > 0 ? "+Inf" : "-Inf"), (long long)i);
+        }
     return 0;
 }
 
