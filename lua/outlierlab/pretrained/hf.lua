@@ -1026,6 +1026,38 @@ local function check_shard_name(dir, name)
   if not name:match("%.safetensors$") then fail(dir, "model.safetensors.index.json names shard '%s', which is not a .safetensors file", name) end
 end
 
+-- config.json's model_type, checked: a string naming a supported family (hf: config.json or nil)
+function M.check_family(hf, dir)
+  if not hf then fail(dir, "no config.json (a Hugging Face model directory holds config.json next to the weights)") end
+  local family = hf.model_type
+  if family == nil then fail(dir, "config.json has no 'model_type'") end
+  if type(family) ~= "string" then fail(dir, "config.json 'model_type' must be a string, got %s", show(family)) end
+  if not layout[family] then fail(dir, "config.json model_type '%s' is not supported (supported: %s)", family, table.concat(M.FAMILIES, ", ")) end
+  return family
+end
+
+-- config.json's bos_token_id, the first token of every sequence an analysis reads when the
+-- tokenizer files do not name one: a token id of the model, or null
+local function check_bos(hf, dir, cfg)
+  local v = hf.bos_token_id
+  if v == nil or v == json.null or not cfg.vocab_size then return end
+  if type(v) ~= "number" or v ~= math.floor(v) or v < 0 or v >= cfg.vocab_size then
+    fail(dir, "config.json 'bos_token_id' = %s is not a token id of the model ('vocab_size' = %d)", show(v), cfg.vocab_size)
+  end
+end
+
+-- config(dir) -> the project's model config of a directory's config.json, family: what open()
+-- reads before the weights (every key checked; the tensors not looked at)
+function M.config(dir)
+  dir = dir:gsub("/+$", "")
+  local hf = read_json(dir .. "/config.json", dir)
+  local family = M.check_family(hf, dir)
+  local cfg = from_hf[family](hf, dir)
+  check_bos(hf, dir, cfg)
+  cfg.name = dir:match("([^/]+)$")
+  return models.config(cfg, "hf " .. dir), family
+end
+
 -- open(dir) -> Dir: config read and mapped, every shard opened and its header validated
 function M.open(dir, opts)
   opts = opts or {}
@@ -1047,9 +1079,7 @@ function M.open(dir, opts)
     end
     fail(dir, "no model.safetensors or model.safetensors.index.json (a Hugging Face model directory holds config.json and the weights in safetensors)")
   end
-  if not hf then fail(dir, "no config.json (a Hugging Face model directory holds config.json next to the weights)") end
-  if type(family) ~= "string" then fail(dir, "config.json has no 'model_type'") end
-  if not layout[family] then fail(dir, "config.json model_type '%s' is not supported (supported: %s)", family, table.concat(M.FAMILIES, ", ")) end
+  family = M.check_family(hf, dir)
   local self = setmetatable({ dir = dir, hf = hf, family = family, files = {}, where = {}, names = {}, name = dir:match("([^/]+)$") }, Dir)
   local ok, err = pcall(function()
     local shards
@@ -1098,6 +1128,7 @@ function M.open(dir, opts)
     end
     table.sort(self.names)
     local cfg = from_hf[family](hf, dir)
+    check_bos(hf, dir, cfg)
     local lay = layout[family]
     -- the name prefix: the first of the family's prefixes whose first global tensor exists
     local probe = lay.global(cfg)[1].hf

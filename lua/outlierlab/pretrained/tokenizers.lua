@@ -66,19 +66,19 @@ local PCRE2_UTF, PCRE2_UCP, PCRE2_JIT_COMPLETE, PCRE2_NO_UTF_CHECK = 0x00080000,
 -- a compiled regex: re:each(s, fn(a, b)) calls fn for every match [a, b) (0-based byte offsets)
 local Regex = {}
 Regex.__index = Regex
-function M.regex(pattern)
+function M.regex(pattern, where)
   local P = libs()
   local err, off = ffi.new("int[1]"), ffi.new("size_t[1]")
   local code = P.pcre2_compile_8(pattern, #pattern, PCRE2_UTF + PCRE2_UCP, err, off, nil)
   if code == nil then
     local buf = ffi.new("unsigned char[256]")
     P.pcre2_get_error_message_8(err[0], buf, 256)
-    error(string.format("tokenizers: bad regex %q at offset %d: %s", pattern, tonumber(off[0]), ffi.string(buf)), 2)
+    error(string.format("tokenizers: %sbad regex %q at offset %d: %s", where and (where .. ": ") or "", pattern, tonumber(off[0]), ffi.string(buf)), where and 0 or 2)
   end
   code = ffi.gc(code, P.pcre2_code_free_8)
   P.pcre2_jit_compile_8(code, PCRE2_JIT_COMPLETE)   -- optional speed-up; matching works without it
   local md = ffi.gc(P.pcre2_match_data_create_from_pattern_8(code, nil), P.pcre2_match_data_free_8)
-  return setmetatable({ code = code, md = md, ov = P.pcre2_get_ovector_pointer_8(md), pattern = pattern }, Regex)
+  return setmetatable({ code = code, md = md, ov = P.pcre2_get_ovector_pointer_8(md), pattern = pattern, where = where }, Regex)
 end
 -- The first match validates the UTF-8 of the whole subject; later matches pass
 -- PCRE2_NO_UTF_CHECK, since PCRE2 would otherwise check the rest of the subject again at every
@@ -93,7 +93,8 @@ function Regex:each(s, fn)
     opts = PCRE2_NO_UTF_CHECK
     if rc < 0 then
       if rc == -1 then break end   -- PCRE2_ERROR_NOMATCH
-      error(string.format("tokenizers: regex %q failed on the input (PCRE2 error %d; invalid UTF-8?)", self.pattern, rc), 2)
+      error(string.format("tokenizers: %sregex %q failed on the input (PCRE2 error %d; invalid UTF-8?)", self.where and (self.where .. ": ") or "",
+        self.pattern, rc), self.where and 0 or 2)
     end
     local a, b = tonumber(self.ov[0]), tonumber(self.ov[1])
     if b == a then   -- an empty match: step over one character
@@ -602,7 +603,7 @@ function M.bpe_bytes(vocab, merges, o)
       if not mapped and sp.use_regex ~= false then t.chunk_safe = nil end
       mapped = true
     elseif sp.type == "Split" then
-      stages[#stages + 1] = { re = M.regex(sp.pattern), mapped = mapped }
+      stages[#stages + 1] = { re = M.regex(sp.pattern, t.where), mapped = mapped }
       if not mapped then t.chunk_safe = nil end
     else
       stages[#stages + 1] = { punct = sp.type == "Punctuation", digits = sp.type == "Digits", mapped = mapped,
@@ -719,7 +720,11 @@ end
 
 -- special token ids from the files around the tokenizer and the model's config.json
 local function find_specials(t, dir)
-  local function file(name) return dir and read_json(dir .. "/" .. name) or {} end
+  local function file(name)
+    local v = dir and read_json(dir .. "/" .. name)
+    if v ~= nil and (type(v) ~= "table" or v[1] ~= nil) then error(string.format("tokenizers: %s/%s must hold a JSON object", dir, name), 0) end
+    return v or {}
+  end
   local cfg, tc, sm = file("config.json"), file("tokenizer_config.json"), file("special_tokens_map.json")
   local function tok(v) if type(v) == "table" then return v.content end return v end
   local function id_of(name) return name and t.vocab[name] end
@@ -727,7 +732,8 @@ local function find_specials(t, dir)
   for _, role in ipairs { "bos", "eos", "unk", "pad", "cls", "sep", "mask" } do
     local name = tok(sm[role .. "_token"]) or tok(tc[role .. "_token"])
     sp[role] = id_of(name)
-    if sp[role] == nil and type(cfg[role .. "_token_id"]) == "number" then sp[role] = cfg[role .. "_token_id"] end
+    local id = cfg[role .. "_token_id"]
+    if sp[role] == nil and type(id) == "number" and id >= 0 and id == math.floor(id) then sp[role] = id end
   end
   for role, names in pairs { cls = { "[CLS]" }, sep = { "[SEP]" }, pad = { "[PAD]", "<pad>" }, unk = { "[UNK]", "<unk>" },
                              mask = { "[MASK]", "<mask>" }, bos = { "<s>", "<|endoftext|>" }, eos = { "</s>", "<|endoftext|>" } } do
