@@ -476,7 +476,9 @@ end
 -- common.clamp); scores × softmax_scale (null: (d_model / n_heads)^−½) plus ALiBi:
 -- slope_h·(j − (T − 1)) for key j, slopes 2^(−i·alibi_bias_max/n), i = 1 … n, n the power of two
 -- ≥ n_heads, and for n_heads < n the odd-indexed slopes first, then the even ones (the model's
--- alibi: common.alibi_slopes); no positions otherwise; out_proj; MptMLP up_proj (4·d_model: HF
+-- alibi: common.alibi_slopes), with alibi_bias_max 8 whatever attn_config says (MptModel.forward
+-- calls build_mpt_alibi_tensor without it, so transformers always uses 8; the key is checked, not
+-- used); no positions otherwise; out_proj; MptMLP up_proj (4·d_model: HF
 -- ignores expansion_ratio) → exact GELU → down_proj, no biases; head tied to wte.
 -- Refused naming the key: what HF's MptAttention does not compute (attn_config.alibi false,
 -- attn_type other than multihead_attention, qk_ln, prefix_lm), no_bias false, logit_scale,
@@ -511,7 +513,7 @@ function from_hf.mpt(hf, dir)
     family = "llama", vocab_size = size(hf, dir, "vocab_size"), block_size = size(hf, dir, "max_seq_len", 2048),
     n_layer = size(hf, dir, "n_layers"), n_head = NH, n_kv_head = NH, d_model = Cd, d_ff = 4 * Cd,
     norm = "layernorm", norm_bias = false, norm_eps = positive(hf, dir, "layer_norm_epsilon", 1e-5), mlp = "plain",
-    act = "gelu_erf", rope_base = 0.0, alibi = positive(ac, dir, "attn_config.alibi_bias_max", 8),
+    act = "gelu_erf", rope_base = 0.0, alibi = positive(ac, dir, "attn_config.alibi_bias_max", 8) and 8,
     attn_scale = scale, clip_qkv = opt_number("attn_config.clip_qkv", "a non-negative number or null (0: no clamp, as MptAttention's `if self.clip_qkv`)"),
     tie_embeddings = true, init = "hf", dropout = 0.0 }
 end
