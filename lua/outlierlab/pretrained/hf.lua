@@ -1090,7 +1090,10 @@ function M.open(dir, opts)
     else
       local idx = read_json(dir .. "/model.safetensors.index.json", dir)
       local wm = idx.weight_map
-      if type(wm) ~= "table" then fail(dir, "model.safetensors.index.json has no 'weight_map' object") end
+      if wm == nil then fail(dir, "model.safetensors.index.json has no 'weight_map' object") end
+      if type(wm) ~= "table" or wm[1] ~= nil then
+        fail(dir, "model.safetensors.index.json 'weight_map' must be an object {tensor name: shard file}, got %s", type(wm) == "table" and "a list" or show(wm))
+      end
       shards = {}
       local seen = {}
       self.index = {}
@@ -1290,6 +1293,9 @@ local function params_by_name(ctx)
 end
 M.params_by_name = params_by_name
 
+-- the families whose config.json may untie the head (tie_word_embeddings false)
+local UNTIED = { gpt2 = true, llama = true, mistral = true, phi3 = true, qwen2 = true, qwen3 = true, falcon = true }
+
 local function same_bytes(a, b)
   return a.dtype == b.dtype and a.nbytes == b.nbytes and ffi.C.memcmp(a.ptr, b.ptr, a.nbytes) == 0
 end
@@ -1306,7 +1312,11 @@ function M.fill(self, entries, params, filled, opts)
         if not w then w, full = self:find(e.tied) end
         local other = w and self:tensor(w, full)
         if not other or not same_bytes(src, other) then
-          fail(self.dir, "tensor '%s' differs from '%s' although the model ties them; an untied %s head is not supported", src.name, e.tied, self.family)
+          local flag = self.hf.tie_word_embeddings == nil and "'tie_word_embeddings' is absent (true for " .. self.family .. ")"
+                       or "'tie_word_embeddings' is " .. show(self.hf.tie_word_embeddings)
+          fail(self.dir, "tensor '%s' differs from '%s', but config.json %s: the head is tied to the embedding. %s", src.name,
+               full or e.tied, flag, UNTIED[self.family] and "If the checkpoint's head is its own, set \"tie_word_embeddings\": false in config.json"
+               or "An untied head is not supported for " .. self.family .. " (transformers ties it too)")
         end
       end
     elseif src then

@@ -767,6 +767,10 @@ function M.from_json(path, dir)
   local j = read_json(path)
   if type(j) ~= "table" or type(j.model) ~= "table" then error("tokenizers: " .. path .. ": no 'model' object", 0) end
   local model = j.model
+  if model.type ~= nil and model.type ~= "BPE" and model.type ~= "WordPiece" then
+    error(string.format("tokenizers: %s: model type %s is not supported (BPE, WordPiece)", path,
+      type(model.type) == "string" and ("'" .. model.type .. "'") or json.encode(model.type)), 0)
+  end
   -- the shapes of the parts read below (a hostile file gets a message, not a traceback)
   if type(model.vocab) ~= "table" or model.vocab[1] ~= nil then
     error(string.format("tokenizers: %s: 'model.vocab' must be an object {token: id}", path), 0)
