@@ -235,6 +235,9 @@ function M.analysis_settings(cfg, train_keys)
   return out
 end
 
+-- the settings a run on this model used (summary.md's Settings line, run.json's settings)
+function Pre:settings(cfg) return M.analysis_settings(cfg, self.train_keys) end
+
 -- how a figure or a line names the model: "Mistral-7B-v0.1 (mistral, 7,241,732,096 parameters)"
 -- (the family is config.json's model_type: a Mistral runs as the project's llama model)
 function Pre:label()
@@ -253,10 +256,10 @@ function Pre:summary(run, s)
   local out = {}
   for k, v in pairs(s) do out[k] = v end
   if mine then out.paper = mine .. " [the paper's model; the experiment's general statement: " .. tostring(s.paper) .. "]"
-  else out.paper = string.format("(no number in the paper for %s) %s", pm or ("this " .. self.cfg.family .. " model"), tostring(s.paper)) end
+  else out.paper = string.format("(no number in the paper for %s) %s", pm or ("this " .. (self.family or self.cfg.family) .. " model"), tostring(s.paper)) end
   out.reproduced = what .. ": " .. tostring(s.reproduced)
   out.settings = string.format("imported model %s from %s, %s; nothing trained; analysis settings `%s`", self:label(), self.dir,
-    self.text and ("text " .. self.text) or "synthetic images", require("outlierlab.util.json").canonical(M.analysis_settings(run.cfg, self.train_keys)))
+    self.text and ("text " .. self.text) or "synthetic images", require("outlierlab.util.json").canonical(self:settings(run.cfg)))
   out.notes = "Pretrained " .. what .. (self.model and self.model.streamed and " — run layer by layer from the memory-mapped checkpoint" or "") ..
     ".\n\n" .. (s.notes or "")
   return out
