@@ -30,7 +30,7 @@ build/fuzz/%.o: engine/%.c $(HEADERS)
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_IO_OBJ) lib/liboutlierlab.a
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h tests/fuzz/fuzz_lua.h $(FUZZ_IO_OBJ) lib/liboutlierlab.a
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_IO_OBJ) lib/liboutlierlab.a $(LDLIBS)
 
 fuzz-build: all fuzz-deps

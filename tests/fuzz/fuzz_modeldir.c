@@ -12,14 +12,11 @@
  *   4  config.json NUL special_tokens_map.json, beside a valid tokenizer.json
  * A refusal must name the directory (every message of these readers does); an accepted
  * tokenizer encodes a fixed text whose ids decode without an error. Any other error (a Lua
- * runtime error: a bug) aborts. Under clang the Lua lines run feed libFuzzer's extra counters,
- * as in fuzz_config.c.
+ * runtime error: a bug) aborts. Under clang the Lua lines run feed libFuzzer's extra counters
+ * (fuzz_lua.h).
  *   make fuzz FUZZ_TARGETS=modeldir          seeds: tests/fuzz/corpus/modeldir
  */
-#include "fuzz_common.h"
-#include <lua.h>
-#include <lualib.h>
-#include <lauxlib.h>
+#include "fuzz_lua.h"
 
 static const char *fuzz_modeldir_lua =
     "local dir = ...\n"
@@ -57,54 +54,13 @@ static const char *fuzz_modeldir_lua =
     "  else put('config.json', p[1]) put('special_tokens_map.json', p[2]) put('tokenizer.json', VALID) tokenizer() end\n"
     "end\n";
 
-#ifdef __clang__
-__attribute__((section("__libfuzzer_extra_counters"))) static uint8_t fuzz_modeldir_edges[1 << 15];
-static void fuzz_modeldir_hook(lua_State *L, lua_Debug *ar) {
-    static uintptr_t prev;
-    if (!lua_getinfo(L, "S", ar)) return;
-    uintptr_t here = (uintptr_t)ar->source * 2654435761u + (uintptr_t)ar->currentline;
-    uintptr_t e = (here ^ (prev >> 1)) * 0x9E3779B97F4A7C15ull;
-    fuzz_modeldir_edges[(e >> 40) & (sizeof fuzz_modeldir_edges - 1)]++;
-    prev = here;
-}
-#endif
-
-static lua_State *fuzz_modeldir_state(void) {
-    static lua_State *L;
-    static char dir[64];
-    if (L) return L;
-    snprintf(dir, sizeof dir, "/tmp/ol_fuzz_modeldir_XXXXXX");
-    if (!mkdtemp(dir)) { perror("mkdtemp"); abort(); }
-    L = luaL_newstate();
-    if (!L) abort();
-    luaL_openlibs(L);
-    const char *root = getenv("OUTLIERLAB_ROOT");
-    char code[4200];
-    snprintf(code, sizeof code, "package.path = '%s/lua/?.lua;%s/lua/?/init.lua;' .. package.path",
-             root ? root : ".", root ? root : ".");
-    if (luaL_dostring(L, code) != 0 || luaL_loadstring(L, fuzz_modeldir_lua) != 0) abort();
-    lua_pushstring(L, dir);
-    if (lua_pcall(L, 1, 1, 0) != 0) {
-        fprintf(stderr, "fuzz_modeldir: cannot load outlierlab.pretrained: %s (run from the repository root or set OUTLIERLAB_ROOT)\n",
-                lua_tostring(L, -1));
-        abort();
-    }
-    lua_setglobal(L, "fuzz_modeldir_one");
-#ifdef __clang__
-    luaL_dostring(L, "require('jit').off()");
-    lua_sethook(L, fuzz_modeldir_hook, LUA_MASKLINE, 0);
-#endif
-    return L;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    lua_State *L = fuzz_modeldir_state();
-    lua_getglobal(L, "fuzz_modeldir_one");
-    lua_pushlstring(L, (const char *)data, size);
-    if (lua_pcall(L, 1, 0, 0) != 0) {
-        fprintf(stderr, "fuzz_modeldir: %s\n", lua_tostring(L, -1));
-        abort();
+    static lua_State *L;
+    if (!L) {
+        static char dir[64] = "/tmp/ol_fuzz_modeldir_XXXXXX";
+        if (!mkdtemp(dir)) { perror("mkdtemp"); abort(); }
+        L = fuzz_lua_state("fuzz_modeldir_one", fuzz_modeldir_lua, dir);
     }
-    lua_gc(L, LUA_GCSTEP, 0);
+    fuzz_lua_run(L, "fuzz_modeldir_one", data, size);
     return 0;
 }

@@ -113,6 +113,8 @@ d:close()
 local tokenized = pretrained.open(tmp .. "/notok/m.bin")
 t.is(tokenized.name .. " " .. tokenized.cfg.vocab_size, "m 16", "the .bin file itself")
 tokenized:close()
+t.throws(function() pretrained.open(tmp .. "/missing/model.bin") end, "llama2c: cannot open " .. tmp .. "/missing/model.bin",
+  "a missing .bin: the reader names it (not 'no such directory')")
 os.execute("rm -rf '" .. tmp .. "'")
 
 return t.done()

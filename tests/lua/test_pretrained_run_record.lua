@@ -4,9 +4,8 @@
 --   summary lists — none of the training recipe, since nothing was trained.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
-local hf = require "outlierlab.pretrained.hf"
 local json = require "outlierlab.util.json"
-local models = require "outlierlab.models"
+local tiny = dofile(ol.root .. "/tests/lua/lib/tiny_llama_dir.lua")
 
 local root = os.tmpname()
 os.remove(root)
@@ -14,18 +13,7 @@ os.execute("mkdir -p " .. root)
 local function write(path, s) local f = assert(io.open(path, "wb")) f:write(s) f:close() end
 
 -- a small Mistral: the project's llama exported, config.json's model_type changed (the same names)
-local ctx = ol.Context{ params = 2 * 1024 * 1024, seed = 3 }
-local m = models.build(ctx, models.preset("llama-quick", { n_kv_head = 1 }))
-local dir = root .. "/tiny-mistral"
-hf.export(dir, ctx, m, { special = { bos = 1, eos = 2 } })
-local c = json.decode(t.slurp(dir .. "/config.json"))
-c.model_type, c.architectures = "mistral", { "MistralForCausalLM" }
-write(dir .. "/config.json", json.encode(c))
-local vocab = { ["<unk>"] = 0, ["<s>"] = 1, ["</s>"] = 2 }
-for b = 0, 252 do vocab[string.format("<0x%02X>", b)] = 3 + b end
-write(dir .. "/tokenizer.json", json.encode({ model = { type = "BPE", byte_fallback = true, vocab = vocab, merges = {} },
-  normalizer = { type = "Sequence", normalizers = { { type = "Prepend", prepend = "▁" }, { type = "Replace", pattern = { String = " " }, content = "▁" } } } }))
-write(dir .. "/tokenizer_config.json", json.encode({ bos_token = "<s>" }))
+local dir = tiny(root .. "/tiny-mistral", { config = function(c) c.model_type, c.architectures = "mistral", { "MistralForCausalLM" } end })
 local lines = {}
 for i = 1, 200 do lines[i] = "And it came to pass, in the " .. (100 + i) .. "th year, that they went." end
 write(root .. "/text.txt", table.concat(lines, "\n"))

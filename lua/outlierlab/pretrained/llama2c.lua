@@ -37,7 +37,8 @@ local function tokenizer_name(f) return f == "tokenizer.bin" or f:match("^tok%d+
 function M.detect(path)
   if type(path) ~= "string" or path == "" then return false end
   path = path:gsub("/+$", "")
-  if is_file(path) then return path:match("%.bin$") ~= nil and not tokenizer_name(path:match("([^/]+)$")) end
+  -- a .bin path is llama2.c's even when missing: the reader's message names it
+  if path:match("%.bin$") then return not tokenizer_name(path:match("([^/]+)$")) end
   if not is_dir(path) or is_file(path .. "/config.json") then return false end
   for _, f in ipairs(require("outlierlab.util.fs").list_dir(path)) do
     if f:match("%.bin$") and not tokenizer_name(f) then return true end
@@ -249,16 +250,6 @@ function M.hf_tokenizer_json(tk)
               fuse_unk = true, byte_fallback = true, ignore_merges = false, vocab = vocab, merges = merges } }) .. "\n"
 end
 
-local function atomic_write(path, text)
-  local tmp = path .. ".tmp." .. tostring(os.time()) .. tostring(math.random(1e9))
-  local fh, err = io.open(tmp, "wb")
-  if not fh then error("llama2c.export_hf: cannot create " .. tostring(err), 0) end
-  fh:write(text)
-  fh:close()
-  local ok, e = os.rename(tmp, path)
-  if not ok then os.remove(tmp) error("llama2c.export_hf: cannot rename to " .. path .. ": " .. tostring(e), 0) end
-end
-
 -- export_hf(d or path, outdir, opts) -> {dir, shards, bytes}: the checkpoint as a Hugging Face
 -- LLaMA directory (the weights in rotate-half layout, bos 1, eos 2), plus tokenizer.json and
 -- tokenizer_config.json when the checkpoint has its tokenizer. opts as hf.export's.
@@ -274,8 +265,8 @@ function M.export_hf(d, outdir, opts)
     local r = require("outlierlab.pretrained.hf").export(outdir, ctx, m, o)
     if d.tokenizer_file then
       local tk = M.tokenizer(d)
-      atomic_write(outdir .. "/tokenizer.json", M.hf_tokenizer_json(tk))
-      atomic_write(outdir .. "/tokenizer_config.json", require("outlierlab.util.json").encode({
+      require("outlierlab.util.fs").write_atomic(outdir .. "/tokenizer.json", M.hf_tokenizer_json(tk))
+      require("outlierlab.util.fs").write_atomic(outdir .. "/tokenizer_config.json", require("outlierlab.util.json").encode({
         tokenizer_class = "LlamaTokenizerFast", bos_token = "<s>", eos_token = "</s>", unk_token = "<unk>",
         add_bos_token = true, add_eos_token = false, model_max_length = d.cfg.block_size, legacy = true }) .. "\n")
     end
