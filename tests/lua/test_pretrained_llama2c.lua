@@ -276,7 +276,8 @@ os.execute("rm -rf '" .. out .. "'")
 -- (e) the entry points: the .bin file and the directory
 for _, p in ipairs { BIN, fixture, fixture .. "/" } do
   local dd = pretrained.open(p)
-  t.is(dd.kind .. " " .. dd.name .. " " .. dd.cfg.n_kv_head, "llama2c stories260K 4", "pretrained.open(" .. p:gsub(".*/shared", "…/shared") .. ") is the llama2.c checkpoint")
+  t.is(dd.kind .. " " .. dd.name .. " " .. dd.cfg.n_kv_head .. " " .. pretrained.tokenizer(dd).vocab_size, "llama2c stories260K 4 512",
+    "pretrained.open(" .. p:gsub(".*/shared", "…/shared") .. ") is the llama2.c checkpoint, pretrained.tokenizer its tokenizer")
   dd:close()
 end
 t.ok(not require("outlierlab.pretrained.llama2c").detect(TOK), "a tokenizer .bin is not taken for a checkpoint")

@@ -87,6 +87,13 @@ function M.open(path, opts)
   return hf.open(path, opts)
 end
 
+-- the tokenizer of an opened model (M.open): llama2.c's beside the checkpoint, or the
+-- directory's tokenizer files (pretrained/tokenizers.lua)
+function M.tokenizer(d)
+  if d.kind == "llama2c" then return require("outlierlab.pretrained.llama2c").tokenizer(d) end
+  return require("outlierlab.pretrained.tokenizers").load(d.dir)
+end
+
 local Pre = {}
 Pre.__index = Pre
 
@@ -187,9 +194,8 @@ end
 -- the text corpus, tokenized by the model's tokenizer (as many tokens as n batches of B×T need)
 function Pre:corpus(need)
   if self._corpus then return self._corpus end
-  local tokenizers = require "outlierlab.pretrained.tokenizers"
   local text = require "outlierlab.data.text"
-  local tk = self.d.kind == "llama2c" and require("outlierlab.pretrained.llama2c").tokenizer(self.d) or tokenizers.load(self.dir)
+  local tk = M.tokenizer(self.d)
   self._corpus = text.corpus{ path = self.text, tokenizer = tk, max_tokens = need }
   -- every id the tokenizer gives must have a row in the model's embedding
   local c, V = self._corpus, self.cfg.vocab_size
