@@ -12,9 +12,30 @@
   var OLV = window.OLV = { views: {}, library: EC ? "echarts " + EC.version : null, modal: null };
   var records = {};
 
+  // a record: inline (a JSON block of the page) or in a data file beside the page, loaded on
+  // demand by a script element (file:// pages cannot fetch), which calls OLV_DATA
   function rec(id) {
     if (!records[id]) records[id] = JSON.parse(document.getElementById(id).textContent);
     return records[id];
+  }
+  window.OLV_DATA = function (id, r) { records[id] = r; };
+  var waiting = 0;
+  function load(ids, done) {
+    var missing = ids.filter(function (id) { return !records[id] && !document.getElementById(id); });
+    if (missing.length === 0) { done(); return; }
+    var left = missing.length;
+    waiting++;
+    missing.forEach(function (id) {
+      var sc = document.createElement("script");
+      sc.src = spec.files[id];
+      sc.onload = function () { if (--left === 0) { done(); waiting--; settle(); } };
+      sc.onerror = function () { console.error("views: cannot load " + spec.files[id]); };
+      document.body.appendChild(sc);
+    });
+  }
+  var started = false;
+  function settle() {
+    if (started && waiting === 0) document.body.setAttribute("data-olv-ready", String(spec.views.length));
   }
   function el(tag, cls, text) {
     var e = document.createElement(tag);
@@ -357,29 +378,53 @@
     var of = s.kind === "side_by_side" ? s.of : s.kind;
     box.appendChild(el("h2", null, s.title || ((s.kind === "side_by_side" ? "Side by side — " : "") + TITLE[of])));
     if (s.note) box.appendChild(el("p", "olv-note", s.note));
-    var rs = s.data.map(rec);
     if (s.kind !== "side_by_side") {
-      OLV.views[s.id] = RENDER[of](box, rs[0], {});
+      load(s.data, function () { OLV.views[s.id] = RENDER[of](box, rec(s.data[0]), {}); });
       return;
     }
-    // the same view of every model on the same text: one layer control, one colour scale
-    var ctx = {};
-    if (of === "activations") {
-      ctx.bus = makeBus(peakLayer(rs[0]));
-      layerControl(box, rs[0].layers, ctx.bus);
-      ctx.range = absRange(rs);
-    }
-    var row = el("div", "olv-side");
-    box.appendChild(row);
-    var parts = rs.map(function (r) {
-      var col = el("div", "olv-col");
-      col.appendChild(el("h3", null, r.label));
-      if (r.note) col.appendChild(el("p", "olv-note", r.note));
-      row.appendChild(col);
-      if ((of === "sink_map" || of === "attention_grid") && !r.attn) { col.appendChild(el("p", "olv-note", "no attention recorded")); return null; }
-      return RENDER[of](col, r, ctx);
+    // the same view of every chosen model on the same text: one layer control, one colour scale
+    var ids = s.data, chosen = ids.map(function (_, i) { return i < (s.show || 3); });
+    var bar = el("div", "olv-controls olv-choose");
+    bar.appendChild(el("span", null, "models: "));
+    ids.forEach(function (id, i) {
+      var lab = el("label", "olv-pick"), cb = document.createElement("input");
+      cb.type = "checkbox";
+      cb.checked = chosen[i];
+      cb.setAttribute("data-rec", id);
+      cb.addEventListener("change", function () { chosen[i] = cb.checked; draw(); });
+      lab.appendChild(cb);
+      lab.appendChild(document.createTextNode(" " + spec.labels[id]));
+      bar.appendChild(lab);
     });
-    OLV.views[s.id] = { kind: "side_by_side", of: of, parts: parts };
+    if (ids.length > 1) box.appendChild(bar);
+    var area = el("div");
+    box.appendChild(area);
+    var view = OLV.views[s.id] = { kind: "side_by_side", of: of, parts: [] };
+    function draw() {
+      if (EC) area.querySelectorAll(".olv-chart").forEach(function (d) { var c = EC.getInstanceByDom(d); if (c) c.dispose(); });
+      area.textContent = "";
+      var sel = ids.filter(function (_, i) { return chosen[i]; });
+      load(sel, function () {
+        var rs = sel.map(rec), ctx = {};
+        if (of === "activations" && rs.length > 0) {
+          ctx.bus = makeBus(peakLayer(rs[0]));
+          layerControl(area, rs[0].layers, ctx.bus);
+          ctx.range = absRange(rs);
+        }
+        var row = el("div", "olv-side");
+        area.appendChild(row);
+        view.ids = sel;
+        view.parts = rs.map(function (r) {
+          var col = el("div", "olv-col");
+          col.appendChild(el("h3", null, r.label));
+          if (r.note) col.appendChild(el("p", "olv-note", r.note));
+          row.appendChild(col);
+          if ((of === "sink_map" || of === "attention_grid") && !r.attn) { col.appendChild(el("p", "olv-note", "no attention recorded")); return null; }
+          return RENDER[of](col, r, ctx);
+        });
+      });
+    }
+    draw();
   }
 
   var status = document.getElementById("olv-status");
@@ -392,6 +437,7 @@
       ": the views are plain heat maps. To install it: make views-assets, then make gallery (or make report).";
   }
   spec.views.forEach(render);
+  started = true;
   // the cell under a pointer, for a scripted hover (the browser test): page coordinates of cell
   // (x, y) of heat map k of view id (k counts the side-by-side parts' heat maps in order)
   OLV.cell = function (id, k, x, y) {
@@ -399,5 +445,5 @@
     (v.parts || [v]).forEach(function (p) { if (p && p.heats) hs = hs.concat(p.heats); });
     return hs[k].cell(x, y);
   };
-  document.body.setAttribute("data-olv-ready", String(spec.views.length));
+  settle();
 })();

@@ -32,6 +32,7 @@ M.FORMAT = "outlierlab.views/1"
 M.SINK_EPS = 0.3          -- Gu et al.'s ε: a head is a sink when its mean attention to the first token exceeds it
 M.MAX_TOKENS = 64         -- tokens kept per record (the first ones of the sequence)
 M.MAX_CHANNELS = 256      -- channels kept per record: all up to this, else the ones with the largest |h|
+M.INLINE_BYTES = 1500000  -- a page's records inline up to this; beyond, in data files loaded on demand
 M.ECHARTS = "echarts-6.1.0"
 M.ASSET = "echarts.min.js"
 
@@ -159,8 +160,9 @@ function M.from_arrays(o)
   need(type(o.tokens) == "table" and #o.tokens > 0, key, "tokens must be a non-empty list of strings")
   need(type(o.layers) == "table" and #o.layers > 0, key, "layers must be a non-empty list")
   need(type(o.C) == "number" and o.C > 0, key, "C (channels) is required")
+  need(type(o.h) == "table" and #o.h == #o.layers, key, "h needs one list per layer")
   local T, C = o.T or #o.tokens, o.C
-  local Tk = #o.h[1] / C                     -- tokens present in the arrays
+  local Tk = #o.tokens                       -- tokens present in the arrays (o.T: of the whole sequence)
   local Ts = math.min(Tk, o.max_tokens or M.MAX_TOKENS)
   local L = #o.layers
   for i = 1, L do
@@ -362,6 +364,50 @@ function M.save(run, rec)
   return out
 end
 
+-- a model's name from its spec: the preset and what differs from the default recipe
+local function spec_label(spec)
+  local m = spec.model or {}
+  local ov, parts = m.overrides or {}, {}
+  local att = ov.attention
+  if type(att) == "table" then att = att.kind .. (att.form and (" " .. att.form) or "") end
+  if att then parts[#parts + 1] = tostring(att) end
+  if ov.optimizer or (spec.train and spec.train.optimizer) then parts[#parts + 1] = tostring(ov.optimizer or spec.train.optimizer) end
+  return tostring(m.preset or "model") .. (#parts > 0 and (" (" .. table.concat(parts, ", ") .. ")") or "")
+end
+
+-- The views stage of an experiment: a record of every model the train stage returned, each on
+-- the first held-out sequence of its data (the same text for models that share a data spec).
+--   { "views", views.stage{ spec = model_spec } }        -- run.out.train is one model's handle
+--   { "views", views.stage{ key = function(it) return it.key end, label = ..., keep = ... } }
+--                                                         -- run.out.train is a list of {spec =, handle =, ...}
+-- o.keep(it, run) picks the items (e.g. the first seed); o.max_tokens, o.max_channels as capture.
+function M.stage(o)
+  o = o or {}
+  return function(run)
+    local recipes = require "outlierlab.recipes"
+    local batcher = require "outlierlab.data.batcher"
+    local tr, items = run.out[o.from or "train"], {}
+    if o.spec then
+      items[1] = { spec = o.spec(run.cfg), handle = tr }
+    else
+      for _, it in ipairs(tr or {}) do
+        if not o.keep or o.keep(it, run) then items[#items + 1] = it end
+      end
+    end
+    local keys = {}
+    for i, it in ipairs(items) do
+      local ctx, m = recipes.load(it.spec, it.handle)
+      local key = o.key and tostring(o.key(it)) or (#items > 1 and ("model" .. i) or "model")
+      if keys[key] then error("views.stage: two models with the key '" .. key .. "'", 0) end
+      keys[key] = true
+      local label = o.label and o.label(it) or (run.pretrained and run.pretrained:label()) or spec_label(it.spec)
+      M.save(run, M.capture(ctx, m, batcher.corpus(it.spec.data, run), it.spec,
+                            { key = key, label = label, max_tokens = o.max_tokens, max_channels = o.max_channels }))
+    end
+    return { records = #items }
+  end
+end
+
 function M.load(path)
   local text = fs.read_file(path)
   if not text then error("views.load: cannot read " .. tostring(path), 2) end
@@ -398,7 +444,7 @@ end
 local function view(kind)
   return function(o)
     if type(o) ~= "table" or o.data == nil then error("views." .. kind .. ": data (a record or its path) is required", 2) end
-    return { kind = kind, data = o.data, title = o.title, note = o.note, of = o.of }
+    return { kind = kind, data = o.data, title = o.title, note = o.note, of = o.of, show = o.show }
   end
 end
 M.activations = view("activations")
@@ -447,26 +493,26 @@ local function href(s) return (s:gsub("[^%w%-_%./~#]", function(c) return string
 
 local VERDICT_CLASS = { holds = "holds", ["does not hold"] = "fails" }
 
--- write an HTML page of views; returns its path and size in bytes
+-- write an HTML page of views; returns its path, its size in bytes and the bytes of its data files
 function M.page(o)
   if type(o) ~= "table" or type(o.path) ~= "string" then error("views.page: path is required", 2) end
   if type(o.views) ~= "table" or #o.views == 0 then error("views.page: views (a non-empty list) is required", 2) end
   local dir = o.path:match("^(.*)/[^/]+$") or "."
   -- one data block per record, shared by the views that show it
-  local recs, ids, blocks = {}, {}, {}
+  local recs, ids, texts = {}, {}, {}
   local function ref(d)
     local rec = type(d) == "string" and M.load(d) or d
     if type(rec) ~= "table" or not rec.h then error("views.page: a view's data is not a views record", 3) end
     if not ids[rec] then
       recs[#recs + 1] = rec
       ids[rec] = "olv-rec-" .. #recs
-      blocks[#blocks + 1] = '<script type="application/json" id="' .. ids[rec] .. '">' .. M.script_json(rec) .. '</script>'
+      texts[#recs] = M.script_json(rec)
     end
     return ids[rec]
   end
   local specs = {}
   for i, v in ipairs(o.views) do
-    local s = { kind = v.kind, title = v.title, note = v.note, id = "olv-view-" .. i }
+    local s = { kind = v.kind, title = v.title, note = v.note, id = "olv-view-" .. i, show = v.show }
     if v.kind == "side_by_side" then
       if not KINDS[v.of or "activations"] then error("views.page: side_by_side of an unknown view '" .. tostring(v.of) .. "'", 2) end
       s.of = v.of or "activations"
@@ -479,6 +525,24 @@ function M.page(o)
       error("views.page: unknown view kind '" .. tostring(v.kind) .. "'", 2)
     end
     specs[i] = s
+  end
+  -- the records inline while they are small; else each in a data file beside the page that the
+  -- page loads when a view needs it (a side-by-side view loads only the models it shows)
+  local total, blocks, files, labels = 0, {}, {}, {}
+  for _, t in ipairs(texts) do total = total + #t end
+  local stem = o.path:match("([^/]+)$"):gsub("%.html?$", "")
+  local inline = total <= (o.inline_bytes or M.INLINE_BYTES)
+  for i, rec in ipairs(recs) do
+    local id = ids[rec]
+    labels[id] = rec.label
+    if inline then
+      blocks[#blocks + 1] = '<script type="application/json" id="' .. id .. '">' .. texts[i] .. '</script>'
+    else
+      local rel = stem .. "-data/" .. id .. ".js"
+      fs.mkdir_p(dir .. "/" .. stem .. "-data", "views.page")
+      fs.write_atomic(dir .. "/" .. rel, 'OLV_DATA("' .. id .. '", ' .. texts[i] .. ');\n')
+      files[id] = rel
+    end
   end
   local assets = o.assets and M.relative(dir, o.assets) or nil
   local css = fs.read_file(root() .. "/plots/views.css") or ""
@@ -520,14 +584,14 @@ function M.page(o)
   H('<div id="olv-status" class="olv-status"></div>')
   for _, b in ipairs(blocks) do H(b) end
   H('<script type="application/json" id="olv-spec">' .. M.script_json({ views = specs, assets = assets or cjson.null,
-                                                                        asset = M.ASSET, library = M.ECHARTS }) .. '</script>')
+    asset = M.ASSET, library = M.ECHARTS, labels = labels, files = next(files) and files or cjson.null }) .. '</script>')
   if assets then H('<script src="' .. href(assets .. "/" .. M.ASSET) .. '"></script>') end
   H('<script>\n' .. js .. '\n</script>')
   H('</body>\n</html>\n')
   local text = table.concat(h, "\n")
   fs.mkdir_p(dir, "views.page")
   fs.write_atomic(o.path, text)
-  return o.path, #text
+  return o.path, #text, inline and 0 or total
 end
 
 -- the views a record supports, in the order a page shows them
