@@ -87,7 +87,7 @@ local path, bytes = views.page{ path = tmp .. "/run/views.html", title = "<scrip
   views = views.default_views(nasty) }
 local page = t.slurp(path)
 t.is(#page, bytes, "page size returned")
-t.ok(page:find("\\u003c/script\\u003e\\u003cscript\\u003ealert(1)", 1, true), "the hostile token is in the page, escaped")
+t.ok(page:find("\\u003c\\/script\\u003e\\u003cscript\\u003ealert(1)", 1, true), "the hostile token is in the page, escaped")
 t.ok(not page:find("<script>alert", 1, true) and not page:find("<img src=x", 1, true), "no injected element")
 local n_script = select(2, page:gsub("<script", ""))
 t.is(n_script, 4, "four script elements: the record, the spec, the library, the views")
