@@ -169,15 +169,18 @@
     return bus;
   }
   function tokenLabel(r, t) { return t + " " + tok(r.tokens[t]); }
+  // the colour scale of |h| (log): from the 2nd percentile of the non-zero values (below: the
+  // darkest colour) to the largest, so that the bulk of the values spreads over the colours
   function absRange(rs) {
-    var lo = Infinity, hi = 0;
+    var all = [], hi = 0;
     rs.forEach(function (r) { r.h.forEach(function (L) { L.forEach(function (row) { row.forEach(function (v) {
       var a = Math.abs(v === null ? NaN : v);
-      if (a > hi) hi = a;
-      if (a > 0 && a < lo) lo = a;
+      if (a > 0) { all.push(a); if (a > hi) hi = a; }
     }); }); }); });
-    if (!(lo < Infinity)) lo = 1e-4;
-    return { lo: Math.log10(Math.max(lo, hi * 1e-6, 1e-8)), hi: Math.log10(Math.max(hi, 1e-8)) };
+    all.sort(function (a, b) { return a - b; });
+    var lo = all.length ? all[Math.floor(0.02 * (all.length - 1))] : 1e-4;
+    if (!(lo < hi)) lo = hi / 10;
+    return { lo: Math.log10(Math.max(lo, 1e-8)), hi: Math.log10(Math.max(hi, 1e-8)) };
   }
   // the layer with the largest |h| (where a massive activation is, if any)
   function peakLayer(r) {

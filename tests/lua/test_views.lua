@@ -80,6 +80,8 @@ t.is(#views.records_in(tmp), 1, "records_in finds the record (not the attention 
 t.throws(function() views.load(tmp .. "/views/hand.attention.json") end, "is not a views record", "load refuses another JSON file")
 
 -- ---------------------------------------------------------------- the page's markup
+-- a stand-in for the library: the page links it only when the file is there
+os.execute("mkdir -p " .. tmp .. "/_assets && echo '// stand-in' > " .. tmp .. "/_assets/" .. views.ASSET)
 local nasty = views.from_arrays{ key = "nasty", label = "<img src=x onerror=alert(1)>", tokens = { "<bos>", hostile, "&amp;" },
   layers = { 0 }, C = 1, h = { { 1, 2, 3 } }, NH = 1, attn = { { 1, 0, 0, 0.5, 0.5, 0, 0.3, 0.3, 0.4 } } }
 local path, bytes = views.page{ path = tmp .. "/run/views.html", title = "<script>alert(2)</script>", assets = tmp .. "/_assets",
@@ -99,6 +101,8 @@ t.is(views.relative("a/b/c", "a/_assets"), "../../_assets", "relative path betwe
 local _, _, extra = views.page{ path = tmp .. "/run/big.html", views = views.run_views({ rec, nasty }), inline_bytes = 0 }
 t.ok(extra > 0 and t.slurp(tmp .. "/run/big-data/olv-rec-1.js"):match('^OLV_DATA%("olv%-rec%-1", '), "data files written", extra)
 t.ok(not t.slurp(tmp .. "/run/big.html"):find('type="application/json" id="olv-rec', 1, true), "and not inline")
+local _, nolib = views.page{ path = tmp .. "/run/nolib.html", assets = tmp .. "/nowhere", views = views.default_views(rec) }
+t.ok(not t.slurp(tmp .. "/run/nolib.html"):find("<script src=", 1, true) and nolib > 0, "no library tag without the library (no failed load)")
 t.throws(function() views.page{ path = tmp .. "/x.html", views = { { kind = "pie", data = rec } } } end, "unknown view kind", "unknown kind refused")
 os.execute("rm -rf " .. tmp)
 t.done()

@@ -585,7 +585,11 @@ function M.page(o)
   for _, b in ipairs(blocks) do H(b) end
   H('<script type="application/json" id="olv-spec">' .. M.script_json({ views = specs, assets = assets or cjson.null,
     asset = M.ASSET, library = M.ECHARTS, labels = labels, files = next(files) and files or cjson.null }) .. '</script>')
-  if assets then H('<script src="' .. href(assets .. "/" .. M.ASSET) .. '"></script>') end
+  -- the library only when it is there (a missing file would be a failed load in the console);
+  -- without it the page draws plain heat maps and says how to install it
+  local lib = assets and io.open(o.assets .. "/" .. M.ASSET, "rb")
+  if lib then lib:close() end
+  if lib then H('<script src="' .. href(assets .. "/" .. M.ASSET) .. '"></script>') end
   H('<script>\n' .. js .. '\n</script>')
   H('</body>\n</html>\n')
   local text = table.concat(h, "\n")
