@@ -376,7 +376,12 @@
     attention_grid: "Attention of every head (rows: layers, columns: heads): click a thumbnail to enlarge"
   };
 
+  OLV.ms = {};   // milliseconds each view took to draw
   function render(s) {
+    var t0 = performance.now();
+    try { draw(s); } finally { OLV.ms[s.id] = Math.round(performance.now() - t0); }
+  }
+  function draw(s) {
     var box = document.getElementById(s.id);
     var of = s.kind === "side_by_side" ? s.of : s.kind;
     box.appendChild(el("h2", null, s.title || ((s.kind === "side_by_side" ? "Side by side — " : "") + TITLE[of])));
@@ -439,11 +444,25 @@
       (spec.assets ? " (" + spec.assets + "/" + spec.asset + ")" : "") +
       ": the views are plain heat maps. To install it: make views-assets, then make gallery (or make report).";
   }
-  spec.views.forEach(render);
+  // the first view now, the others when they come near the window (a long page of several
+  // models costs its drawing only where the reader looks); OLV.ensure draws one at once
+  var later = {};
+  function ensure(id) { var s = later[id]; if (s) { delete later[id]; render(s); } }
+  var io = ("IntersectionObserver" in window) ? new IntersectionObserver(function (es) {
+    es.forEach(function (e) { if (e.isIntersecting) { io.unobserve(e.target); ensure(e.target.id); } });
+  }, { rootMargin: "300px" }) : null;
+  spec.views.forEach(function (s, i) {
+    if (i === 0 || !io) { render(s); return; }
+    later[s.id] = s;
+    io.observe(document.getElementById(s.id));
+  });
+  OLV.ensure = ensure;
+  OLV.ensureAll = function () { spec.views.forEach(function (s) { ensure(s.id); }); return true; };
   started = true;
   // the cell under a pointer, for a scripted hover (the browser test): page coordinates of cell
   // (x, y) of heat map k of view id (k counts the side-by-side parts' heat maps in order)
   OLV.cell = function (id, k, x, y) {
+    ensure(id);
     var v = OLV.views[id], hs = [];
     (v.parts || [v]).forEach(function (p) { if (p && p.heats) hs = hs.concat(p.heats); });
     return hs[k].cell(x, y);

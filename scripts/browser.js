@@ -10,7 +10,8 @@
 //                                 { "click": "expr -> {x, y}" },            // press and release there
 //                                 { "wait": 200 },                          // milliseconds
 //                                 { "screenshot": "/path.png" } ] } ] }     // the viewport as PNG
-// Report: { "pages": [ { "url", "load_ms", "errors": [text, ...], "results": {...}, "screenshots": {path: bytes} } ] }
+// Report: { "pages": [ { "url", "load_ms", "ready_ms", "cpu_ms", "errors": [text, ...], "results": {...},
+//                         "screenshots": {path: bytes} } ] }   (cpu_ms: the renderers' CPU time to load and draw)
 // errors holds every console error, uncaught exception and failed or blocked load (the network
 // and CSP violations included): a page passes when it is empty.
 "use strict";
@@ -75,6 +76,11 @@ async function evaluate(s, expr) {
   return r.result.value;
 }
 
+async function rendererCpu() {
+  const r = await send("SystemInfo.getProcessInfo");
+  return r.processInfo.filter((p) => p.type === "renderer").reduce((a, p) => a + p.cpuTime, 0);
+}
+
 async function runPage(page) {
   const out = { url: page.url, errors: [], results: {}, screenshots: {} };
   const { targetId } = await send("Target.createTarget", { url: "about:blank" });
@@ -99,6 +105,7 @@ async function runPage(page) {
   await send("Page.enable", {}, s);
   await send("Emulation.setDeviceMetricsOverride", { width: plan.width || 1400, height: plan.height || 1800, deviceScaleFactor: 1, mobile: false }, s);
   const loaded = waitEvent("Page.loadEventFired", s, timeout);
+  const cpu0 = await rendererCpu();
   const t0 = Date.now();
   await send("Page.navigate", { url: page.url }, s);
   await loaded;
@@ -111,6 +118,9 @@ async function runPage(page) {
     }
     out.ready_ms = Date.now() - t0;
   }
+  // the renderers' CPU time for loading and drawing the page: on a busy machine the wall time
+  // above counts the other processes' turns too
+  out.cpu_ms = Math.round(1000 * ((await rendererCpu()) - cpu0));
   for (const st of page.steps || []) {
     if (st.eval) {
       out.results[st.as || st.eval] = await evaluate(s, st.eval);

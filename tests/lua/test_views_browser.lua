@@ -110,13 +110,14 @@ local function cell(id, k, x, y)
 end
 local function readout(id, k) return string.format("(function(){var v = OLV.views[%s]; return (v.parts ? v.parts[%d] : v).readout.textContent})()", js(id), k or 0) end
 local function tip(id) return string.format("document.getElementById(%s).querySelector('.olv-chart').textContent", js(id)) end
-local THUMB = [[(function(){var c = document.querySelector('canvas.olv-thumb[data-layer="1"][data-head="0"]'); c.scrollIntoView();
+local THUMB = [[(function(){OLV.ensureAll(); var c = document.querySelector('canvas.olv-thumb[data-layer="1"][data-head="0"]'); c.scrollIntoView();
   var r = c.getBoundingClientRect(); return {x: r.left + r.width / 2, y: r.top + r.height / 2}})()]]
 local MODAL_CELL = "(function(){return OLV.modal.heat.cell(0, 3)})()"
 local shots = tmp .. "/shots"
 os.execute("mkdir -p " .. shots)
 local plan = { chromium = chromium, width = 1400, height = 1600, pages = {
   { url = url(pages.single), ready = READY, steps = {
+      { eval = "OLV.ensureAll()", as = "all" },
       { eval = "OLV.library", as = "library" },
       { hover = cell("olv-view-1", 0, 5, 0) },
       { eval = readout("olv-view-1"), as = "spike" },
@@ -130,14 +131,17 @@ local plan = { chromium = chromium, width = 1400, height = 1600, pages = {
       { eval = "OLV.modal.readout.textContent", as = "modal_cell" },
       { screenshot = shots .. "/single-head.png" } } },
   { url = url(pages.side), ready = READY, steps = {
+      { eval = "OLV.ensureAll()", as = "all" },
       { eval = "OLV.views['olv-view-1'].parts.length", as = "parts" },
       { hover = cell("olv-view-1", 1, 5, 0) },
       { eval = readout("olv-view-1", 1), as = "second" },
       { screenshot = shots .. "/side.png" } } },
   { url = url(pages.files), ready = READY, steps = {
+      { eval = "OLV.ensureAll()", as = "all" },
       { hover = cell("olv-view-1", 1, 5, 0) },
       { eval = readout("olv-view-1", 1), as = "second" } } },
   { url = url(pages.fallback), ready = READY, steps = {
+      { eval = "OLV.ensureAll()", as = "all" },
       { eval = "OLV.library", as = "library" },
       { eval = "document.getElementById('olv-status').textContent", as = "status" },
       { hover = cell("olv-view-1", 0, 5, 0) },
@@ -146,6 +150,7 @@ local plan = { chromium = chromium, width = 1400, height = 1600, pages = {
       { eval = "document.body.getAttribute('data-olv-modal')", as = "modal" },
       { screenshot = shots .. "/fallback.png" } } },
   { url = url(pages.hostile), ready = READY, steps = {
+      { eval = "OLV.ensureAll()", as = "all" },
       { eval = "String(window.__pwned)", as = "pwned" },
       { eval = "document.querySelector('h1').textContent", as = "h1" },
       { eval = "document.querySelector('.olv-facts').textContent", as = "facts" },
@@ -154,6 +159,7 @@ local plan = { chromium = chromium, width = 1400, height = 1600, pages = {
       { eval = readout("olv-view-1"), as = "token" },
       { screenshot = shots .. "/hostile.png" } } },
   { url = url(res .. "/so-fig3/quick/views.html"), ready = READY, steps = {
+      { eval = "OLV.ensureAll()", as = "all" },
       { hover = cell("olv-view-1", 0, real_x, 0) },
       { eval = readout("olv-view-1"), as = "bos" },
       { screenshot = shots .. "/so-fig3.png" } } },

@@ -331,6 +331,36 @@ function M.dom(page)
   return headless(page, "--virtual-time-budget=5000 --dump-dom")
 end
 
+-- load pages (file paths) in headless Chromium through scripts/browser.js (node, the DevTools
+-- protocol on a pipe); returns the report ({ pages = { { url, load_ms, errors, ... } } }) or nil
+-- and why. Each page waits until its views are drawn (data-olv-ready) when it has views.
+function M.load_pages(paths)
+  local b = M.browser()
+  if not b then return nil, "no chromium on this machine (apt-get install chromium)" end
+  local p = io.popen("command -v node 2>/dev/null")
+  local node = p:read("*l")
+  p:close()
+  if not node or node == "" then return nil, "no node on this machine (apt-get install nodejs)" end
+  local ol = require "outlierlab"
+  local plan = { chromium = b, pages = {} }
+  for i, path in ipairs(paths) do
+    local abs = path:sub(1, 1) == "/" and path or ((os.getenv("PWD") or ".") .. "/" .. path)
+    plan.pages[i] = { url = "file://" .. abs,
+                      ready = "!document.getElementById('olv-spec') || document.body.getAttribute('data-olv-ready')",
+                      -- then every view drawn (the page draws those below the window on scroll)
+                      steps = { { eval = "!window.OLV || OLV.ensureAll()", as = "all" }, { wait = 500 } } }
+  end
+  local tmp = os.tmpname()
+  require("outlierlab.util.fs").write_atomic(tmp, cjson.encode(plan))
+  local q = io.popen(sq(node) .. " " .. sq(ol.root .. "/scripts/browser.js") .. " " .. sq(tmp) .. " 2>&1")
+  local out = q:read("*a")
+  q:close()
+  os.remove(tmp)
+  local ok, rep = pcall(cjson.decode, out:match("(%b{})%s*$") or "")
+  if not ok or type(rep) ~= "table" or not rep.pages then return nil, "scripts/browser.js: " .. out:sub(1, 500) end
+  return rep
+end
+
 -- bin/outlierlab gallery [--results=DIR] [--out=DIR] [--check=PNG]: --check also loads the
 -- page in headless Chromium, fails when an image is broken, and saves a screenshot to PNG
 function M.main(argv)
@@ -362,6 +392,25 @@ function M.main(argv)
     local sok, msg = M.screenshot(hp, check)
     if not sok then error("gallery: screenshot failed: " .. msg, 0) end
     print("gallery: screenshot " .. check)
+    -- the index and every interactive views page, with their scripts: no console error
+    local pages = { hp }
+    for _, rs in pairs(M.runs(root)) do
+      for _, r in ipairs(rs) do
+        local v = root .. "/" .. r.dir .. "/views.html"
+        local f = io.open(v, "rb")
+        if f then f:close() pages[#pages + 1] = v end
+      end
+    end
+    local rep, why = M.load_pages(pages)
+    if not rep then error("gallery: " .. why, 0) end
+    local bad = 0
+    for _, p in ipairs(rep.pages) do
+      print(string.format("gallery: %s loaded in %s ms (%s ms of renderer CPU), %d console error(s)%s", p.url, tostring(p.ready_ms or p.load_ms),
+        tostring(p.cpu_ms), #p.errors,
+        p.errors[1] and (": " .. p.errors[1]) or ""))
+      bad = bad + #p.errors
+    end
+    if bad > 0 then error("gallery: " .. bad .. " console error(s) on the pages", 0) end
   end
   return 0
 end
