@@ -233,7 +233,7 @@
       var chart = EC.init(div, null, { renderer: "canvas" });
       chart.setOption({
         animation: false,
-        legend: { top: 0 },
+        legend: { top: 0, textStyle: { fontSize: 10 } },
         grid: { left: 70, right: 30, top: 40, bottom: 45 },
         tooltip: { trigger: "axis", confine: true, formatter: function (ps) {
           var k = ps[0].dataIndex, x = rows[k];
@@ -244,8 +244,8 @@
         xAxis: { type: "category", data: r.layers.map(String), name: "layer", nameLocation: "middle", nameGap: 28 },
         yAxis: { type: "log", name: "|h| (log scale)" },
         series: [
-          { name: "first token: top-1 |h|", type: "line", data: rows.map(function (x) { return x.top1; }) },
-          { name: "other tokens: top-1 |h|", type: "line", data: rows.map(function (x) { return x.others; }) },
+          { name: "first token top-1", type: "line", data: rows.map(function (x) { return x.top1; }) },
+          { name: "others' top-1", type: "line", data: rows.map(function (x) { return x.others; }) },
           { name: "median |h|", type: "line", data: rows.map(function (x) { return x.median; }) }
         ]
       });
@@ -422,13 +422,17 @@
         var row = el("div", "olv-side");
         area.appendChild(row);
         view.ids = sel;
-        view.parts = rs.map(function (r) {
+        // every column in place before any chart measures its width
+        var cols = rs.map(function (r) {
           var col = el("div", "olv-col");
           col.appendChild(el("h3", null, r.label));
           if (r.note) col.appendChild(el("p", "olv-note", r.note));
           row.appendChild(col);
-          if ((of === "sink_map" || of === "attention_grid") && !r.attn) { col.appendChild(el("p", "olv-note", "no attention recorded")); return null; }
-          return RENDER[of](col, r, ctx);
+          return col;
+        });
+        view.parts = rs.map(function (r, i) {
+          if ((of === "sink_map" || of === "attention_grid") && !r.attn) { cols[i].appendChild(el("p", "olv-note", "no attention recorded")); return null; }
+          return RENDER[of](cols[i], r, ctx);
         });
       });
     }
