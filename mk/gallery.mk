@@ -14,7 +14,7 @@ gallery: all
 	bin/outlierlab gallery --results=$(RESULTS)
 
 gallery-check: all
-	@command -v chromium >/dev/null || { echo "make gallery-check: needs Debian's chromium (apt-get install chromium)"; exit 1; }
+	@command -v chromium >/dev/null && command -v node >/dev/null || { echo "make gallery-check: needs Debian's chromium and nodejs (apt-get install chromium nodejs)"; exit 1; }
 	bin/outlierlab gallery --results=$(RESULTS) --check=$(RESULTS)/gallery.png
 
 history: all
