@@ -77,6 +77,11 @@ t.is(cv.attention[1][1][2][1], 0.6, "CircuitsVis export: dest 1 attends to src 0
 local dump = t.sh("ncdump -h " .. tmp .. "/views/hand.h.nc")
 t.ok(dump:find("float h(layer, token, channel)", 1, true), "NetCDF: h over layer, token, channel", dump)
 t.is(#views.records_in(tmp), 1, "records_in finds the record (not the attention export)")
+-- the NetCDF file of a record with more channels than it keeps: every channel, unrounded
+views.save(tmp, views.from_arrays{ key = "wide", tokens = { "a", "b" }, layers = { 0 }, C = 4,
+                                   h = { { 0.123456, 9, 0.2, -7, 0.3, 1, 0.1, 2 } }, max_channels = 2 })
+local wide = t.sh("ncdump -v h " .. tmp .. "/views/wide.h.nc")
+t.ok(wide:find("channel = 4 ;", 1, true) and wide:find("0.123456", 1, true), "NetCDF: every channel, unrounded", wide)
 t.throws(function() views.load(tmp .. "/views/hand.attention.json") end, "is not a views record", "load refuses another JSON file")
 
 -- ---------------------------------------------------------------- the page's markup

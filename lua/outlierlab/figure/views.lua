@@ -148,6 +148,10 @@ local function alphas(get, NH, T)
   return out
 end
 
+-- the unrounded h of a record's kept tokens over every channel, for its NetCDF file (not part
+-- of the JSON record; kept while the record lives)
+local FULL = setmetatable({}, { __mode = "k" })
+
 local function need(cond, key, msg) if not cond then error("views record '" .. tostring(key) .. "': " .. msg, 3) end end
 
 -- A record from plain lists: o.tokens (T strings, the whole sequence), o.layers (layer numbers),
@@ -215,6 +219,7 @@ function M.from_arrays(o)
     table.sort(chans)
   end
   rec.channels = chans
+  FULL[rec] = { h = o.h, C = C, Ts = Ts }
   for i = 1, L do
     local hi, rows = o.h[i], {}
     for t = 0, Ts - 1 do
@@ -323,8 +328,9 @@ function M.circuitsvis(rec)
            layers = rec.layers, attention = rec.attn }
 end
 
--- the record's |h| values as a CF NetCDF file (layer × token × channel; the token strings as
--- the labels of the categorical token dim)
+-- the record's h as a CF NetCDF file (layer × token × channel; the token strings as the labels
+-- of the categorical token dim): unrounded over every channel when the record was made here,
+-- else the record's values on its kept channels
 function M.write_netcdf(path, rec, meta)
   local figure = require "outlierlab.figure"
   local fig = figure.declare{
@@ -336,8 +342,17 @@ function M.write_netcdf(path, rec, meta)
   }
   local labels = {}
   for t, s in ipairs(rec.tokens) do labels[t] = M.utf8_clean(s) end
-  return figure.write_netcdf(path, fig, { coords = { layer = rec.layers, token = labels, channel = rec.channels },
-                                          vars = { h = rec.h } }, meta)
+  local full, h, chans = FULL[rec], rec.h, rec.channels
+  if full then
+    h, chans = {}, full.C
+    for i = 1, #rec.layers do
+      local src, dst = full.h[i], {}
+      for k = 1, full.Ts * full.C do dst[k] = src[k] end
+      h[i] = dst
+    end
+  end
+  return figure.write_netcdf(path, fig, { coords = { layer = rec.layers, token = labels, channel = chans },
+                                          vars = { h = h } }, meta)
 end
 
 -- write <dir>/views/<key>.json, <key>.attention.json and <key>.h.nc; run = a runner's run (its
