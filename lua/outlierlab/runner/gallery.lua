@@ -56,7 +56,8 @@ local function classify(rec, root)
   local c = { png = {}, pdf = {}, nc = {}, hist_png = {}, hist_nc = {}, other = {} }
   for _, f in ipairs(rec.files or {}) do
     local path = rec.dir .. "/" .. f
-    if exists(root .. "/" .. path) then
+    -- views/ (one sequence's records and exports) is linked from the run's views page
+    if not f:match("^views/") and exists(root .. "/" .. path) then
       local hist = f:match("^history/")
       local ext = f:match("%.(%w+)$")
       if hist and ext == "png" then c.hist_png[#c.hist_png + 1] = path
