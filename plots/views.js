@@ -96,8 +96,8 @@
         grid: { left: o.left || 110, right: 90, top: 10, bottom: o.bottom || 50 },
         tooltip: { trigger: "item", confine: true, formatter: function (p) { return esc(tipText(p.value[0], p.value[1])); } },
         xAxis: { type: "category", data: xs, name: o.xname || "", nameLocation: "middle", nameGap: o.bottom ? o.bottom - 18 : 32,
-                 axisLabel: { rotate: o.xrotate || 0, fontSize: 10 }, splitArea: { show: false } },
-        yAxis: { type: "category", data: ys, inverse: true, name: o.yname || "", axisLabel: { fontSize: 10 } },
+                 axisLabel: { rotate: o.xrotate || 0, fontSize: 10, interval: o.xall && o.nx <= 64 ? 0 : "auto" }, splitArea: { show: false } },
+        yAxis: { type: "category", data: ys, inverse: true, name: o.yname || "", axisLabel: { fontSize: 10, interval: o.ny <= 64 ? 0 : "auto" } },
         visualMap: { type: "continuous", min: o.lo, max: o.hi, dimension: 2, calculable: true, orient: "vertical",
                      right: 5, top: "middle", itemHeight: Math.max(80, Math.min(200, (o.height || 320) - 80)),
                      inRange: { color: PALETTE }, formatter: function (v) { return o.scaleText ? o.scaleText(v) : fmt(v); } },
@@ -285,7 +285,9 @@
     document.body.appendChild(back);
     var A = r.attn[li][hh], n = r.tokens.length;
     var hm = heat(box, {
-      nx: n, ny: n, lo: 0, hi: 1, readout: readout, height: Math.max(360, Math.min(760, n * 11 + 120)),
+      // colours from 0 to the head's largest probability: a head that spreads its attention
+      // (p near 1/T everywhere) still shows its pattern
+      nx: n, ny: n, lo: 0, hi: headMax(A), readout: readout, height: Math.max(360, Math.min(760, n * 12 + 130)), xall: true,
       value: function (x, y) { return A[y][x] === null ? 0 : A[y][x]; },
       xlabel: function (i) { return tokenLabel(r, i); }, ylabel: function (j) { return tokenLabel(r, j); },
       xname: "key (attended to)", yname: "query", xrotate: 90, bottom: 110, left: 120,
@@ -296,6 +298,11 @@
     });
     OLV.modal = { layer: r.layers[li], head: hh, heat: hm, readout: readout, element: back };
     document.body.setAttribute("data-olv-modal", r.key + ":" + r.layers[li] + ":" + hh);
+  }
+  function headMax(A) {
+    var m = 0;
+    A.forEach(function (row) { row.forEach(function (v) { if (v > m) m = v; }); });
+    return m > 0 ? m : 1;
   }
   function closeModal() {
     if (!OLV.modal) return;
@@ -345,9 +352,9 @@
         cv.width = n;
         cv.height = n;
         cv.className = "olv-thumb" + (a > r.sink_eps ? " sink" : "");
-        var g = cv.getContext("2d"), img = g.createImageData(n, n), A = r.attn[li][hh];
+        var g = cv.getContext("2d"), img = g.createImageData(n, n), A = r.attn[li][hh], top = headMax(A);
         for (var y = 0; y < n; y++) for (var x = 0; x < n; x++) {
-          var c = colour(Math.sqrt(A[y][x] || 0)), o = 4 * (y * n + x);
+          var c = colour(Math.sqrt((A[y][x] || 0) / top)), o = 4 * (y * n + x);
           img.data[o] = c[0]; img.data[o + 1] = c[1]; img.data[o + 2] = c[2]; img.data[o + 3] = 255;
         }
         g.putImageData(img, 0, 0);
@@ -363,7 +370,7 @@
       table.appendChild(tr);
     });
     box.appendChild(table);
-    box.appendChild(el("p", "olv-note", "Colour: √p (so that small probabilities show); the first " + n + " tokens of the sequence, " +
+    box.appendChild(el("p", "olv-note", "Colour: √(p / the head's largest p), so that small probabilities and spread heads show; the first " + n + " tokens of the sequence, " +
       "queries down, keys across. A red frame marks a sink head (α > " + r.sink_eps + ")."));
     return view;
   }
