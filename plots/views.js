@@ -107,6 +107,13 @@
       chart.on("mouseover", function (p) { if (p.value) show(p.value[0], p.value[1], false); });
       chart.on("click", function (p) { if (p.value) { show(p.value[0], p.value[1], true); if (o.click) o.click(p.value[0], p.value[1]); } });
       h.chart = chart;
+      // new values of the same cells (a layer switch): the chart stays, only its data change
+      // (disposing a chart while a frame is pending throws inside ECharts 6)
+      h.update = function () {
+        var d2 = [];
+        for (var y = 0; y < o.ny; y++) for (var x = 0; x < o.nx; x++) d2.push([x, y, o.value(x, y)]);
+        chart.setOption({ series: [{ data: d2 }] });
+      };
       h.cell = function (x, y) {
         var pt = chart.convertToPixel({ seriesIndex: 0 }, [x, y]);
         var r = div.getBoundingClientRect();
@@ -121,11 +128,14 @@
       cv.width = o.nx * cw;
       cv.height = o.ny * ch;
       var g = cv.getContext("2d");
-      for (var yy = 0; yy < o.ny; yy++) for (var xx = 0; xx < o.nx; xx++) {
-        var c = colour((o.value(xx, yy) - o.lo) / ((o.hi - o.lo) || 1));
-        g.fillStyle = "rgb(" + c.join(",") + ")";
-        g.fillRect(xx * cw, yy * ch, cw, ch);
-      }
+      h.update = function () {
+        for (var yy = 0; yy < o.ny; yy++) for (var xx = 0; xx < o.nx; xx++) {
+          var c = colour((o.value(xx, yy) - o.lo) / ((o.hi - o.lo) || 1));
+          g.fillStyle = "rgb(" + c.join(",") + ")";
+          g.fillRect(xx * cw, yy * ch, cw, ch);
+        }
+      };
+      h.update();
       wrap.appendChild(cv);
       box.appendChild(wrap);
       var at = function (ev) {
@@ -198,11 +208,12 @@
     box.appendChild(holder);
     box.appendChild(readout);
     var view = { kind: "activations", readout: readout, heats: [] };
-    bus.on(function (li) {
-      if (view.heats[0] && view.heats[0].chart) view.heats[0].chart.dispose();
-      holder.textContent = "";
-      var H = r.h[li];
+    var H = null, li = 0;
+    bus.on(function (k) {
+      li = k;
+      H = r.h[li];
       view.layer = li;
+      if (view.heats[0]) { view.heats[0].update(); return; }
       view.heats = [heat(holder, {
         nx: r.channels.length, ny: r.tokens.length, lo: range.lo, hi: range.hi, readout: readout,
         height: Math.max(260, Math.min(900, r.tokens.length * 13 + 70)),
@@ -265,8 +276,16 @@
     return view;
   }
 
+  var modals = {};
   function openHead(r, li, hh) {
     closeModal();
+    var mkey = r.key + ":" + r.layers[li] + ":" + hh;
+    if (modals[mkey]) {
+      OLV.modal = modals[mkey];
+      OLV.modal.element.style.display = "";
+      document.body.setAttribute("data-olv-modal", mkey);
+      return;
+    }
     var back = el("div", "olv-modal");
     var panel = el("div", "olv-modal-panel");
     var close = el("button", "olv-close", "close ✕");
@@ -296,8 +315,8 @@
           tok(r.tokens[x]) + " · p = " + fmt(A[y][x]);
       }
     });
-    OLV.modal = { layer: r.layers[li], head: hh, heat: hm, readout: readout, element: back };
-    document.body.setAttribute("data-olv-modal", r.key + ":" + r.layers[li] + ":" + hh);
+    OLV.modal = modals[mkey] = { layer: r.layers[li], head: hh, heat: hm, readout: readout, element: back };
+    document.body.setAttribute("data-olv-modal", mkey);
   }
   function headMax(A) {
     var m = 0;
@@ -306,8 +325,7 @@
   }
   function closeModal() {
     if (!OLV.modal) return;
-    if (OLV.modal.heat.chart) OLV.modal.heat.chart.dispose();
-    OLV.modal.element.remove();
+    OLV.modal.element.style.display = "none";
     OLV.modal = null;
     document.body.removeAttribute("data-olv-modal");
   }
@@ -412,13 +430,15 @@
       bar.appendChild(lab);
     });
     if (ids.length > 1) box.appendChild(bar);
-    var area = el("div");
-    box.appendChild(area);
     var view = OLV.views[s.id] = { kind: "side_by_side", of: of, parts: [] };
+    var drawn = {};   // one area per choice of models, kept hidden when another is shown
     function draw() {
-      if (EC) area.querySelectorAll(".olv-chart").forEach(function (d) { var c = EC.getInstanceByDom(d); if (c) c.dispose(); });
-      area.textContent = "";
-      var sel = ids.filter(function (_, i) { return chosen[i]; });
+      var sel = ids.filter(function (_, i) { return chosen[i]; }), key = sel.join(",");
+      Object.keys(drawn).forEach(function (k) { drawn[k].area.style.display = k === key ? "" : "none"; });
+      if (drawn[key]) { view.ids = sel; view.parts = drawn[key].parts; return; }
+      var area = el("div");
+      box.appendChild(area);
+      drawn[key] = { area: area, parts: [] };
       load(sel, function () {
         var rs = sel.map(rec), ctx = {};
         if (of === "activations" && rs.length > 0) {
@@ -437,7 +457,7 @@
           row.appendChild(col);
           return col;
         });
-        view.parts = rs.map(function (r, i) {
+        view.parts = drawn[key].parts = rs.map(function (r, i) {
           if ((of === "sink_map" || of === "attention_grid") && !r.attn) { cols[i].appendChild(el("p", "olv-note", "no attention recorded")); return null; }
           return RENDER[of](cols[i], r, ctx);
         });
