@@ -9,6 +9,7 @@
 //                                 { "hover": "expr -> {x, y}" },            // a real mouse move there
 //                                 { "click": "expr -> {x, y}" },            // press and release there
 //                                 { "wait": 200 },                          // milliseconds
+//                                 { "profile": "expr", "as": "name" },      // the 15 costliest functions while expr runs
 //                                 { "screenshot": "/path.png" } ] } ] }     // the viewport as PNG
 // Report: { "pages": [ { "url", "load_ms", "ready_ms", "cpu_ms", "errors": [text, ...], "results": {...},
 //                         "screenshots": {path: bytes} } ] }   (cpu_ms: the renderers' CPU time to load and draw)
@@ -122,7 +123,20 @@ async function runPage(page) {
   // above counts the other processes' turns too
   out.cpu_ms = Math.round(1000 * ((await rendererCpu()) - cpu0));
   for (const st of page.steps || []) {
-    if (st.eval) {
+    if (st.profile) {
+      // the functions that took the most time (self time, sampled) while expr ran
+      await send("Profiler.enable", {}, s);
+      await send("Profiler.setSamplingInterval", { interval: 200 }, s);
+      await send("Profiler.start", {}, s);
+      await evaluate(s, st.profile);
+      const { profile } = await send("Profiler.stop", {}, s);
+      const self = new Map(), dt = profile.timeDeltas || [], byId = new Map(profile.nodes.map((n) => [n.id, n]));
+      (profile.samples || []).forEach((id, i) => {
+        const f = byId.get(id).callFrame, k = (f.functionName || "(anon)") + " " + f.url.split("/").pop() + ":" + f.lineNumber + ":" + f.columnNumber;
+        self.set(k, (self.get(k) || 0) + (dt[i] || 0));
+      });
+      out.results[st.as || "profile"] = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 15).map(([k, us]) => Math.round(us / 1000) + " ms " + k);
+    } else if (st.eval) {
       out.results[st.as || st.eval] = await evaluate(s, st.eval);
     } else if (st.hover || st.click) {
       const p = await evaluate(s, st.hover || st.click);
