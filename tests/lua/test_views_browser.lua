@@ -5,8 +5,8 @@
 -- through make gallery's code (its views page and the gallery index). Every page must load with
 -- no console error, exception or failed load; a real mouse move over a known cell must show that
 -- cell's value and token; a click on a thumbnail must open that head enlarged; screenshots are
--- PNG files that are not empty. Needs chromium, node and make views-assets (all part of make
--- deps); where one is missing the test skips, except under CI (CI set), where it fails.
+-- PNG files that are not empty. Needs chromium, node and make views-assets (make test runs them:
+-- make deps installs chromium and nodejs); where one is missing the test skips, except under CI (CI set), where it fails.
 local t = require "outlierlab.tap"
 local views = require "outlierlab.figure.views"
 local gallery = require "outlierlab.runner.gallery"
