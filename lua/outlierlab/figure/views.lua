@@ -33,6 +33,7 @@ M.SINK_EPS = 0.3          -- Gu et al.'s ε: a head is a sink when its mean atte
 M.MAX_TOKENS = 64         -- tokens kept per record (the first ones of the sequence)
 M.MAX_CHANNELS = 256      -- channels kept per record: all up to this, else the ones with the largest |h|
 M.INLINE_BYTES = 1500000  -- a page's records inline up to this; beyond, in data files loaded on demand
+M.MAX_BATCH_TOKENS = 8192 -- capture runs one batch of at most this many tokens
 M.ECHARTS = "echarts-6.1.0"
 M.ASSET = "echarts.min.js"
 
@@ -298,6 +299,18 @@ function M.capture(ctx, m, corpus, spec, o)
     end
     s.attn = A
   end)
+  -- one batch of at most MAX_BATCH_TOKENS tokens: the attention probabilities of a paper-sized
+  -- batch (480 × 1024 tokens, 12 heads) would not fit in memory; the default profiles' batches
+  -- (32 × 64) are taken whole, so the sequence is the one every analysis of the run sees first
+  local bs = spec.batch
+  if bs and bs.B and bs.T and bs.B * bs.T > M.MAX_BATCH_TOKENS then
+    local s2 = {}
+    for k, v in pairs(spec) do s2[k] = v end
+    s2.batch = {}
+    for k, v in pairs(bs) do s2.batch[k] = v end
+    s2.batch.B = math.max(1, math.floor(M.MAX_BATCH_TOKENS / bs.T))
+    spec = s2
+  end
   B.probe_batches(ctx, m, P, corpus, spec, 1)
   local ls = {}
   for l in pairs(a.byl) do ls[#ls + 1] = l end
