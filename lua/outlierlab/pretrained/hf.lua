@@ -1396,6 +1396,9 @@ function M.export(dir, ctx, model, opts)
   if fam == "llama" and models.families.llama.extended(cfg) then
     fail(where, "a llama model with the imported families' options (head_dim, biases, qk_norm, …: Qwen, Gemma, Phi-2, Falcon, MPT) is not exported (only LLaMA's own block)")
   end
+  if (cfg.norm_variant or "plain") ~= "plain" or (cfg.residual_clip or 0) > 0 then
+    fail(where, "norm_variant '%s' / residual_clip %g have no Hugging Face equivalent", tostring(cfg.norm_variant), cfg.residual_clip or 0)
+  end
   if fam == "vit" and cfg.patch_ln then fail(where, "patch_ln (a LayerNorm after the patch embedding) has no Hugging Face ViT equivalent") end
   if fam ~= "llama" and not ACT_HF[cfg.act] then fail(where, "activation '%s' has no Hugging Face equivalent", tostring(cfg.act)) end
   local dtname = opts.dtype or "F32"
