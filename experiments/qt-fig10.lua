@@ -15,6 +15,7 @@ local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local views = require "outlierlab.figure.views"
 local inspect = require "outlierlab.measure.inspect"
 
 local model_spec = exp_runner.bert_mlm_spec   -- shared with qt-fig1/qt-fig2: one trained model
@@ -166,6 +167,7 @@ return {
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 10–13",
              claim = "The heads that own the outlier dimensions attend almost only to delimiter tokens in the last layers (a no-op), unlike heads without outliers and unlike the early layers." },
   profiles = exp_runner.profiles_with(exp_runner.BERT_MLM_PROFILES, {}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
+             { "views", views.stage{ spec = model_spec } } },
   summary = summary,
 }

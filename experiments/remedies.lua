@@ -21,6 +21,7 @@
 local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
+local views = require "outlierlab.figure.views"
 local quant = require "outlierlab.compress.rtn"
 local analysis = require "outlierlab.measure.metrics"
 local AR = require "outlierlab.measure.recent"
@@ -308,6 +309,8 @@ return {
     default = profile("default", { n_seeds = 3, n_eval = 8, n_calib = 4, variants = KEYS }),
     long = profile("long", { n_seeds = 3, n_eval = 8, n_calib = 4, variants = KEYS }),
   },
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
+             { "views", views.stage{ key = function(it) return it.key end, label = function(it) return BY_KEY[it.key].label end,
+                                   keep = function(it, run) return it.seed == run.cfg.seed end } } },
   summary = summary,
 }

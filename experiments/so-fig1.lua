@@ -11,6 +11,7 @@
 local exp_runner = require "outlierlab.experiment"
 local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
+local views = require "outlierlab.figure.views"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
 local FIG = overview.declare("Systematic outliers in x_down, W_down, h and A (SO Fig. 1, reproduced)")
@@ -44,6 +45,7 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 1 (and Fig. 13–22 with --model)",
              claim = "Outliers appear systematically in four places of one model: activation outliers in x_down and h, weight outliers in W_down, attention outliers at the initial token." },
   profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
+             { "views", views.stage{ spec = model_spec } } },
   summary = summary,
 }

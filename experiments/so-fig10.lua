@@ -12,6 +12,7 @@ local ptq = require "outlierlab.ptq"
 local exp_runner = require "outlierlab.experiment"
 local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
+local views = require "outlierlab.figure.views"
 
 local FIG = overview.declare("Activation outliers per attention variant (SO Fig. 10, reproduced)", {
   { kind = "bars", x = "model", y = "h_ratio", logy = true, title = "top-1 / median |h| at each variant's most massive layer" },
@@ -59,6 +60,7 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 10",
              claim = "Attention bias (d) and context-aware scaling (e) (and sigmoid attention) prevent the activation outliers that (a) default, (b) fixed bias and (c) context-aware bias attention show." },
   profiles = ptq.so_profiles({ quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
+             { "views", views.stage{ key = function(it) return it.variant end, label = function(it) return ptq.SO_LABELS[it.variant] end } } },
   summary = summary,
 }

@@ -15,6 +15,7 @@ local remedies = require "outlierlab.measure.recent"
 local quant = require "outlierlab.compress.rtn"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local views = require "outlierlab.figure.views"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig6: one trained model
 
@@ -207,6 +208,7 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 3",
              claim = "Activation outliers in h appear in shallow layers, persist through the middle layers and vanish in the last ones; they sit at the initial token and weak-semantic tokens, in a few fixed channels." },
   profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
+             { "views", views.stage{ spec = model_spec } } },
   summary = summary,
 }

@@ -13,6 +13,7 @@ local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local views = require "outlierlab.figure.views"
 
 local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
 
@@ -117,6 +118,7 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 6",
              claim = "Attention outliers (keys with a large cumulative attention) sit at the initial token and weak-semantic tokens, the same tokens as the activation outliers." },
   profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 5 }, default = { tau = 10 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
+             { "views", views.stage{ spec = model_spec } } },
   summary = summary,
 }

@@ -56,7 +56,8 @@ local function classify(rec, root)
   local c = { png = {}, pdf = {}, nc = {}, hist_png = {}, hist_nc = {}, other = {} }
   for _, f in ipairs(rec.files or {}) do
     local path = rec.dir .. "/" .. f
-    if exists(root .. "/" .. path) then
+    -- views/ (one sequence's records and exports) is linked from the run's views page
+    if not f:match("^views/") and exists(root .. "/" .. path) then
       local hist = f:match("^history/")
       local ext = f:match("%.(%w+)$")
       if hist and ext == "png" then c.hist_png[#c.hist_png + 1] = path
@@ -72,6 +73,11 @@ local function classify(rec, root)
   return c
 end
 
+local function bytes_text(n)
+  if n >= 1e6 then return string.format("%.1f MB", n / 1e6) end
+  return string.format("%.0f kB", n / 1e3)
+end
+
 local function seconds_text(s)
   s = tonumber(s) or 0
   if s < 90 then return string.format("%.1f s", s) end
@@ -83,6 +89,35 @@ end
 local function machine_text(r)
   if type(r.machine) ~= "table" then return "" end
   return ", on " .. require("outlierlab.figure.netcdf").machine_line(r.machine)
+end
+
+-- the interactive views of a run that saved views records (outlierlab.figure.views): its page
+-- <run dir>/views.html beside the claim, the paper's number, ours and the verdict; the charting
+-- library in <root>/_assets. Returns the page's path relative to root and its size, or nil.
+function M.views_page(r, root, index)
+  local views = require "outlierlab.figure.views"
+  local dir = root .. "/" .. r.dir
+  local recs = views.records_in(dir, r.files)
+  if #recs == 0 then return nil end
+  local links = { { "index", views.relative(dir, index) }, { "run.json", "run.json" } }
+  for _, f in ipairs(r.files or {}) do
+    if f == "summary.md" or (f:match("%.png$") and not f:match("^history/")) or (f:match("%.nc$") and not f:match("^history/")) then
+      links[#links + 1] = { f:match("[^/]+$"), f }
+    end
+  end
+  for _, rec in ipairs(recs) do
+    if exists(dir .. "/views/" .. rec.key .. ".attention.json") then
+      links[#links + 1] = { rec.key .. " attention (CircuitsVis JSON)", "views/" .. rec.key .. ".attention.json" }
+    end
+  end
+  local path, bytes, extra = views.page{
+    path = dir .. "/views.html", assets = root .. "/_assets",
+    title = r.id .. " — interactive views (" .. tostring(r.profile) .. " profile)",
+    subtitle = "One held-out sequence through the run's model" .. (#recs > 1 and "s" or "") .. ": " .. tostring(r.title or ""),
+    facts = { claim = r.claim, source = ((r.paper or "") .. " " .. (r.figure or "")), paper = r.paper_result, ours = r.reproduced,
+              verdict = r.verdict, run = string.format("profile %s, seed %s, %s", tostring(r.profile), tostring(r.seed), tostring(r.date)) },
+    links = links, views = views.run_views(recs) }
+  return r.dir .. "/views.html", bytes + extra, #recs
 end
 
 local VERDICT_CLASS = { holds = "holds", ["does not hold"] = "fails", inconclusive = "open",
@@ -107,6 +142,8 @@ table.toc td, table.toc th { border: 1px solid #ddd; padding: 0.3em 0.6em; text-
 .open { background: #eee; color: #444; }
 .missing { color: #888; font-style: italic; }
 .links a { margin-right: 0.8em; }
+.views-link { font-size: 0.92em; margin: 0.4em 0 0; }
+.views-link a { font-weight: bold; }
 ]]
 
 -- write <out>/index.html and <out>/index.md for the results under root; returns both paths
@@ -120,8 +157,11 @@ function M.build(root, out)
     if root:sub(1, #out + 1) == out .. "/" then prefix = root:sub(#out + 2) .. "/"
     else prefix = root .. "/" end
   end
+  -- the interactive views' charting library once for every page (make views-assets; without it
+  -- the pages draw plain heat maps and say how to install it)
+  local have_assets = require("outlierlab.figure.views").install_assets(root .. "/_assets")
   local counts = { holds = 0, ["does not hold"] = 0, inconclusive = 0 }
-  local nruns = 0
+  local nruns, n_views = 0, 0
   for _, rs in pairs(runs) do
     for _, r in ipairs(rs) do nruns = nruns + 1; counts[r.verdict] = (counts[r.verdict] or 0) + 1 end
   end
@@ -171,12 +211,17 @@ function M.build(root, out)
       local leaf = r.dir:match("[^/]+$")
       local vclass = VERDICT_CLASS[r.verdict] or "open"
       H(string.format('<div class="run" id="%s-%s">', html(e.id), html(leaf)))
+      local vpage, vbytes, nrec = M.views_page(r, root, (out or root) .. "/index.html")
+      local vlink = vpage and string.format('<p class="views-link"><a href="%s">Interactive views</a> of %s: |h| per token and channel, ' ..
+        'the first token across the layers, the sink map, every head\'s attention (%s)</p>', url(prefix .. vpage),
+        nrec > 1 and (nrec .. " models side by side") or "the model", bytes_text(vbytes)) or ""
       if c.png[1] then
-        H(string.format('<figure><a href="%s"><img src="%s" alt="%s, %s profile"></a></figure>',
-          url(prefix .. (c.pdf[1] or c.png[1])), url(prefix .. c.png[1]), html(e.id), html(r.profile)))
+        H(string.format('<figure><a href="%s"><img src="%s" alt="%s, %s profile"></a>%s</figure>',
+          url(prefix .. (c.pdf[1] or c.png[1])), url(prefix .. c.png[1]), html(e.id), html(r.profile), vlink))
       else
-        H('<figure><p class="missing">no figure</p></figure>')
+        H('<figure><p class="missing">no figure</p>' .. vlink .. '</figure>')
       end
+      if vpage then n_views = n_views + 1 end
       H('<dl class="facts">')
       H('<dt>Claim, ' .. html((r.paper or "") .. " " .. (r.figure or "")) .. '</dt><dd>' .. html(r.claim) .. '</dd>')
       if r.paper_result then H('<dt>Paper</dt><dd>' .. html(r.paper_result) .. '</dd>') end
@@ -214,6 +259,7 @@ function M.build(root, out)
       H('</dl>\n</div>')
       Md(string.format("### %s profile\n", md(r.profile)))
       if c.png[1] then Md(string.format("![%s, %s profile](%s)\n", md(e.id), md(r.profile), url(prefix .. c.png[1]))) end
+      if vpage then Md(string.format("[Interactive views](%s) (HTML)\n", url(prefix .. vpage))) end
       Md("- Claim, " .. md((r.paper or "") .. " " .. (r.figure or "")) .. ": " .. md(r.claim))
       if r.paper_result then Md("- Paper: " .. md(r.paper_result)) end
       if r.reproduced then Md("- Reproduced: " .. md(r.reproduced)) end
@@ -235,7 +281,7 @@ window.addEventListener("load", function () {
   local hp, mp = out .. "/index.html", out .. "/index.md"
   plot.write_atomic(hp, table.concat(h, "\n") .. "\n")
   plot.write_atomic(mp, table.concat(m, "\n") .. "\n")
-  return hp, mp, nruns
+  return hp, mp, nruns, n_views, have_assets
 end
 
 -- ---------------------------------------------------------------- checking the page in a browser
@@ -286,6 +332,36 @@ function M.dom(page)
   return headless(page, "--virtual-time-budget=5000 --dump-dom")
 end
 
+-- load pages (file paths) in headless Chromium through scripts/browser.js (node, the DevTools
+-- protocol on a pipe); returns the report ({ pages = { { url, load_ms, errors, ... } } }) or nil
+-- and why. Each page waits until its views are drawn (data-olv-ready) when it has views.
+function M.load_pages(paths)
+  local b = M.browser()
+  if not b then return nil, "no chromium on this machine (apt-get install chromium)" end
+  local p = io.popen("command -v node 2>/dev/null")
+  local node = p:read("*l")
+  p:close()
+  if not node or node == "" then return nil, "no node on this machine (apt-get install nodejs)" end
+  local ol = require "outlierlab"
+  local plan = { chromium = b, pages = {} }
+  for i, path in ipairs(paths) do
+    local abs = path:sub(1, 1) == "/" and path or ((os.getenv("PWD") or ".") .. "/" .. path)
+    plan.pages[i] = { url = "file://" .. abs,
+                      ready = "!document.getElementById('olv-spec') || document.body.getAttribute('data-olv-ready')",
+                      -- then every view drawn (the page draws those below the window on scroll)
+                      steps = { { eval = "!window.OLV || OLV.ensureAll()", as = "all" }, { wait = 500 } } }
+  end
+  local tmp = os.tmpname()
+  require("outlierlab.util.fs").write_atomic(tmp, cjson.encode(plan))
+  local q = io.popen(sq(node) .. " " .. sq(ol.root .. "/scripts/browser.js") .. " " .. sq(tmp) .. " 2>&1")
+  local out = q:read("*a")
+  q:close()
+  os.remove(tmp)
+  local ok, rep = pcall(cjson.decode, out:match("(%b{})%s*$") or "")
+  if not ok or type(rep) ~= "table" or not rep.pages then return nil, "scripts/browser.js: " .. out:sub(1, 500) end
+  return rep
+end
+
 -- bin/outlierlab gallery [--results=DIR] [--out=DIR] [--check=PNG]: --check also loads the
 -- page in headless Chromium, fails when an image is broken, and saves a screenshot to PNG
 function M.main(argv)
@@ -305,8 +381,9 @@ function M.main(argv)
   root = root:gsub("/+$", "")
   if out then out = out:gsub("/+$", "") end
   os.execute("mkdir -p " .. sq(out or root))
-  local hp, mp, n = M.build(root, out)
-  print(string.format("gallery: %d run(s) -> %s and %s", n, hp, mp))
+  local hp, mp, n, nv, assets = M.build(root, out)
+  print(string.format("gallery: %d run(s) -> %s and %s; %d with interactive views%s", n, hp, mp, nv,
+    (nv > 0 and not assets) and " (no charting library: make views-assets; the views draw plain heat maps)" or ""))
   if check then
     local dom, ok = M.dom(hp)
     local imgs = dom:match('data%-images="([^"]*)"')
@@ -316,6 +393,25 @@ function M.main(argv)
     local sok, msg = M.screenshot(hp, check)
     if not sok then error("gallery: screenshot failed: " .. msg, 0) end
     print("gallery: screenshot " .. check)
+    -- the index and every interactive views page, with their scripts: no console error
+    local pages = { hp }
+    for _, rs in pairs(M.runs(root)) do
+      for _, r in ipairs(rs) do
+        local v = root .. "/" .. r.dir .. "/views.html"
+        local f = io.open(v, "rb")
+        if f then f:close() pages[#pages + 1] = v end
+      end
+    end
+    local rep, why = M.load_pages(pages)
+    if not rep then error("gallery: " .. why, 0) end
+    local bad = 0
+    for _, p in ipairs(rep.pages) do
+      print(string.format("gallery: %s loaded in %s ms (%s ms of renderer CPU), %d console error(s)%s", p.url, tostring(p.ready_ms or p.load_ms),
+        tostring(p.cpu_ms), #p.errors,
+        p.errors[1] and (": " .. p.errors[1]) or ""))
+      bad = bad + #p.errors
+    end
+    if bad > 0 then error("gallery: " .. bad .. " console error(s) on the pages", 0) end
   end
   return 0
 end
