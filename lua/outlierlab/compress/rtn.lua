@@ -168,7 +168,11 @@ function M.blocker(model, setting)
   return nil
 end
 
-function M.rotate_inplace(ctx, model)
+-- mode: true (QuaRot: online rotations before down_proj and o_proj) or "down_only"
+function M.rotate_inplace(ctx, model, mode)
+  if mode ~= nil and mode ~= true and mode ~= "down_only" then
+    error("quant.rotate: hadamard must be true or \"down_only\", got " .. tostring(mode), 2)
+  end
   local why = M.rotation_blocker(model)
   if why then error("quant.rotate: " .. why, 2) end
   local cfg = model.cfg
@@ -199,9 +203,17 @@ function M.rotate_inplace(ctx, model)
     for _, w in ipairs(readers2) do R(w, 1) end
     R(at.o.weight, 0)
     R(mlp.down.weight, 0)
-    -- online Hadamard on d_ff before down_proj
+    -- online Hadamards on the inputs that are not the stream: d_ff before down_proj and the
+    -- heads' concatenated output before o_proj (QuaRot's Fig. 4 / §4: H_heads ⊗ H_dhead, which
+    -- for Sylvester matrices is the full H on n_head·d_head; fusing the d_head factor into W_v
+    -- only matters for a quantised V cache). o_proj's input stays unrotated with "down_only"
+    -- (the project's rotation before issue 50).
     R(mlp.down.weight, 1)
     add_pre(mlp.down, function(x) return ol.check_ptr(C.ol_hadamard(x, 0)) end)
+    if mode ~= "down_only" then
+      R(at.o.weight, 1)
+      add_pre(at.o, function(x) return ol.check_ptr(C.ol_hadamard(x, 0)) end)
+    end
   end
   -- the final norm's reader: head_proj (Park et al.'s projection) or the head
   local reader = model.head_proj or model.lm_head
@@ -210,9 +222,9 @@ function M.rotate_inplace(ctx, model)
   if model.embed_proj then R(model.embed_proj.weight, 0) else R(model.embed_tokens.weight, 1) end
 end
 
-function M.rotate(ctx, model)
+function M.rotate(ctx, model, mode)
   local snap = compress.snapshot(ctx)
-  M.rotate_inplace(ctx, model)
+  M.rotate_inplace(ctx, model, mode)
   return handle(ctx, model, snap)
 end
 
@@ -260,35 +272,124 @@ function M.batches(ctx, loader, n)
   return out
 end
 
+-- ---------------------------------------------------------------- SmoothQuant
+-- SmoothQuant (Xiao et al. 2023, Eq. 4 and their smooth.py): one scale per norm, shared by the
+-- linears that read that norm's output (q, k, v from the attention norm; gate and up, or fc1, from
+-- the MLP's norm), with max|W_j| over all of them:
+--   s_j = max(max|X_j|^α / max(max_{i, linear}|W_ij|, 1e-5)^(1−α), 1e-5)
+-- Their code folds 1/s into the norm's gain; here X' = X·diag(s)⁻¹ is applied online on the norm's
+-- output before each reader (the same X' up to fp32 rounding, and valid where the norm's output
+-- also feeds something else: BERT's post-LN residual, the attention variants' gates). Linears
+-- that do not read a norm's output (o_proj, down_proj, fc2) are not smoothed. The readers are
+-- found by tensor identity while calibrating, so every family and norm placement is covered.
+-- scope "per_linear" (the project's SmoothQuant before issue 50): every linear, o_proj and
+-- down_proj included, its own scale from its own weight.
+M.NORM_CLASSES = { [nn.RMSNorm] = true, [nn.LayerNorm] = true }
+local function addr(x) return tonumber(ffi.cast("intptr_t", ffi.cast("const void *", x))) end
+
+-- calibrate: per linear, max|X_j| over the calib batches (maxes[i]) and the norm module whose
+-- output it reads (source[i], false when none); one batch at a time so that addresses are fresh
+function M.smooth_calibrate(ctx, model, lins, calib)
+  local norms = walk(model, function(t) return M.NORM_CLASSES[getmetatable(t)] end)
+  local made, prev = {}, {}
+  for k, nm in ipairs(norms) do
+    local f = rawget(nm, "forward") or getmetatable(nm).forward
+    prev[k] = rawget(nm, "forward") or false
+    nm.forward = function(self, x)
+      local y = f(self, x)
+      made[addr(y)] = self
+      return y
+    end
+  end
+  local maxes, source = {}, {}
+  for i, l in ipairs(lins) do
+    local mx = ffi.new("float[?]", l.mod.nin)
+    maxes[i] = mx
+    add_pre(l.mod, function(x)
+      local nm = made[addr(x)] or false
+      if source[i] == nil then source[i] = nm
+      elseif source[i] ~= nm then error("quant: smooth: " .. l.name .. " reads a different tensor from one batch to the next", 0) end
+      check(C.ol_absmax_cols(x, mx))
+      return x
+    end)
+  end
+  local ok, err = pcall(function()
+    for _, b in ipairs(calib) do
+      for k in pairs(made) do made[k] = nil end
+      M.evaluate(ctx, model, { b })
+    end
+  end)
+  for k, nm in ipairs(norms) do nm.forward = prev[k] or nil end
+  for _, l in ipairs(lins) do table.remove(l.mod._pre) end   -- the recorders
+  if not ok then error(err, 0) end
+  return maxes, source
+end
+
+-- the shared scales of one group of linears reading the same input: s (a float[nin])
+function M.smooth_scales(xmax, weights, alpha)
+  local n = tonumber(weights[1].shape[1])
+  local s = ffi.new("float[?]", n)
+  for j = 0, n - 1 do
+    local wm = 0
+    for _, w in ipairs(weights) do
+      local rows, d = tonumber(w.shape[0]), w.data
+      for r = 0, rows - 1 do wm = math.max(wm, math.abs(d[r * n + j])) end
+    end
+    s[j] = math.max(xmax[j] ^ alpha / math.max(wm, 1e-5) ^ (1 - alpha), 1e-5)
+  end
+  return s
+end
+
+function M.smooth_inplace(ctx, model, lins, o)
+  local alpha = o.smooth == true and 0.5 or o.smooth
+  if type(alpha) ~= "number" or alpha < 0 or alpha > 1 then error("quant: smooth must be true or α in [0, 1]", 0) end
+  if not o.calib or #o.calib == 0 then error("quant: smooth needs calib batches", 0) end
+  local scope = o.smooth_scope or "norm"
+  if scope ~= "norm" and scope ~= "per_linear" then error("quant: smooth_scope must be \"norm\" or \"per_linear\", got " .. tostring(scope), 0) end
+  local maxes, source = M.smooth_calibrate(ctx, model, lins, o.calib)
+  local function migrate(group, s)
+    local nin = group[1].mod.nin
+    local inv = ctx:tensor({ nin }, { persistent = true })
+    for j = 0, nin - 1 do inv.data[j] = 1 / s[j] end
+    for _, l in ipairs(group) do
+      check(C.ol_scale_cols_(l.mod.weight, s, 0))
+      add_pre(l.mod, function(x) return x * inv end)
+    end
+  end
+  if scope == "per_linear" then
+    for i, l in ipairs(lins) do
+      local s = ffi.new("float[?]", l.mod.nin)
+      check(C.ol_smooth_scales(maxes[i], l.mod.weight, alpha, s))
+      migrate({ l }, s)
+    end
+    return
+  end
+  local groups, order = {}, {}
+  for i, l in ipairs(lins) do
+    local nm = source[i]
+    if nm then
+      if not groups[nm] then groups[nm] = { lins = {}, xmax = maxes[i] } order[#order + 1] = nm end
+      local g = groups[nm]
+      g.lins[#g.lins + 1] = l
+      for j = 0, l.mod.nin - 1 do g.xmax[j] = math.max(g.xmax[j], maxes[i][j]) end
+    end
+  end
+  for _, nm in ipairs(order) do
+    local g, ws = groups[nm], {}
+    for k, l in ipairs(g.lins) do ws[k] = l.mod.weight end
+    migrate(g.lins, M.smooth_scales(g.xmax, ws, alpha))
+  end
+end
+
 local function on(bits) return bits and bits < 16 end
 
 function M.apply(ctx, model, o)
   o = o or {}
   local snap = compress.snapshot(ctx)
   local ok, err = pcall(function()
-    if o.hadamard then M.rotate_inplace(ctx, model) end
+    if o.hadamard then M.rotate_inplace(ctx, model, o.hadamard) end
     local lins = M.linears(model, o.keep)
-    if o.smooth then
-      local alpha = o.smooth == true and 0.5 or o.smooth
-      if type(alpha) ~= "number" or alpha < 0 or alpha > 1 then error("quant: smooth must be true or α in [0, 1]", 0) end
-      if not o.calib or #o.calib == 0 then error("quant: smooth needs calib batches", 0) end
-      local maxes = {}
-      for i, l in ipairs(lins) do
-        local mx = ffi.new("float[?]", l.mod.nin)
-        maxes[i] = mx
-        add_pre(l.mod, function(x) check(C.ol_absmax_cols(x, mx)) return x end)
-      end
-      M.evaluate(ctx, model, o.calib)
-      for i, l in ipairs(lins) do
-        table.remove(l.mod._pre)           -- the recorder
-        local s = ffi.new("float[?]", l.mod.nin)
-        check(C.ol_smooth_scales(maxes[i], l.mod.weight, alpha, s))
-        check(C.ol_scale_cols_(l.mod.weight, s, 0))
-        local inv = ctx:tensor({ l.mod.nin }, { persistent = true })
-        for j = 0, l.mod.nin - 1 do inv.data[j] = 1 / s[j] end
-        add_pre(l.mod, function(x) return x * inv end)
-      end
-    end
+    if o.smooth then M.smooth_inplace(ctx, model, lins, o) end
     for _, l in ipairs(lins) do
       if on(o.wbits) then check(C.ol_absmax_quant_(l.mod.weight, o.wbits, o.w_per_channel == false and 0 or 1)) end
       if on(o.abits) then
