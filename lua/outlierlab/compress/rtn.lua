@@ -6,7 +6,8 @@
 --
 --   local quant = require "outlierlab.compress.rtn"
 --   local h = quant.apply(ctx, model, { wbits = 4, abits = 4, w_per_channel = true, a_per_token = true,
---                                       clip = 1, smooth = false | α, hadamard = false | true,
+--                                       clip = 1, smooth = false | α, smooth_scope = "norm" | "per_linear",
+--                                       hadamard = false | true | "down_only",
 --                                       calib = { batch, ... } (for smooth) })
 --   local loss = quant.evaluate(ctx, model, batches)      -- token-weighted mean loss, eval mode
 --   h:restore()                                           -- weights and forwards as before
@@ -37,8 +38,11 @@
 --      W ← W·Q for every linear reading the stream (q, k, v, gate, up, lm_head, the variants'
 --      gate weights), W ← Qᵀ·W for every linear writing it (o_proj, down_proj); RMSNorm without a
 --      gain commutes with Q (rms(xQ) = rms(x));
---   3. online: x_down ← x_down·H before down_proj and W_down ← W_down·H (H the block Hadamard on
---      d_ff), so that every linear input is rotated.
+--   3. online: x ← x·H before down_proj (H on d_ff) and before o_proj (H on n_head·d_head), and
+--      W ← W·H for both, so that every linear input is rotated (hadamard = "down_only": o_proj's
+--      input unrotated, the project's variant before issue 50).
+-- SmoothQuant (Xiao et al. 2023): one scale per norm shared by its readers (q/k/v, gate/up),
+-- o_proj and down_proj unsmoothed (M.smooth_inplace; smooth_scope = "per_linear": the old variant).
 -- In full precision the logits are unchanged up to fp32 rounding (tested).
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
@@ -550,8 +554,9 @@ function M.method_text(n_calib, kept)
   return "The project's 4-bit-era post-training quantisation (outlierlab.compress.rtn, docs/reference/compression.md): round to nearest, " ..
     "symmetric, weights per output channel and activations per token with dynamic ranges, on the input and weight of every " ..
     "linear layer of the blocks (" .. kept .. ", attention scores and probabilities in full precision); W4A4 + Hadamard " ..
-    "first applies a QuaRot-style Walsh–Hadamard rotation (exact in full precision), W4A4 + SmoothQuant first migrates " ..
-    "activation scale to the weights (α = 0.5, maxima from " .. n_calib .. " calibration batch(es))."
+    "first applies QuaRot's Walsh–Hadamard rotation (the residual stream, and online before o_proj and down_proj; exact in full " ..
+    "precision), W4A4 + SmoothQuant first migrates activation scale to the weights with one scale per norm shared by its " ..
+    "readers (q/k/v, gate/up; o_proj and down_proj unsmoothed; α = 0.5, maxima from " .. n_calib .. " calibration batch(es))."
 end
 
 -- Why settings do not apply, one line per (setting, reason): entries = { {who =, label =, reason =} }
