@@ -8,6 +8,8 @@
 --   local h = quant.apply(ctx, model, { wbits = 4, abits = 4, w_per_channel = true, a_per_token = true,
 --                                       clip = 1, smooth = false | α, smooth_scope = "norm" | "per_linear",
 --                                       hadamard = false | true | "down_only",
+--                                       wfmt / afmt = "int" (wbits / abits) | "e4m3" | "e5m2" | "mxfp4" | "nvfp4",
+--                                       kv_bits = false | b, kv_keep = 0 (first tokens kept in the KV cache),
 --                                       calib = { batch, ... } (for smooth) })
 --   local loss = quant.evaluate(ctx, model, batches)      -- token-weighted mean loss, eval mode
 --   h:restore()                                           -- weights and forwards as before
@@ -48,6 +50,7 @@ local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
 local compress = require "outlierlab.compress.fakequant"
 local quantisation = require "outlierlab.compress.evaluate"
+local formats = require "outlierlab.compress.formats"
 local ffi = ol.ffi
 local C = ol.C
 
@@ -88,20 +91,24 @@ function M.linears(model, pats)
   return out
 end
 
--- input transforms of a linear module, applied in order before its own forward
-local function add_pre(mod, fn)
+-- input transforms of a linear module, applied in order before its own forward, and output
+-- transforms after it (the KV cache: k_proj's and v_proj's outputs)
+local function hook(mod)
   if not rawget(mod, "_pre") then
-    mod._pre = {}
+    mod._pre, mod._post = {}, {}
     mod.forward = function(self, x)
       for _, f in ipairs(self._pre) do x = f(x) end
-      return nn.Linear.forward(self, x)
+      local y = nn.Linear.forward(self, x)
+      for _, f in ipairs(self._post) do y = f(y) end
+      return y
     end
   end
-  mod._pre[#mod._pre + 1] = fn
 end
+local function add_pre(mod, fn) hook(mod) mod._pre[#mod._pre + 1] = fn end
+local function add_post(mod, fn) hook(mod) mod._post[#mod._post + 1] = fn end
 local function clear_pre(model)
   for _, m in ipairs(walk(model, function(t) return getmetatable(t) == nn.Linear end)) do
-    m._pre, m.forward = nil, nil
+    m._pre, m._post, m.forward = nil, nil, nil
   end
 end
 
@@ -385,6 +392,30 @@ function M.smooth_inplace(ctx, model, lins, o)
   end
 end
 
+-- ---------------------------------------------------------------- KV cache
+-- The KV cache (KVQuant, Hooper et al. 2024; IntactKV, Liu et al. 2024): k_proj's output (the
+-- keys before RoPE, as KVQuant quantises them) per channel over each sequence's tokens, v_proj's
+-- output per token, symmetric RTN with kv_bits; the first kv_keep tokens of each sequence stay in
+-- full precision and do not enter the key scales (the attention sink's key is the largest).
+-- Every attention layer's k_proj / v_proj is found by name (also those kept by o.keep).
+function M.kv_linears(model)
+  local ks, vs = {}, {}
+  for _, l in ipairs(M.linears(model, {})) do
+    if l.name:match("k_proj%.weight$") then ks[#ks + 1] = l.mod end
+    if l.name:match("v_proj%.weight$") then vs[#vs + 1] = l.mod end
+  end
+  return ks, vs
+end
+function M.quantize_kv(model, o)
+  local keep = o.kv_keep or 0
+  if type(keep) ~= "number" or keep < 0 or keep % 1 ~= 0 then error("quant: kv_keep must be a whole number of tokens, got " .. tostring(keep), 0) end
+  local ks, vs = M.kv_linears(model)
+  if #ks == 0 then error("quant: kv_bits: no k_proj/v_proj linear in this model", 0) end
+  local bits = o.kv_bits
+  for _, m in ipairs(ks) do add_post(m, function(y) return formats.kv(y, { bits = bits, per_channel = true, keep = keep }) end) end
+  for _, m in ipairs(vs) do add_post(m, function(y) return formats.kv(y, { bits = bits, per_channel = false, keep = keep }) end) end
+end
+
 local function on(bits) return bits and bits < 16 end
 
 function M.apply(ctx, model, o)
@@ -394,13 +425,19 @@ function M.apply(ctx, model, o)
     if o.hadamard then M.rotate_inplace(ctx, model, o.hadamard) end
     local lins = M.linears(model, o.keep)
     if o.smooth then M.smooth_inplace(ctx, model, lins, o) end
+    local wf, af = formats.check(o.wfmt, "wfmt") or "int", formats.check(o.afmt, "afmt") or "int"
     for _, l in ipairs(lins) do
-      if on(o.wbits) then check(C.ol_absmax_quant_(l.mod.weight, o.wbits, o.w_per_channel == false and 0 or 1)) end
-      if on(o.abits) then
+      if wf ~= "int" then formats.quantize_(l.mod.weight, wf, o.w_per_channel == false and "tensor" or "row")
+      elseif on(o.wbits) then check(C.ol_absmax_quant_(l.mod.weight, o.wbits, o.w_per_channel == false and 0 or 1)) end
+      if af ~= "int" then
+        local scaling = o.a_per_token == false and "tensor" or "row"
+        add_pre(l.mod, function(x) return formats.quantize(x, af, scaling) end)
+      elseif on(o.abits) then
         local bits, per_tok, clip = o.abits, o.a_per_token == false and 0 or 1, o.clip or 1
         add_pre(l.mod, function(x) return ol.check_ptr(C.ol_quant_tokens(x, bits, per_tok, clip)) end)
       end
     end
+    if on(o.kv_bits) then M.quantize_kv(model, o) end
   end)
   local h = handle(ctx, model, snap)
   if not ok then h.restore() error(err, 2) end
@@ -585,6 +622,22 @@ M.SETTINGS = {
   { name = "w4a4", label = "W4A4", wbits = 4, abits = 4 },
   { name = "w4a4_hadamard", label = "W4A4 + Hadamard", wbits = 4, abits = 4, hadamard = true },
   { name = "w4a4_smooth", label = "W4A4 + SmoothQuant", wbits = 4, abits = 4, smooth = 0.5 },
+}
+-- the floating-point formats (compress/formats.lua): weights per output channel and activations per
+-- token for FP8 (an FP32 scale amax/max each), blocks along the input dim for MXFP4 / NVFP4
+M.FORMAT_SETTINGS = {
+  { name = "w8a8_e4m3", label = "W8A8 FP8 E4M3", wfmt = "e4m3", afmt = "e4m3" },
+  { name = "w8a8_e5m2", label = "W8A8 FP8 E5M2", wfmt = "e5m2", afmt = "e5m2" },
+  { name = "w4a4_mxfp4", label = "W4A4 MXFP4", wfmt = "mxfp4", afmt = "mxfp4" },
+  { name = "w4a4_nvfp4", label = "W4A4 NVFP4", wfmt = "nvfp4", afmt = "nvfp4" },
+}
+-- the KV cache alone (weights and activations in full precision): INT4 and INT2, without and
+-- with the first token (the attention sink of a causal decoder) kept in full precision
+M.KV_SETTINGS = {
+  { name = "kv4", label = "KV4", kv_bits = 4 },
+  { name = "kv4_keep1", label = "KV4, first token kept", kv_bits = 4, kv_keep = 1 },
+  { name = "kv2", label = "KV2", kv_bits = 2 },
+  { name = "kv2_keep1", label = "KV2, first token kept", kv_bits = 2, kv_keep = 1 },
 }
 
 return M
