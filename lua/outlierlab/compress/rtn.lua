@@ -639,5 +639,11 @@ M.KV_SETTINGS = {
   { name = "kv2", label = "KV2", kv_bits = 2 },
   { name = "kv2_keep1", label = "KV2, first token kept", kv_bits = 2, kv_keep = 1 },
 }
+-- everything the leaderboard (experiments/remedies.lua) measures: SETTINGS first (their indices
+-- unchanged), then the formats and the KV cache
+M.LEADERBOARD = {}
+for _, list in ipairs({ M.SETTINGS, M.FORMAT_SETTINGS, M.KV_SETTINGS }) do
+  for _, s in ipairs(list) do M.LEADERBOARD[#M.LEADERBOARD + 1] = s end
+end
 
 return M
