@@ -82,16 +82,7 @@ for _, p in ipairs(mc:params()) do
   if p.ndim >= 2 then p:normal_(0, 0.2, 600 + p.param_index) end
   if name:match("ln%d%.weight$") or name == "norm.weight" then p:uniform_(0.5, 1.5, 700 + p.param_index) p.data[5] = 12 end
 end
-local batches = {}
-for i = 1, 2 do
-  local ids = mc:tensor({ 2, 16 }, { dtype = "i32", persistent = true })
-  local tg = mc:tensor({ 2, 16 }, { dtype = "i32", persistent = true })
-  for j = 0, 31 do
-    ids.idata[j] = math.floor(C.ol_rand_uniform(i + 30, j) * cfg.vocab_size)
-    tg.idata[j] = math.floor(C.ol_rand_uniform(i + 37, j) * cfg.vocab_size)
-  end
-  batches[i] = { ids = ids, targets = tg }
-end
+local batches = dofile(ol.root .. "/tests/lua/lib/lm_batches.lua")(mc, cfg.vocab_size, { seed = 30 })
 local lins = quant.linears(m)
 local FP = {}   -- name -> { W = flat list, nin =, nout = }
 for _, l in ipairs(lins) do FP[l.name] = { W = l.mod.weight:tolist(), nin = l.mod.nin, nout = l.mod.nout } end
@@ -125,15 +116,9 @@ end
 local function reference(X, A, Wp, nin, nout)
   local Xa = A and f32all(A(X)) or X
   local xq, wq = rtn_rows(Xa, nin, 4), rtn_rows(f32all(Wp), nin, 4)
-  local rows, out = #X / nin, {}
-  for r = 0, rows - 1 do
-    for o = 0, nout - 1 do
-      local s = 0
-      for j = 1, nin do s = s + xq[r * nin + j] * wq[o * nin + j] end
-      out[r * nout + o + 1] = s
-    end
-  end
-  return out
+  local wt = {}   -- Wᵀ (nin × nout)
+  for o = 0, nout - 1 do for j = 0, nin - 1 do wt[j * nout + o + 1] = wq[o * nin + j + 1] end end
+  return mm(xq, wt, #X / nin, nin, nout)
 end
 local function worst(a, b)
   local d, big = 0, 1
