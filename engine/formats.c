@@ -182,33 +182,52 @@ int ol_quant_fp_(ol_tensor *w, int32_t fmt, int32_t scaling) {
 
 /* KV cache (KVQuant, Hooper et al. 2024; IntactKV, Liu et al. 2024): x (B, T, D) as written to
  * the cache (k_proj's or v_proj's output). Symmetric RTN with `bits`, keys per channel (one scale
- * per (sequence, channel) over its tokens: per_channel = 1) or values per token (per_channel = 0);
- * the first `keep` tokens of each sequence stay in full precision and do not enter the scales. */
-ol_tensor *ol_quant_kv(ol_tensor *x, int32_t bits, int32_t per_channel, int32_t keep) {
+ * per (sequence, channel) over its tokens: per_channel = 1) or values per token (per_channel = 0).
+ * Kept in full precision and out of the scales: the first `keep` tokens of each sequence (the
+ * attention sink of a causal decoder; IntactKV) and the `top` further tokens with the largest
+ * max|x| over D (outlier tokens, as KVQuant's dense-and-sparse keeps outliers; a tie goes to the
+ * earlier token). */
+ol_tensor *ol_quant_kv(ol_tensor *x, int32_t bits, int32_t per_channel, int32_t keep, int32_t top) {
     if (ol__check_f32("quant_kv", x)) return NULL;
     if (x->ndim != 3) OL_FAIL("quant_kv: '%s' %s must be (B, T, D)", x->name, OL_SHAPE(x));
     if (bits < 2 || bits > 16) OL_FAIL("quant_kv: bits %d not in 2..16 for '%s'", bits, x->name);
-    if (keep < 0) OL_FAIL("quant_kv: keep %d is negative", keep);
+    if (keep < 0 || top < 0) OL_FAIL("quant_kv: keep %d and top %d must not be negative", keep, top);
     ol_tensor *y = ol__new(x->ctx, OL_F32, x->ndim, x->shape, "quant_kv");
     if (!y) return NULL;
     int64_t B = x->shape[0], T = x->shape[1], D = x->shape[2];
     float qmax = (float)((1 << (bits - 1)) - 1);
     memcpy(y->data, x->data, (size_t)x->numel * 4);
-    int64_t t0 = keep < T ? keep : T;
+    unsigned char *kept = ol__step_alloc(x->ctx, B * T, "quant_kv mask");
+    float *tmax = ol__step_alloc(x->ctx, B * T * 4, "quant_kv token max");
+    if (!kept || !tmax) return NULL;
     #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
     for (int64_t b = 0; b < B; b++) {
         const float *p = x->data + b * T * D;
         float *o = y->data + b * T * D;
-        int64_t groups = per_channel ? D : T - t0;
+        unsigned char *kb = kept + b * T;
+        float *mb = tmax + b * T;
+        for (int64_t t = 0; t < T; t++) {
+            kb[t] = t < keep;
+            mb[t] = 0;
+            for (int64_t c = 0; c < D; c++) mb[t] = fmaxf(mb[t], fabsf(p[t * D + c]));
+        }
+        for (int32_t k = 0; k < top; k++) {          /* the largest not yet kept, top times */
+            int64_t best = -1;
+            for (int64_t t = 0; t < T; t++) if (!kb[t] && (best < 0 || mb[t] > mb[best])) best = t;
+            if (best < 0) break;
+            kb[best] = 1;
+        }
+        int64_t groups = per_channel ? D : T;
         for (int64_t g = 0; g < groups; g++) {
-            /* the group: channel g over tokens t0..T−1, or token t0+g over the channels */
-            int64_t start = per_channel ? t0 * D + g : (t0 + g) * D, step = per_channel ? D : 1;
-            int64_t n = per_channel ? T - t0 : D;
+            /* the group: channel g over the tokens, or token g over the channels */
+            int64_t start = per_channel ? g : g * D, step = per_channel ? D : 1, n = per_channel ? T : D;
+            if (!per_channel && kb[g]) continue;
             float am = 0;
-            for (int64_t i = 0; i < n; i++) am = fmaxf(am, fabsf(p[start + i * step]));
-            if (am == 0) { for (int64_t i = 0; i < n; i++) o[start + i * step] = 0.0f; continue; }
+            for (int64_t i = 0; i < n; i++) if (!per_channel || !kb[i]) am = fmaxf(am, fabsf(p[start + i * step]));
             float s = am / qmax;
             for (int64_t i = 0; i < n; i++) {
+                if (per_channel && kb[i]) continue;
+                if (am == 0) { o[start + i * step] = 0.0f; continue; }
                 float q = nearbyintf(p[start + i * step] / s);
                 q = q < -qmax ? -qmax : q > qmax ? qmax : q;
                 o[start + i * step] = s * q;

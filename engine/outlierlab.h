@@ -571,8 +571,9 @@ float      ol_mxfp4_scale(float amax);
 float      ol_nvfp4_tensor_scale(float amax_tensor);
 float      ol_nvfp4_scale(float amax_block, float tensor_scale);      /* the block's effective scale */
 /* KV cache, x (B, T, D): symmetric RTN per channel over tokens (keys) or per token (values), the
- * first `keep` tokens of each sequence in full precision and out of the scales. */
-ol_tensor *ol_quant_kv(ol_tensor *x, int32_t bits, int32_t per_channel, int32_t keep);
+ * first `keep` tokens of each sequence and the `top` others with the largest max|x| in full
+ * precision and out of the scales. */
+ol_tensor *ol_quant_kv(ol_tensor *x, int32_t bits, int32_t per_channel, int32_t keep, int32_t top);
 
 /* ======================================================== pretrained models */
 /* Hugging Face model directories (engine/io_hf.c; names and configs in lua/outlierlab/pretrained/hf.lua).

@@ -10,7 +10,7 @@
  *     block → zeros, an inf → NaN block, a shorter last block; hand-made blocks element by element;
  *   * NVFP4's two-level scale: per-tensor amax/(6·448), the block's amax/6 cast to E4M3 (1.1 →
  *     1.125), a block whose scale underflows E4M3 becomes zero;
- *   * scaled FP8 per row, and the KV-cache quantiser with the first tokens kept.
+ *   * scaled FP8 per row, and the KV-cache quantiser with the first tokens or the largest token kept.
  */
 #include "tap.h"
 #include "outlierlab.h"
@@ -176,15 +176,24 @@ int main(void) {
         ol_tensor *x = ol_tensor_new(ctx, OL_F32, 3, sh, "kv_in");
         float v[] = { 140, -70,   1, 0.6f,   -0.7f, 0.25f,   0.3f, -1 };
         memcpy(x->data, v, sizeof v);
-        ol_tensor *k0 = ol_quant_kv(x, 4, 1, 0), *k1 = ol_quant_kv(x, 4, 1, 1);
+        ol_tensor *k0 = ol_quant_kv(x, 4, 1, 0, 0), *k1 = ol_quant_kv(x, 4, 1, 1, 0);
         /* keep 0: channel 0 scale 140/7 = 20 → 1, -0.7, 0.3 → 0; keep 1: scale 1/7 → exact-ish */
         ok(k0->data[0] == 140 && k0->data[2] == 0 && k0->data[4] == 0 && k0->data[6] == 0, "KV keys per channel, no token kept: the sink sets the scale (20), the rest rounds to 0");
         ok(k1->data[0] == 140 && k1->data[1] == -70 && k1->data[2] == 1 && fabsf(k1->data[4] - (-5.0f / 7)) < 1e-6f && fabsf(k1->data[6] - 2.0f / 7) < 1e-6f,
            "KV keys per channel, first token kept: it stays exact and out of the scale (1/7)");
-        ol_tensor *v1 = ol_quant_kv(x, 4, 0, 1);
+        ol_tensor *v1 = ol_quant_kv(x, 4, 0, 1, 0);
         ok(v1->data[0] == 140 && fabsf(v1->data[2] - 1) < 1e-6f && fabsf(v1->data[3] - 4.0f / 7) < 1e-6f && fabsf(v1->data[7] + 1) < 1e-6f,
            "KV values per token, first token kept: each later token its own scale");
-        ol_tensor *bad = ol_quant_kv(ol_tensor_new(ctx, OL_F32, 2, sh, "kv2"), 4, 1, 1);
+        /* the same sink moved to token 2: keep 1 does not reach it, top 1 finds it */
+        float w[] = { 1, 0.6f,   -0.7f, 0.25f,   140, -70,   0.3f, -1 };
+        memcpy(x->data, w, sizeof w);
+        ol_tensor *f1 = ol_quant_kv(x, 4, 1, 1, 0), *t1 = ol_quant_kv(x, 4, 1, 0, 1);
+        ok(f1->data[4] == 140 && f1->data[2] == 0 && t1->data[4] == 140 && t1->data[5] == -70 && t1->data[0] == 1 &&
+           fabsf(t1->data[2] - (-5.0f / 7)) < 1e-6f,
+           "KV keys, sink at token 2: the first token kept leaves it in the scale; top = 1 keeps it and the others get 1/7");
+        ol_tensor *tv = ol_quant_kv(x, 4, 0, 0, 1);
+        ok(tv->data[4] == 140 && tv->data[5] == -70 && fabsf(tv->data[1] - 4.0f / 7) < 1e-6f, "KV values, top = 1: the largest token kept as is");
+        ol_tensor *bad = ol_quant_kv(ol_tensor_new(ctx, OL_F32, 2, sh, "kv2"), 4, 1, 1, 0);
         ok(bad == NULL && strstr(ol_error(), "(B, T, D)") != NULL, "KV: a 2-D input is an error naming the shape");
     }
     ol_ctx_free(ctx);

@@ -3,9 +3,10 @@
 --   * formats.round / quantize agree with hand-computed values (E4M3 per row, MXFP4 and NVFP4 blocks);
 --   * every FORMAT_SETTINGS / KV_SETTINGS entry runs on llama-quick: finite losses, FP8 E4M3 close
 --     to FP, the model restored bit for bit, a bad format named in the error;
---   * a planted attention sink (token 0's key 30× the others' in one channel): with the KV cache
---     at 4 bits, keeping the first token in full precision makes the logits' error smaller;
---     without the sink, keeping it changes little.
+--   * a planted attention sink (one token's key 30× the others' in one channel): with the KV cache
+--     at 4 bits, keeping the first token in full precision makes the logits' error smaller when the
+--     sink is the first token, not when it is token 5; keeping the largest token helps in both;
+--     without the sink, keeping the first token changes little.
 -- (The round-trip tests of every representable value are tests/c/test_formats.c.)
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
@@ -37,13 +38,13 @@ do
 end
 
 -- llama-quick with random weights, batches whose first token is id 0
-local function setup(seed)
+local function setup(seed, at)
   local mc = ol.Context({ seed = seed })
   local cfg = models.preset("llama-quick", {})
   local m = models.build(mc, cfg)
   for _, p in ipairs(mc:params()) do if p.ndim >= 2 then p:normal_(0, 0.2, 800 + p.param_index) end end
   -- every sequence starts with id 0 (the planted sink's token); other positions may hold 0 too
-  return mc, m, dofile(ol.root .. "/tests/lua/lib/lm_batches.lua")(mc, cfg.vocab_size, { B = 4, seed = 50, first = 0 }), cfg
+  return mc, m, dofile(ol.root .. "/tests/lua/lib/lm_batches.lua")(mc, cfg.vocab_size, { B = 4, seed = 50, first = 0, at = at }), cfg
 end
 local function logits(mc, m, bs)
   local out = {}
@@ -89,8 +90,8 @@ end
 
 -- the planted sink: token 0's embedding on channel j only, a large ln1 gain at j, channel j
 -- of every other token's embedding zero, so that token 0's key is about 30× the others' there
-local function kv_errors(plant)
-  local mc, m, bs, cfg = setup(12)
+local function kv_errors(plant, at, settings)
+  local mc, m, bs, cfg = setup(12, at)
   local j = 7
   if plant then
     local E = m.embed_tokens.weight
@@ -104,18 +105,24 @@ local function kv_errors(plant)
   end
   local ref = logits(mc, m, bs)
   local out = {}
-  for _, keep in ipairs({ 0, 1 }) do
-    local h = quant.apply(mc, m, { kv_bits = 4, kv_keep = keep })
-    out[keep] = mse(logits(mc, m, bs), ref)
+  for i, s in ipairs(settings) do
+    local h = quant.apply(mc, m, s)
+    out[i] = mse(logits(mc, m, bs), ref)
     h.restore()
   end
-  return out[0], out[1]
+  return unpack(out)
 end
-local e0, e1 = kv_errors(true)
-t.ok(e1 < 0.5 * e0, "planted sink: KV4 with the first token kept has less than half the logits' error of KV4",
+local KV4, KEEP1, TOP1 = { kv_bits = 4 }, { kv_bits = 4, kv_keep = 1 }, { kv_bits = 4, kv_top = 1 }
+local e0, e1, et = kv_errors(true, 0, { KV4, KEEP1, TOP1 })
+t.ok(e1 < 0.5 * e0, "planted sink at the first token: KV4 with the first token kept has less than half the logits' error of KV4",
   string.format("MSE %.3g kept vs %.3g not", e1, e0))
-t.diag(string.format("planted sink: logits MSE KV4 %.3g, KV4 first token kept %.3g", e0, e1))
-local n0, n1 = kv_errors(false)
+t.ok(et < 0.5 * e0, "planted sink at the first token: KV4 keeping the largest token finds it", string.format("MSE %.3g vs %.3g", et, e0))
+t.diag(string.format("planted sink at token 0: logits MSE KV4 %.3g, first token kept %.3g, largest token kept %.3g", e0, e1, et))
+local m0, m1, mt = kv_errors(true, 5, { KV4, KEEP1, TOP1 })
+t.ok(mt < 0.5 * m0 and m1 > 0.5 * m0, "planted sink at token 5: keeping the first token does not help, keeping the largest does",
+  string.format("MSE KV4 %.3g, first kept %.3g, largest kept %.3g", m0, m1, mt))
+t.diag(string.format("planted sink at token 5: logits MSE KV4 %.3g, first token kept %.3g, largest token kept %.3g", m0, m1, mt))
+local n0, n1 = kv_errors(false, 0, { KV4, KEEP1 })
 t.ok(n1 <= n0 * 1.5 and n0 < e0, "no sink: keeping the first token changes the error less, and the error is smaller than with the sink",
   string.format("MSE %.3g kept vs %.3g not", n1, n0))
 t.diag(string.format("no sink: logits MSE KV4 %.3g, KV4 first token kept %.3g", n0, n1))

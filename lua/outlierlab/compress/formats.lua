@@ -10,7 +10,9 @@
 --   formats.quantize(x, fmt [, scaling]) -> a new tensor; fmt "e4m3" | "e5m2" | "e2m1" (scaled per
 --       row of the last dim by default, scaling = "row" | "tensor" | "none") or "mxfp4" | "nvfp4"
 --   formats.quantize_(w, fmt [, scaling]) -- in place (weights: a row = an output channel)
---   formats.kv(x, { bits = 4, per_channel = true, keep = 1 }) -> x (B, T, D) as the KV cache holds it
+--   formats.kv(x, { bits = 4, per_channel = true, keep = 1, top = 0 }) -> x (B, T, D) as the KV cache
+--       holds it; keep: the first tokens kept in full precision, top: further tokens kept, those with
+--       the largest max|x|
 local ol = require "outlierlab"
 local C = ol.C
 
@@ -51,7 +53,7 @@ end
 
 function M.kv(x, o)
   o = o or {}
-  return ol.check_ptr(C.ol_quant_kv(x, o.bits or 4, o.per_channel == false and 0 or 1, o.keep or 0))
+  return ol.check_ptr(C.ol_quant_kv(x, o.bits or 4, o.per_channel == false and 0 or 1, o.keep or 0, o.top or 0))
 end
 
 return M

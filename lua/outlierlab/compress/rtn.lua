@@ -10,6 +10,7 @@
 --                                       hadamard = false | true | "down_only",
 --                                       wfmt / afmt = "int" (wbits / abits) | "e4m3" | "e5m2" | "mxfp4" | "nvfp4",
 --                                       kv_bits = false | b, kv_keep = 0 (first tokens kept in the KV cache),
+--                                       kv_top = 0 (the tokens with the largest entries kept),
 --                                       calib = { batch, ... } (for smooth) })
 --   local loss = quant.evaluate(ctx, model, batches)      -- token-weighted mean loss, eval mode
 --   h:restore()                                           -- weights and forwards as before
@@ -396,7 +397,9 @@ end
 -- The KV cache (KVQuant, Hooper et al. 2024; IntactKV, Liu et al. 2024): k_proj's output (the
 -- keys before RoPE, as KVQuant quantises them) per channel over each sequence's tokens, v_proj's
 -- output per token, symmetric RTN with kv_bits; the first kv_keep tokens of each sequence stay in
--- full precision and do not enter the key scales (the attention sink's key is the largest).
+-- full precision and do not enter the key scales (the attention sink's key is the largest), and so
+-- do the kv_top further tokens of each sequence with the largest max|k| (resp. max|v|): the outlier
+-- tokens wherever they are (this organism's massive activations are not at the first token).
 -- Every attention layer's k_proj / v_proj is found by name (also those kept by o.keep).
 function M.kv_linears(model)
   local ks, vs = {}, {}
@@ -407,13 +410,15 @@ function M.kv_linears(model)
   return ks, vs
 end
 function M.quantize_kv(model, o)
-  local keep = o.kv_keep or 0
-  if type(keep) ~= "number" or keep < 0 or keep % 1 ~= 0 then error("quant: kv_keep must be a whole number of tokens, got " .. tostring(keep), 0) end
+  local keep, top = o.kv_keep or 0, o.kv_top or 0
+  for key, v in pairs({ kv_keep = keep, kv_top = top }) do
+    if type(v) ~= "number" or v < 0 or v % 1 ~= 0 then error("quant: " .. key .. " must be a whole number of tokens, got " .. tostring(v), 0) end
+  end
   local ks, vs = M.kv_linears(model)
   if #ks == 0 then error("quant: kv_bits: no k_proj/v_proj linear in this model", 0) end
   local bits = o.kv_bits
-  for _, m in ipairs(ks) do add_post(m, function(y) return formats.kv(y, { bits = bits, per_channel = true, keep = keep }) end) end
-  for _, m in ipairs(vs) do add_post(m, function(y) return formats.kv(y, { bits = bits, per_channel = false, keep = keep }) end) end
+  for _, m in ipairs(ks) do add_post(m, function(y) return formats.kv(y, { bits = bits, per_channel = true, keep = keep, top = top }) end) end
+  for _, m in ipairs(vs) do add_post(m, function(y) return formats.kv(y, { bits = bits, per_channel = false, keep = keep, top = top }) end) end
 end
 
 local function on(bits) return bits and bits < 16 end
@@ -638,6 +643,7 @@ M.KV_SETTINGS = {
   { name = "kv4_keep1", label = "KV4, first token kept", kv_bits = 4, kv_keep = 1 },
   { name = "kv2", label = "KV2", kv_bits = 2 },
   { name = "kv2_keep1", label = "KV2, first token kept", kv_bits = 2, kv_keep = 1 },
+  { name = "kv2_top1", label = "KV2, largest token kept", kv_bits = 2, kv_top = 1 },
 }
 -- everything the leaderboard (experiments/remedies.lua) measures: SETTINGS first (their indices
 -- unchanged), then the formats and the KV cache

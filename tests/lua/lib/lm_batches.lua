@@ -3,7 +3,8 @@
 --   local batches = dofile(ol.root .. "/tests/lua/lib/lm_batches.lua")
 --   batches(mc, vocab, { n = 2, B = 2, T = 16, seed = 0, first = nil })
 --     -> n batches { ids, targets } (i32 (B, T)); ids from ol_rand_uniform(seed + i, ·), targets from
---        seed + i + 7; first = an id: every sequence starts with it (a planted first token)
+--        seed + i + 7; first = an id: every sequence holds it at position `at` (default 0: a planted
+--        first token)
 -- (a library of the tests, not a test: prove runs tests/lua/*.lua only)
 local ol = require "outlierlab"
 local C = ol.C
@@ -17,7 +18,7 @@ return function(mc, vocab, o)
     local tg = mc:tensor({ B, T }, { dtype = "i32", persistent = true })
     for j = 0, B * T - 1 do
       ids.idata[j] = math.floor(C.ol_rand_uniform(seed + i, j) * vocab)
-      if o.first and j % T == 0 then ids.idata[j] = o.first end
+      if o.first and j % T == (o.at or 0) then ids.idata[j] = o.first end
       tg.idata[j] = math.floor(C.ol_rand_uniform(seed + i + 7, j) * vocab)
     end
     out[i] = { ids = ids, targets = tg }
