@@ -11,6 +11,8 @@
 -- y = RTN_token(X·A)·RTN_channel(W′)ᵀ from the FP weights with A and W′ as the paper defines them
 -- (RTN: symmetric 4 bits, s = max|row|/7, round half to even, emulating fp32 where the kernel
 -- rounds). The explicit Sylvester matrix is built from (−1)^popcount(i & j), not the butterfly.
+-- Every family: SmoothQuant's groups found by tensor identity are q/k/v and the MLP's input
+-- linears; the KV-cache setting runs.
 -- The project's earlier variants (smooth_scope = "per_linear", hadamard = "down_only") must fail
 -- the same reference on o_proj, so the test can tell the definitions apart.
 local t = require "outlierlab.tap"
@@ -213,5 +215,41 @@ local function rot_reference(name, X)
 end
 check_all({ wbits = 4, abits = 4, hadamard = true }, rot_reference, "QuaRot rotation")
 check_all({ wbits = 4, abits = 4, hadamard = "down_only" }, rot_reference, "rotation down_only", true)
+
+-- ---------------------------------------------------------------- every family
+-- SmoothQuant's readers found by tensor identity: in every family exactly q, k, v and the MLP's
+-- first linear(s) (up; gate too in the llama family) are smoothed — BERT's q, k, v read the
+-- previous post-LN (the embedding LayerNorm in layer 0); the KV-cache setting runs everywhere
+local lm_batches = dofile(ol.root .. "/tests/lua/lib/lm_batches.lua")
+for _, fam in ipairs({ "bert", "vit", "gpt2", "opt", "llama" }) do
+  local fc = ol.Context({ seed = 40 })
+  local fcfg = models.preset(fam .. "-quick", {})
+  local fm = models.build(fc, fcfg)
+  local bs
+  if fam == "vit" then
+    bs = { { images = fc:tensor({ 2, 3, fcfg.image_size, fcfg.image_size }, { persistent = true }):normal_(0, 1, 3),
+             labels = fc:tensor({ 2 }, { dtype = "i32", persistent = true }):fill_(0) } }
+  else
+    bs = lm_batches(fc, fcfg.vocab_size, { n = 1 })
+    if fam == "bert" then
+      bs[1].token_type = fc:tensor({ 2, 16 }, { dtype = "i32", persistent = true }):fill_(0)
+      bs[1].pad_mask = fc:tensor({ 2, 16 }, { dtype = "i32", persistent = true }):fill_(1)
+    end
+  end
+  local h = quant.apply(fc, fm, { smooth = 0.5, calib = bs })
+  local wrong = {}
+  for _, l in ipairs(h.linears) do
+    local smoothed = rawget(l.mod, "_pre") ~= nil and #l.mod._pre > 0
+    local want = l.name:match("[qkv]_proj%.weight$") or l.name:match("up_proj%.weight$") or l.name:match("gate_proj%.weight$")
+    if smoothed ~= (want ~= nil) then wrong[#wrong + 1] = l.name end
+  end
+  h.restore()
+  t.ok(#wrong == 0, fam .. ": SmoothQuant smooths q, k, v and the MLP's input linears only", table.concat(wrong, ", "))
+  local fp = quant.evaluate(fc, fm, bs)
+  local hk = quant.apply(fc, fm, { kv_bits = 4, kv_keep = 1, kv_top = 1 })
+  local kv = quant.evaluate(fc, fm, bs)
+  hk.restore()
+  t.ok(kv == kv and math.abs(kv) < 100 and quant.evaluate(fc, fm, bs) == fp, fam .. ": the KV-cache setting runs (finite loss, restored)")
+end
 
 return t.done()
