@@ -245,6 +245,14 @@ for _, fam in ipairs({ "bert", "vit", "gpt2", "opt", "llama" }) do
   end
   h.restore()
   t.ok(#wrong == 0, fam .. ": SmoothQuant smooths q, k, v and the MLP's input linears only", table.concat(wrong, ", "))
+  if fam == "llama" then   -- a norm the harness does not know: an error, not a silent no-op
+    local saved, before = quant.NORM_CLASSES, quant.evaluate(fc, fm, bs)
+    quant.NORM_CLASSES = {}
+    t.throws(function() quant.apply(fc, fm, { smooth = 0.5, calib = bs }) end, "found no linear reading a norm",
+      "SmoothQuant with no known norm is an error")
+    quant.NORM_CLASSES = saved
+    t.is(quant.evaluate(fc, fm, bs), before, "and the model is FP again, bit for bit")
+  end
   local fp = quant.evaluate(fc, fm, bs)
   local hk = quant.apply(fc, fm, { kv_bits = 4, kv_keep = 1, kv_top = 1 })
   local kv = quant.evaluate(fc, fm, bs)

@@ -293,7 +293,8 @@ end
 -- output before each reader (the same X' up to fp32 rounding, and valid where the norm's output
 -- also feeds something else: BERT's post-LN residual, the attention variants' gates). Linears
 -- that do not read a norm's output (o_proj, down_proj, fc2) are not smoothed. The readers are
--- found by tensor identity while calibrating, so every family and norm placement is covered.
+-- found by tensor identity while calibrating, so every family and norm placement is covered; a
+-- new norm module joins by its class in M.NORM_CLASSES or a field is_norm = true.
 -- scope "per_linear" (the project's SmoothQuant before issue 50): every linear, o_proj and
 -- down_proj included, its own scale from its own weight.
 M.NORM_CLASSES = { [nn.RMSNorm] = true, [nn.LayerNorm] = true }
@@ -302,10 +303,10 @@ local function addr(x) return tonumber(ffi.cast("intptr_t", ffi.cast("const void
 -- calibrate: per linear, max|X_j| over the calib batches (maxes[i]) and the norm module whose
 -- output it reads (source[i], false when none); one batch at a time so that addresses are fresh
 function M.smooth_calibrate(ctx, model, lins, calib)
-  local norms = walk(model, function(t) return M.NORM_CLASSES[getmetatable(t)] end)
+  local norms = walk(model, function(t) return M.NORM_CLASSES[getmetatable(t)] or rawget(t, "is_norm") == true end)
   local made, prev = {}, {}
   for k, nm in ipairs(norms) do
-    local f = rawget(nm, "forward") or getmetatable(nm).forward
+    local f = nm.forward
     prev[k] = rawget(nm, "forward") or false
     nm.forward = function(self, x)
       local y = f(self, x)
@@ -385,6 +386,10 @@ function M.smooth_inplace(ctx, model, lins, o)
       g.lins[#g.lins + 1] = l
       for j = 0, l.mod.nin - 1 do g.xmax[j] = math.max(g.xmax[j], maxes[i][j]) end
     end
+  end
+  if #order == 0 then
+    error("quant: SmoothQuant found no linear reading a norm's output (norms are the modules of quant.NORM_CLASSES " ..
+      "or with is_norm = true); smooth_scope = \"per_linear\" smooths every linear on its own", 0)
   end
   for _, nm in ipairs(order) do
     local g, ws = groups[nm], {}
