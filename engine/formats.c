@@ -29,7 +29,8 @@
  * (or a zero block) is output as zeros. NaN/inf as for MXFP4 (an inf makes the tensor NaN).
  *
  * Scaled FP8 (ol_quant_fp with scaling 1 or 2): s = max|x| / fmt_max per tensor or per row (a
- * token's activations, an output channel's weights), s in FP32, q = s·FP8(x/s).
+ * token's activations, an output channel's weights), s in FP32, q = s·FP8(x/s); a zero group
+ * stays zero, a group holding ±inf becomes NaN (its scale is), a NaN element stays NaN.
  */
 #include "internal.h"
 #include <omp.h>

@@ -167,6 +167,9 @@ int main(void) {
            "scaled E4M3 per row: s = amax/448 per row (2 and 1); -0.005 on the subnormal grid → -3·2^-9");
         ol_tensor *yt = ol_quant_fp(x, OL_FMT_E4M3, 1);
         ok(yt->data[5] == 448 && yt->data[4] == 0.5f, "scaled E4M3 per tensor: one scale (2)");
+        x->data[4] = INFINITY;
+        ol_tensor *yi = ol_quant_fp(x, OL_FMT_E4M3, 2);
+        ok(isnan(yi->data[3]) && isnan(yi->data[4]) && yi->data[0] == 896, "scaled E4M3: a row holding inf becomes NaN, the other row is untouched");
         ok(ol_quant_fp(x, OL_FMT_E4M3, 3) == NULL && strstr(ol_error(), "scaling") != NULL, "a bad scaling is an error");
         ol_step_reset(ctx);
     }
