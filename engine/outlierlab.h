@@ -555,6 +555,26 @@ int        ol_absmax_cols(const ol_tensor *x, float *out);
 /* SmoothQuant: s_j = max(xmax_j, 1e-5)^α / max(max_i |w_ij|, 1e-5)^(1−α), w (out, in). */
 int        ol_smooth_scales(const float *xmax, const ol_tensor *w, float alpha, float *s);
 
+/* Low-precision formats (engine/formats.c; docs/reference/compression.md, "FP8, MXFP4 and NVFP4"):
+ * round to nearest even, saturating at ±max (±inf too), subnormals on their grid, NaN kept. */
+enum { OL_FMT_E4M3 = 1, OL_FMT_E5M2 = 2, OL_FMT_E2M1 = 3 };
+enum { OL_MXFP4 = 1, OL_NVFP4 = 2 };
+float      ol_fp_round(float x, int32_t fmt);                          /* one value; NaN + error on a bad fmt */
+/* scaling 0: plain cast; 1: s = max|x|/fmt_max per tensor; 2: per row of the last dim */
+ol_tensor *ol_quant_fp(ol_tensor *x, int32_t fmt, int32_t scaling);
+int        ol_quant_fp_(ol_tensor *w, int32_t fmt, int32_t scaling);
+/* MXFP4: blocks of 32 along the last dim, E8M0 scale 2^(floor(log2 amax) − 2), E2M1 elements;
+ * NVFP4: blocks of 16, E4M3 scale of amax/6 over a per-tensor FP32 scale amax_tensor/(6·448). */
+ol_tensor *ol_quant_mx(ol_tensor *x, int32_t kind);
+int        ol_quant_mx_(ol_tensor *w, int32_t kind);
+float      ol_mxfp4_scale(float amax);
+float      ol_nvfp4_tensor_scale(float amax_tensor);
+float      ol_nvfp4_scale(float amax_block, float tensor_scale);      /* the block's effective scale */
+/* KV cache, x (B, T, D): symmetric RTN per channel over tokens (keys) or per token (values), the
+ * first `keep` tokens of each sequence and the `top` others with the largest max|x| in full
+ * precision and out of the scales. */
+ol_tensor *ol_quant_kv(ol_tensor *x, int32_t bits, int32_t per_channel, int32_t keep, int32_t top);
+
 /* ======================================================== pretrained models */
 /* Hugging Face model directories (engine/io_hf.c; names and configs in lua/outlierlab/pretrained/hf.lua).
  * dtype is an ol_st_dtype; src points at raw little-endian tensor bytes (ol_st_data).

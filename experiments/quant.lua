@@ -24,10 +24,12 @@ local text = require "outlierlab.data.text"
 
 local model_spec = E.llama_lm_spec   -- so-fig3's decoder: one trained model
 
--- the rotation alone (no bits: nothing quantised), then the leaderboard's settings
+-- the rotation alone (no bits: nothing quantised), then the leaderboard's settings, the formats and the KV cache
 local ROTATION = { name = "hadamard", label = "Hadamard rotation alone", hadamard = true }
 local SETTINGS = { ROTATION }
-for _, s in ipairs(quant.SETTINGS) do SETTINGS[#SETTINGS + 1] = s end
+for _, list in ipairs({ quant.SETTINGS, quant.FORMAT_SETTINGS, quant.KV_SETTINGS }) do
+  for _, s in ipairs(list) do SETTINGS[#SETTINGS + 1] = s end
+end
 -- the verdict's margins: the rotation alone moves the loss by at most EXACT (relative, fp32
 -- rounding with room to spare); plain W4A4 must cost at least MIN_COST nats for the rotation to
 -- have something to recover; "recovers most of it" = W4A4 + Hadamard costs at most HALF of it

@@ -79,9 +79,12 @@ local ALL = {
 local BY_KEY = {}
 for _, v in ipairs(ALL) do BY_KEY[v.key] = v end
 
--- the settings of outlierlab.compress.rtn (w8a8, w4a8, w4a4, w4a4_hadamard, w4a4_smooth) and their labels
-local QUANT, QUANT_NAME = {}, {}
-for i, s in ipairs(quant.SETTINGS) do QUANT[i], QUANT_NAME[s.name] = s.name, s.label end
+-- the settings of outlierlab.compress.rtn (w8a8, w4a8, w4a4, w4a4_hadamard, w4a4_smooth, then the
+-- FP8/MXFP4/NVFP4 formats and the KV cache: quant.LEADERBOARD) and their labels
+local QUANT, QUANT_NAME, QUANT_AT = {}, {}, {}
+for i, s in ipairs(quant.LEADERBOARD) do QUANT[i], QUANT_NAME[s.name], QUANT_AT[s.name] = s.name, s.label, i end
+-- the table's quantisation columns
+local QUANT_COLS = { "w8a8", "w4a4", "w4a4_hadamard", "w4a4_smooth", "w8a8_e4m3", "w4a4_mxfp4", "w4a4_nvfp4", "kv2", "kv2_keep1", "kv2_top1" }
 local METRICS = { "val_loss", "sink_rate", "massive_first", "kurtosis", "kurtosis_no_first", "resid_share", "peak_abs" }
 local METRIC_NAME = { val_loss = "validation loss", sink_rate = "sink rate (%)", massive_first = "top-1/median at the first token",
                       kurtosis = "avg kurtosis", kurtosis_no_first = "avg kurtosis without the first token",
@@ -190,7 +193,7 @@ local function analyze(run)
     local o = outliers(ctx, m, val, cfg)
     r.massive_first, r.kurtosis, r.kurtosis_no_first, r.peak_abs = o.massive_first, o.kurtosis, o.kurtosis_no_first, o.peak_abs
     r.resid_share = residual.residual_sinks(ctx, m, val).max_share
-    local q = quant.run(ctx, m, val, { calib = calib, log = function(fmt, ...)
+    local q = quant.run(ctx, m, val, { calib = calib, settings = quant.LEADERBOARD, log = function(fmt, ...)
       run:log("%s seed %d: " .. fmt, t.key, t.seed, ...) end })
     for _, s in ipairs(q.settings) do r[s.name] = s.applicable and s.loss or 0 / 0 end
     run:log("%-14s seed %d: loss %.3f, sink rate %.0f%%, massive at first %.1f, kurtosis %.1f (w/o first %.1f), W8A8 %.3f, W4A4 %.3f, +H %.3f, +SQ %.3f",
@@ -251,15 +254,17 @@ local function summary(run)
   local base = nil
   for vi, key in ipairs(cfg.variants) do if key == "vanilla" then base = vi end end
   local lines = {
-    "| remedy | val loss | sink rate % | top-1/median at first token | kurtosis | kurtosis w/o first | residual sink share | peak \\|h\\| | ΔW8A8 | ΔW4A4 | ΔW4A4+H | ΔW4A4+SQ | paper's claim |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|" }
+    "| remedy | val loss | sink rate % | top-1/median at first token | kurtosis | kurtosis w/o first | residual sink share | peak \\|h\\| | ΔW8A8 | ΔW4A4 | ΔW4A4+H | ΔW4A4+SQ " ..
+      "| ΔW8A8 FP8 E4M3 | ΔW4A4 MXFP4 | ΔW4A4 NVFP4 | ΔKV2 | ΔKV2, first token kept | ΔKV2, largest token kept | paper's claim |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" }
   for vi, key in ipairs(cfg.variants) do
     local cells = { BY_KEY[key].label }
     for mi = 1, #METRICS do
       local c = base and vi ~= base and seeds.compare(per_seed(vi, mi), per_seed(base, mi)) or { }
       cells[#cells + 1] = seeds.pm_of(v.metric_mean(vi, mi), v.metric_sd(vi, mi), ns, mi == 2 and "%.0f" or "%.3g") .. mark(c, true)
     end
-    for _, qi in ipairs({ 1, 3, 4, 5 }) do
+    for _, name in ipairs(QUANT_COLS) do
+      local qi = QUANT_AT[name]
       local c = base and vi ~= base and seeds.compare(qdelta(vi, qi), qdelta(base, qi)) or {}
       cells[#cells + 1] = seeds.pm_of(v.quant_delta_mean(vi, qi), v.quant_delta_sd(vi, qi), ns, "%.3f") .. mark(c, true)
     end

@@ -19,6 +19,7 @@ local gradcheck = require "outlierlab.nn.gradcheck"
 local models = require "outlierlab.models"
 local ptq = require "outlierlab.compress.evaluate"
 local C = ol.C
+local lm_batches = dofile(ol.root .. "/tests/lua/lib/lm_batches.lua")
 
 local ctx = ol.Context({ seed = 9 })
 local function maxdiff(a, b)
@@ -124,17 +125,7 @@ local function model_and_batches(over, seed)
     -- trained gains can be negative (the default organism's are): the folding must take any sign
     if name:match("ln%d%.weight$") or name == "norm.weight" then p:uniform_(-1.5, 1.5, 77 + p.param_index) end
   end
-  local batches = {}
-  for i = 1, 2 do
-    local ids = mc:tensor({ 2, 16 }, { dtype = "i32", persistent = true })
-    local tg = mc:tensor({ 2, 16 }, { dtype = "i32", persistent = true })
-    for j = 0, 31 do
-      ids.idata[j] = math.floor(C.ol_rand_uniform(i, j) * cfg.vocab_size)
-      tg.idata[j] = math.floor(C.ol_rand_uniform(i + 7, j) * cfg.vocab_size)
-    end
-    batches[i] = { ids = ids, targets = tg }
-  end
-  return mc, m, batches, cfg
+  return mc, m, lm_batches(mc, cfg.vocab_size), cfg
 end
 local function logits(mc, m, b)
   mc:reset()

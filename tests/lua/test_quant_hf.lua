@@ -79,10 +79,12 @@ t.ok(not out:find("stage train\n[quant] model", 1, true), "no training")
 local nc = rd .. "quant.nc"
 local loss, ok_ = nc_values(nc, "loss"), nc_values(nc, "applicable")
 local labels = json.decode((t.sh("ncdump -h " .. nc):match('setting:labels = "(.-)" ;') or "[]"):gsub('\\"', '"'))
-t.is(#loss, 7, "seven evaluations: FP, the rotation alone and the five settings", table.concat(labels, ", "))
+-- FP, the rotation alone, the leaderboard's five settings, the formats and the KV cache
+local N = 2 + #quant.SETTINGS + #quant.FORMAT_SETTINGS + #quant.KV_SETTINGS
+t.is(#loss, N, N .. " evaluations: FP, the rotation alone, the five settings, the formats and the KV cache", table.concat(labels, ", "))
 local at = {}
 for i, l in ipairs(labels) do at[l] = i end
-local finite = #loss == 7
+local finite = #loss == N
 for i, x in ipairs(loss) do finite = finite and x and x == x and math.abs(x) < math.huge and ok_[i] == 1 end
 t.ok(finite, "every setting applies to the LLaMA model and gives a finite loss", json.encode(loss))
 local fp, rot = loss[1], loss[at["Hadamard rotation alone"]]
@@ -136,7 +138,7 @@ do
     "gpt2: the rotation and W4A4 + Hadamard are 'not applicable' in words, with the reason, no nan", o .. gmd)
   t.ok(gmd:find("Verdict: the claim is **inconclusive**", 1, true), "gpt2: without the rotation the claim is not tested (inconclusive)", gmd)
   local gl, ga = nc_values(grd .. "quant.nc", "loss"), nc_values(grd .. "quant.nc", "applicable")
-  t.ok(#gl == 7 and gl[2] == false and gl[7 - 1] == false and ga[2] == 0 and ga[6] == 0 and ga[5] == 1,
+  t.ok(#gl == N and gl[2] == false and gl[6] == false and ga[2] == 0 and ga[6] == 0 and ga[5] == 1 and ga[N] == 1,
     "gpt2: fill values where the setting does not apply, applicable = 0 there", json.encode(gl) .. " " .. json.encode(ga))
   local fin = true
   for i, x in ipairs(gl) do if ga[i] == 1 then fin = fin and x and math.abs(x) < math.huge end end

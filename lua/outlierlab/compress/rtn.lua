@@ -6,7 +6,11 @@
 --
 --   local quant = require "outlierlab.compress.rtn"
 --   local h = quant.apply(ctx, model, { wbits = 4, abits = 4, w_per_channel = true, a_per_token = true,
---                                       clip = 1, smooth = false | α, hadamard = false | true,
+--                                       clip = 1, smooth = false | α, smooth_scope = "norm" | "per_linear",
+--                                       hadamard = false | true | "down_only",
+--                                       wfmt / afmt = "int" (wbits / abits) | "e4m3" | "e5m2" | "mxfp4" | "nvfp4",
+--                                       kv_bits = false | b, kv_keep = 0 (first tokens kept in the KV cache),
+--                                       kv_top = 0 (the tokens with the largest entries kept),
 --                                       calib = { batch, ... } (for smooth) })
 --   local loss = quant.evaluate(ctx, model, batches)      -- token-weighted mean loss, eval mode
 --   h:restore()                                           -- weights and forwards as before
@@ -37,13 +41,17 @@
 --      W ← W·Q for every linear reading the stream (q, k, v, gate, up, lm_head, the variants'
 --      gate weights), W ← Qᵀ·W for every linear writing it (o_proj, down_proj); RMSNorm without a
 --      gain commutes with Q (rms(xQ) = rms(x));
---   3. online: x_down ← x_down·H before down_proj and W_down ← W_down·H (H the block Hadamard on
---      d_ff), so that every linear input is rotated.
+--   3. online: x ← x·H before down_proj (H on d_ff) and before o_proj (H on n_head·d_head), and
+--      W ← W·H for both, so that every linear input is rotated (hadamard = "down_only": o_proj's
+--      input unrotated, the project's variant before issue 50).
+-- SmoothQuant (Xiao et al. 2023): one scale per norm shared by its readers (q/k/v, gate/up),
+-- o_proj and down_proj unsmoothed (M.smooth_inplace; smooth_scope = "per_linear": the old variant).
 -- In full precision the logits are unchanged up to fp32 rounding (tested).
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
 local compress = require "outlierlab.compress.fakequant"
 local quantisation = require "outlierlab.compress.evaluate"
+local formats = require "outlierlab.compress.formats"
 local ffi = ol.ffi
 local C = ol.C
 
@@ -84,20 +92,24 @@ function M.linears(model, pats)
   return out
 end
 
--- input transforms of a linear module, applied in order before its own forward
-local function add_pre(mod, fn)
+-- input transforms of a linear module, applied in order before its own forward, and output
+-- transforms after it (the KV cache: k_proj's and v_proj's outputs)
+local function hook(mod)
   if not rawget(mod, "_pre") then
-    mod._pre = {}
+    mod._pre, mod._post = {}, {}
     mod.forward = function(self, x)
       for _, f in ipairs(self._pre) do x = f(x) end
-      return nn.Linear.forward(self, x)
+      local y = nn.Linear.forward(self, x)
+      for _, f in ipairs(self._post) do y = f(y) end
+      return y
     end
   end
-  mod._pre[#mod._pre + 1] = fn
 end
+local function add_pre(mod, fn) hook(mod) mod._pre[#mod._pre + 1] = fn end
+local function add_post(mod, fn) hook(mod) mod._post[#mod._post + 1] = fn end
 local function clear_pre(model)
   for _, m in ipairs(walk(model, function(t) return getmetatable(t) == nn.Linear end)) do
-    m._pre, m.forward = nil, nil
+    m._pre, m._post, m.forward = nil, nil, nil
   end
 end
 
@@ -172,7 +184,11 @@ function M.blocker(model, setting)
   return nil
 end
 
-function M.rotate_inplace(ctx, model)
+-- mode: true (QuaRot: online rotations before down_proj and o_proj) or "down_only"
+function M.rotate_inplace(ctx, model, mode)
+  if mode ~= nil and mode ~= true and mode ~= "down_only" then
+    error("quant.rotate: hadamard must be true or \"down_only\", got " .. tostring(mode), 2)
+  end
   local why = M.rotation_blocker(model)
   if why then error("quant.rotate: " .. why, 2) end
   local cfg = model.cfg
@@ -203,9 +219,17 @@ function M.rotate_inplace(ctx, model)
     for _, w in ipairs(readers2) do R(w, 1) end
     R(at.o.weight, 0)
     R(mlp.down.weight, 0)
-    -- online Hadamard on d_ff before down_proj
+    -- online Hadamards on the inputs that are not the stream: d_ff before down_proj and the
+    -- heads' concatenated output before o_proj (QuaRot's Fig. 4 / §4: H_heads ⊗ H_dhead, which
+    -- for Sylvester matrices is the full H on n_head·d_head; fusing the d_head factor into W_v
+    -- only matters for a quantised V cache). o_proj's input stays unrotated with "down_only"
+    -- (the project's rotation before issue 50).
     R(mlp.down.weight, 1)
     add_pre(mlp.down, function(x) return ol.check_ptr(C.ol_hadamard(x, 0)) end)
+    if mode ~= "down_only" then
+      R(at.o.weight, 1)
+      add_pre(at.o, function(x) return ol.check_ptr(C.ol_hadamard(x, 0)) end)
+    end
   end
   -- the final norm's reader: head_proj (Park et al.'s projection) or the head
   local reader = model.head_proj or model.lm_head
@@ -214,9 +238,9 @@ function M.rotate_inplace(ctx, model)
   if model.embed_proj then R(model.embed_proj.weight, 0) else R(model.embed_tokens.weight, 1) end
 end
 
-function M.rotate(ctx, model)
+function M.rotate(ctx, model, mode)
   local snap = compress.snapshot(ctx)
-  M.rotate_inplace(ctx, model)
+  M.rotate_inplace(ctx, model, mode)
   return handle(ctx, model, snap)
 end
 
@@ -264,42 +288,170 @@ function M.batches(ctx, loader, n)
   return out
 end
 
+-- ---------------------------------------------------------------- SmoothQuant
+-- SmoothQuant (Xiao et al. 2023, Eq. 4 and their smooth.py): one scale per norm, shared by the
+-- linears that read that norm's output (q, k, v from the attention norm; gate and up, or fc1, from
+-- the MLP's norm), with max|W_j| over all of them:
+--   s_j = max(max|X_j|^α / max(max_{i, linear}|W_ij|, 1e-5)^(1−α), 1e-5)
+-- Their code folds 1/s into the norm's gain; here X' = X·diag(s)⁻¹ is applied online on the norm's
+-- output before each reader (the same X' up to fp32 rounding, and valid where the norm's output
+-- also feeds something else: BERT's post-LN residual, the attention variants' gates). Linears
+-- that do not read a norm's output (o_proj, down_proj, fc2) are not smoothed. The readers are
+-- found by tensor identity while calibrating, so every family and norm placement is covered; a
+-- new norm module joins by its class in M.NORM_CLASSES or a field is_norm = true.
+-- scope "per_linear" (the project's SmoothQuant before issue 50): every linear, o_proj and
+-- down_proj included, its own scale from its own weight.
+M.NORM_CLASSES = { [nn.RMSNorm] = true, [nn.LayerNorm] = true }
+local function addr(x) return tonumber(ffi.cast("intptr_t", ffi.cast("const void *", x))) end
+
+-- calibrate: per linear, max|X_j| over the calib batches (maxes[i]) and the norm module whose
+-- output it reads (source[i], false when none); one batch at a time so that addresses are fresh
+function M.smooth_calibrate(ctx, model, lins, calib)
+  local norms = walk(model, function(t) return M.NORM_CLASSES[getmetatable(t)] or rawget(t, "is_norm") == true end)
+  local made, prev = {}, {}
+  for k, nm in ipairs(norms) do
+    local f = nm.forward
+    prev[k] = rawget(nm, "forward") or false
+    nm.forward = function(self, x)
+      local y = f(self, x)
+      made[addr(y)] = self
+      return y
+    end
+  end
+  local maxes, source = {}, {}
+  for i, l in ipairs(lins) do
+    local mx = ffi.new("float[?]", l.mod.nin)
+    maxes[i] = mx
+    add_pre(l.mod, function(x)
+      local nm = made[addr(x)] or false
+      if source[i] == nil then source[i] = nm
+      elseif source[i] ~= nm then error("quant: smooth: " .. l.name .. " reads a different tensor from one batch to the next", 0) end
+      check(C.ol_absmax_cols(x, mx))
+      return x
+    end)
+  end
+  local ok, err = pcall(function()
+    for _, b in ipairs(calib) do
+      for k in pairs(made) do made[k] = nil end
+      M.evaluate(ctx, model, { b })
+    end
+  end)
+  for k, nm in ipairs(norms) do nm.forward = prev[k] or nil end
+  for _, l in ipairs(lins) do table.remove(l.mod._pre) end   -- the recorders
+  if not ok then error(err, 0) end
+  return maxes, source
+end
+
+-- the shared scales of one group of linears reading the same input: s (a float[nin])
+function M.smooth_scales(xmax, weights, alpha)
+  local n = tonumber(weights[1].shape[1])
+  local s = ffi.new("float[?]", n)
+  for j = 0, n - 1 do
+    local wm = 0
+    for _, w in ipairs(weights) do
+      local rows, d = tonumber(w.shape[0]), w.data
+      for r = 0, rows - 1 do wm = math.max(wm, math.abs(d[r * n + j])) end
+    end
+    s[j] = math.max(xmax[j] ^ alpha / math.max(wm, 1e-5) ^ (1 - alpha), 1e-5)
+  end
+  return s
+end
+
+function M.smooth_inplace(ctx, model, lins, o)
+  local alpha = o.smooth == true and 0.5 or o.smooth
+  if type(alpha) ~= "number" or alpha < 0 or alpha > 1 then error("quant: smooth must be true or α in [0, 1]", 0) end
+  if not o.calib or #o.calib == 0 then error("quant: smooth needs calib batches", 0) end
+  local scope = o.smooth_scope or "norm"
+  if scope ~= "norm" and scope ~= "per_linear" then error("quant: smooth_scope must be \"norm\" or \"per_linear\", got " .. tostring(scope), 0) end
+  local maxes, source = M.smooth_calibrate(ctx, model, lins, o.calib)
+  local function migrate(group, s)
+    local nin = group[1].mod.nin
+    local inv = ctx:tensor({ nin }, { persistent = true })
+    for j = 0, nin - 1 do inv.data[j] = 1 / s[j] end
+    for _, l in ipairs(group) do
+      check(C.ol_scale_cols_(l.mod.weight, s, 0))
+      add_pre(l.mod, function(x) return x * inv end)
+    end
+  end
+  if scope == "per_linear" then
+    for i, l in ipairs(lins) do
+      local s = ffi.new("float[?]", l.mod.nin)
+      check(C.ol_smooth_scales(maxes[i], l.mod.weight, alpha, s))
+      migrate({ l }, s)
+    end
+    return
+  end
+  local groups, order = {}, {}
+  for i, l in ipairs(lins) do
+    local nm = source[i]
+    if nm then
+      if not groups[nm] then groups[nm] = { lins = {}, xmax = maxes[i] } order[#order + 1] = nm end
+      local g = groups[nm]
+      g.lins[#g.lins + 1] = l
+      for j = 0, l.mod.nin - 1 do g.xmax[j] = math.max(g.xmax[j], maxes[i][j]) end
+    end
+  end
+  if #order == 0 then
+    error("quant: SmoothQuant found no linear reading a norm's output (norms are the modules of quant.NORM_CLASSES " ..
+      "or with is_norm = true); smooth_scope = \"per_linear\" smooths every linear on its own", 0)
+  end
+  for _, nm in ipairs(order) do
+    local g, ws = groups[nm], {}
+    for k, l in ipairs(g.lins) do ws[k] = l.mod.weight end
+    migrate(g.lins, M.smooth_scales(g.xmax, ws, alpha))
+  end
+end
+
+-- ---------------------------------------------------------------- KV cache
+-- The KV cache (KVQuant, Hooper et al. 2024; IntactKV, Liu et al. 2024): k_proj's output (the
+-- keys before RoPE, as KVQuant quantises them) per channel over each sequence's tokens, v_proj's
+-- output per token, symmetric RTN with kv_bits; the first kv_keep tokens of each sequence stay in
+-- full precision and do not enter the key scales (the attention sink's key is the largest), and so
+-- do the kv_top further tokens of each sequence with the largest max|k| (resp. max|v|): the outlier
+-- tokens wherever they are (this organism's massive activations are not at the first token).
+-- Every attention layer's k_proj / v_proj is found by name (also those kept by o.keep).
+function M.kv_linears(model)
+  local ks, vs = {}, {}
+  for _, l in ipairs(M.linears(model, {})) do
+    if l.name:match("k_proj%.weight$") then ks[#ks + 1] = l.mod end
+    if l.name:match("v_proj%.weight$") then vs[#vs + 1] = l.mod end
+  end
+  return ks, vs
+end
+function M.quantize_kv(model, o)
+  local keep, top = o.kv_keep or 0, o.kv_top or 0
+  for key, v in pairs({ kv_keep = keep, kv_top = top }) do
+    if type(v) ~= "number" or v < 0 or v % 1 ~= 0 then error("quant: " .. key .. " must be a whole number of tokens, got " .. tostring(v), 0) end
+  end
+  local ks, vs = M.kv_linears(model)
+  if #ks == 0 then error("quant: kv_bits: no k_proj/v_proj linear in this model", 0) end
+  local bits = o.kv_bits
+  for _, m in ipairs(ks) do add_post(m, function(y) return formats.kv(y, { bits = bits, per_channel = true, keep = keep, top = top }) end) end
+  for _, m in ipairs(vs) do add_post(m, function(y) return formats.kv(y, { bits = bits, per_channel = false, keep = keep, top = top }) end) end
+end
+
 local function on(bits) return bits and bits < 16 end
 
 function M.apply(ctx, model, o)
   o = o or {}
   local snap = compress.snapshot(ctx)
   local ok, err = pcall(function()
-    if o.hadamard then M.rotate_inplace(ctx, model) end
+    if o.hadamard then M.rotate_inplace(ctx, model, o.hadamard) end
     local lins = M.linears(model, o.keep)
-    if o.smooth then
-      local alpha = o.smooth == true and 0.5 or o.smooth
-      if type(alpha) ~= "number" or alpha < 0 or alpha > 1 then error("quant: smooth must be true or α in [0, 1]", 0) end
-      if not o.calib or #o.calib == 0 then error("quant: smooth needs calib batches", 0) end
-      local maxes = {}
-      for i, l in ipairs(lins) do
-        local mx = ffi.new("float[?]", l.mod.nin)
-        maxes[i] = mx
-        add_pre(l.mod, function(x) check(C.ol_absmax_cols(x, mx)) return x end)
-      end
-      M.evaluate(ctx, model, o.calib)
-      for i, l in ipairs(lins) do
-        table.remove(l.mod._pre)           -- the recorder
-        local s = ffi.new("float[?]", l.mod.nin)
-        check(C.ol_smooth_scales(maxes[i], l.mod.weight, alpha, s))
-        check(C.ol_scale_cols_(l.mod.weight, s, 0))
-        local inv = ctx:tensor({ l.mod.nin }, { persistent = true })
-        for j = 0, l.mod.nin - 1 do inv.data[j] = 1 / s[j] end
-        add_pre(l.mod, function(x) return x * inv end)
-      end
-    end
+    if o.smooth then M.smooth_inplace(ctx, model, lins, o) end
+    local wf, af = formats.check(o.wfmt, "wfmt") or "int", formats.check(o.afmt, "afmt") or "int"
     for _, l in ipairs(lins) do
-      if on(o.wbits) then check(C.ol_absmax_quant_(l.mod.weight, o.wbits, o.w_per_channel == false and 0 or 1)) end
-      if on(o.abits) then
+      if wf ~= "int" then formats.quantize_(l.mod.weight, wf, o.w_per_channel == false and "tensor" or "row")
+      elseif on(o.wbits) then check(C.ol_absmax_quant_(l.mod.weight, o.wbits, o.w_per_channel == false and 0 or 1)) end
+      if af ~= "int" then
+        local scaling = o.a_per_token == false and "tensor" or "row"
+        add_pre(l.mod, function(x) return formats.quantize(x, af, scaling) end)
+      elseif on(o.abits) then
         local bits, per_tok, clip = o.abits, o.a_per_token == false and 0 or 1, o.clip or 1
         add_pre(l.mod, function(x) return ol.check_ptr(C.ol_quant_tokens(x, bits, per_tok, clip)) end)
       end
     end
+    if on(o.kv_bits) then M.quantize_kv(model, o) end
   end)
   local h = handle(ctx, model, snap)
   if not ok then h.restore() error(err, 2) end
@@ -453,8 +605,9 @@ function M.method_text(n_calib, kept)
   return "The project's 4-bit-era post-training quantisation (outlierlab.compress.rtn, docs/reference/compression.md): round to nearest, " ..
     "symmetric, weights per output channel and activations per token with dynamic ranges, on the input and weight of every " ..
     "linear layer of the blocks (" .. kept .. ", attention scores and probabilities in full precision); W4A4 + Hadamard " ..
-    "first applies a QuaRot-style Walsh–Hadamard rotation (exact in full precision), W4A4 + SmoothQuant first migrates " ..
-    "activation scale to the weights (α = 0.5, maxima from " .. n_calib .. " calibration batch(es))."
+    "first applies QuaRot's Walsh–Hadamard rotation (the residual stream, and online before o_proj and down_proj; exact in full " ..
+    "precision), W4A4 + SmoothQuant first migrates activation scale to the weights with one scale per norm shared by its " ..
+    "readers (q/k/v, gate/up; o_proj and down_proj unsmoothed; α = 0.5, maxima from " .. n_calib .. " calibration batch(es))."
 end
 
 -- Why settings do not apply, one line per (setting, reason): entries = { {who =, label =, reason =} }
@@ -484,5 +637,28 @@ M.SETTINGS = {
   { name = "w4a4_hadamard", label = "W4A4 + Hadamard", wbits = 4, abits = 4, hadamard = true },
   { name = "w4a4_smooth", label = "W4A4 + SmoothQuant", wbits = 4, abits = 4, smooth = 0.5 },
 }
+-- the floating-point formats (compress/formats.lua): weights per output channel and activations per
+-- token for FP8 (an FP32 scale amax/max each), blocks along the input dim for MXFP4 / NVFP4
+M.FORMAT_SETTINGS = {
+  { name = "w8a8_e4m3", label = "W8A8 FP8 E4M3", wfmt = "e4m3", afmt = "e4m3" },
+  { name = "w8a8_e5m2", label = "W8A8 FP8 E5M2", wfmt = "e5m2", afmt = "e5m2" },
+  { name = "w4a4_mxfp4", label = "W4A4 MXFP4", wfmt = "mxfp4", afmt = "mxfp4" },
+  { name = "w4a4_nvfp4", label = "W4A4 NVFP4", wfmt = "nvfp4", afmt = "nvfp4" },
+}
+-- the KV cache alone (weights and activations in full precision): INT4 and INT2, without and
+-- with the first token (the attention sink of a causal decoder) kept in full precision
+M.KV_SETTINGS = {
+  { name = "kv4", label = "KV4", kv_bits = 4 },
+  { name = "kv4_keep1", label = "KV4, first token kept", kv_bits = 4, kv_keep = 1 },
+  { name = "kv2", label = "KV2", kv_bits = 2 },
+  { name = "kv2_keep1", label = "KV2, first token kept", kv_bits = 2, kv_keep = 1 },
+  { name = "kv2_top1", label = "KV2, largest token kept", kv_bits = 2, kv_top = 1 },
+}
+-- everything the leaderboard (experiments/remedies.lua) measures: SETTINGS first (their indices
+-- unchanged), then the formats and the KV cache
+M.LEADERBOARD = {}
+for _, list in ipairs({ M.SETTINGS, M.FORMAT_SETTINGS, M.KV_SETTINGS }) do
+  for _, s in ipairs(list) do M.LEADERBOARD[#M.LEADERBOARD + 1] = s end
+end
 
 return M
