@@ -21,7 +21,7 @@ FUZZ_IO_OBJ  := build/fuzz/io_safetensors.o build/fuzz/io_tokens.o
 
 .PHONY: fuzz fuzz-deps fuzz-build
 fuzz-deps:
-	@$(MAKE) --no-print-directory deps DEB_PKGS="$(FUZZ_PKGS)"
+	$(call apt_install,$(FUZZ_PKGS))
 
 build/fuzz/%.o: engine/%.c $(HEADERS)
 	@mkdir -p build/fuzz

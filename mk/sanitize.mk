@@ -38,6 +38,6 @@ sanitize-build: all
 	@cd $(SAN_DIR) && rm -rf $(SAN_TOP)
 	@set -o pipefail; tar -cf - $(SAN_COPY) | tar -xf - -C $(SAN_DIR)
 
-check-sanitize: sanitize-build
+check-sanitize: sanitize-build test-deps
 	cd $(SAN_DIR) && $(SAN_ENV) prove --exec 'sh tests/exec.sh' $(PROVE_FLAGS) \
 	  $(patsubst $(SAN_DIR)/%,%,$(SAN_CTESTS)) $(LUATESTS)
