@@ -1,4 +1,6 @@
--- Write (and submit, when sbatch exists) the Slurm batch script of one experiment.
+-- Write the Slurm batch script of one experiment, and submit it when a cluster answers
+-- (runner/slurm.cluster: sbatch alone may be an unconfigured Slurm); otherwise print why, the
+-- script's path and the commands, and exit 0.
 -- Used by `make sbatch-<id> NODES=… TASKS_PER_NODE=… TIME=…`; see README "Running on a cluster".
 -- Scripts and logs go to results/<id>/<profile>/; paths in them are relative to the
 -- repository root, which is the submit directory. With ARRAY=n (n ≤ the experiment's sweep)
@@ -54,14 +56,17 @@ if cfg.array > 0 then
   write(final, slurm.script(opts))
 end
 
-local has_sbatch = os.execute("command -v sbatch >/dev/null 2>&1") == 0
+-- submit only to a cluster that answers (runner/slurm.cluster); otherwise say why, name the
+-- scripts and print the commands to run on one, and succeed: writing them was the job
+local usable, why = true, nil
+if cfg.submit then usable, why = slurm.cluster() end
 local function run(cmd)
   local p = io.popen("cd '" .. root .. "' && " .. cmd .. " 2>&1")
   local out = p:read("*a")
   local ok = p:close()
   return out, ok
 end
-if cfg.submit and has_sbatch then
+if cfg.submit and usable then
   os.execute("mkdir -p '" .. (log_dir:sub(1, 1) == "/" and log_dir or (root .. "/" .. log_dir)) .. "'")   -- Slurm opens the job's log there
   print("sbatch: submitting " .. rel)
   local out = run("sbatch --parsable " .. rel)
@@ -75,15 +80,13 @@ if cfg.submit and has_sbatch then
     print("sbatch: job " .. jid2 .. " (analysis and figures) runs after job array " .. jid .. " succeeded")
   end
 else
-  print("sbatch: wrote " .. path .. (final and (" and " .. final) or "") ..
-        (has_sbatch and "" or " (no sbatch on this machine)"))
-  if not has_sbatch or not cfg.submit then
-    print("sbatch: submit from the repository root with:")
-    print("  mkdir -p " .. log_dir)
-    if final then
-      for _, c in ipairs(slurm.submit_commands(rel, final_rel)) do print("  " .. c) end
-    else
-      print("  sbatch " .. rel)
-    end
+  print("sbatch: wrote " .. path .. (final and (" and " .. final) or ""))
+  if why then print("sbatch: not submitted: " .. why .. ".") end
+  print("sbatch: on a cluster, submit from the repository root with:")
+  print("  mkdir -p " .. log_dir)
+  if final then
+    for _, c in ipairs(slurm.submit_commands(rel, final_rel)) do print("  " .. c) end
+  else
+    print("  sbatch " .. rel)
   end
 end
