@@ -21,6 +21,11 @@ RUN_PREFIX = $(if $(filter-out 1,$(RANKS)),mpirun -np $(RANKS) --bind-to none -x
 $(addprefix reproduce-,$(EXPERIMENT_IDS)): reproduce-%: all
 	$(RUN_PREFIX)bin/outlierlab run experiments/$*.lua --profile=$(PROFILE)$(if $(MODEL), --model=$(MODEL))$(if $(TEXT), --text=$(TEXT)) $(REPRODUCE_ARGS)
 
+# any other reproduce-<word>: no such experiment; the runner says so and names the nearest
+# ids (make reproduce-so-fg3: "did you mean so-fig3?")
+reproduce-%: all
+	@bin/outlierlab run experiments/$*.lua --profile=$(PROFILE)
+
 reproduce-all: all
 	@for id in $(EXPERIMENT_IDS); do \
 	  echo "== $$id ($(PROFILE))"; \

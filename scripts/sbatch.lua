@@ -19,15 +19,24 @@ if cfg.id == "" then error("sbatch: --id=<experiment id> is required", 0) end
 local root = OUTLIERLAB_ROOT or "."
 local file = "experiments/" .. cfg.id .. ".lua"
 local f = io.open(root .. "/" .. file, "r")
-if not f then error("sbatch: no experiment file " .. file, 0) end
+if not f then
+  local ids = {}
+  for _, name in ipairs(require("outlierlab.util.fs").list_dir(root .. "/experiments")) do ids[#ids + 1] = name:match("^(.+)%.lua$") end
+  error("sbatch: no experiment file " .. file .. config.did_you_mean(cfg.id, ids) .. "make list shows them all", 0)
+end
 f:close()
 if cfg.setup ~= "" and not cfg.setup:find("\n", 1, true) and cfg.setup:match("%.sh$") and not io.open(cfg.setup, "r") then
   error("sbatch: SETUP=" .. cfg.setup .. " looks like a file but there is none (give a file that exists, or shell commands)", 0)
 end
+-- a mistyped PROFILE is refused here, not by the job on the cluster
+local exp = dofile(root .. "/" .. file)
+if type(exp) == "table" and type(exp.profiles) == "table" and type(exp.profiles[cfg.profile]) ~= "table" then
+  error("sbatch: " .. require("outlierlab.runner.run").unknown_profile(exp, file, cfg.profile), 0)
+end
 local extra = {}
 for a in cfg.extra:gmatch("%S+") do extra[#extra + 1] = a end
 if cfg.array > 0 then
-  slurm.check_array(cfg.id, cfg.profile, cfg.array, E.sweep_size(dofile(root .. "/" .. file), file, cfg.profile, extra))
+  slurm.check_array(cfg.id, cfg.profile, cfg.array, E.sweep_size(exp, file, cfg.profile, extra))
 end
 
 local log_dir = cfg.log_dir ~= "" and cfg.log_dir or E.results_dir("results", cfg.id, { profile = cfg.profile })

@@ -63,6 +63,10 @@ t.throws(function() slurm.script{ id = "x", file = "f", nodes = 0 } end, "NODES"
 -- the make-level entry point writes the file and names it
 local out = io.popen("cd " .. OUTLIERLAB_ROOT .. " && bin/outlierlab run scripts/sbatch.lua --id=does-not-exist 2>&1"):read("*a")
 t.ok(out:find("no experiment file experiments/does-not-exist.lua", 1, true), "unknown experiment id is named", out)
+out = io.popen("cd " .. OUTLIERLAB_ROOT .. " && bin/outlierlab run scripts/sbatch.lua --id=so-fg3 2>&1"):read("*a")
+t.ok(out:find("did you mean so-fig3?", 1, true), "a mistyped id: the nearest is named", out)
+out = io.popen("cd " .. OUTLIERLAB_ROOT .. " && bin/outlierlab run scripts/sbatch.lua --id=so-fig3 --profile=defualt --submit=false --out=/nonexistent/x.sbatch 2>&1"):read("*a")
+t.ok(out:find("unknown profile 'defualt'; did you mean default?", 1, true), "a mistyped profile is refused before any script is written", out)
 -- make sbatch-<id>: the sweep's size is found without training (so-fig12: 6 attention variants)
 local tmp = os.tmpname()
 os.remove(tmp)
