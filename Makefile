@@ -1,14 +1,10 @@
-# outlierlab — build, test, benchmark and reproduce.
-#   make               engine library (static + shared) and bin/outlierlab
-#   make test          every test (C and Lua) through prove -j2 --timer; the closing lines say it all (with the suite's wall time)
-#   make bench         speed against this machine's own sgemm peak
+# outlierlab — build, test, benchmark and reproduce. `make help` lists every target with one
+# line (from the `##` comment on its rule line here and in mk/*.mk). The ones to start with:
 #   make reproduce-ID  one experiment (PROFILE=quick|default|paper); make list shows them
-#   make fuzz          libFuzzer on the file and settings readers (mk/fuzz.mk, FUZZ_SECONDS= per target)
-#   make check-sanitize every test against an ASan+UBSan build (mk/sanitize.mk)
+#   make test          every test (C and Lua) through prove -j2 --timer; the closing lines say it all
 #   make deps          install the Debian packages that building and running experiments need and
 #                      that are missing (as root, without recommends), or print the command
 #   make test-deps     the same for the packages only the tests need (Slurm, Chromium, …); make test runs it
-#   make help          every target with its one line
 
 SHELL   := /bin/bash
 CC      ?= cc
@@ -51,11 +47,11 @@ APT_FLAGS ?= --no-install-recommends
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all build deps test-deps test test-c test-lua bench bench-peer clean list reproduce-all
+.PHONY: all build deps test-deps test test-c test-lua bench bench-peer clean help list reproduce-all
 # Builds are serialised by a lock so that several make runs in one tree do not collide.
-all: deps
+all: deps ## engine library (static + shared) and bin/outlierlab, after make deps
 	@mkdir -p build && flock build/.lock $(MAKE) --no-print-directory build
-build: lib/liboutlierlab.a lib/liboutlierlab.so bin/outlierlab
+build: lib/liboutlierlab.a lib/liboutlierlab.so bin/outlierlab ## the same without make deps
 
 # $(call apt_install,PACKAGES): install those of PACKAGES that are missing (as root), or print
 # the command and fail (as another user)
@@ -73,10 +69,10 @@ if [ -n "$$missing" ]; then \
 fi
 endef
 
-deps:
+deps: ## install the missing Debian packages that building and running need (as root), or print the command
 	$(call apt_install,$(DEB_PKGS))
 
-test-deps: deps
+test-deps: deps ## the same for the packages only the tests need (Slurm, munge, Chromium, xarray, …)
 	$(call apt_install,$(TEST_DEB_PKGS))
 
 build/engine/%.o: engine/%.c $(HEADERS)
@@ -100,19 +96,19 @@ build/tests/%.t: tests/c/%.c tests/c/tap.h lib/liboutlierlab.a
 	$(CC) $(CFLAGS) -Iengine -o $@ $< lib/liboutlierlab.a $(LDLIBS)
 
 # One harness: prove runs C test binaries and Lua test files (through tests/exec.sh).
-test: all test-deps
+test: all test-deps ## every C and Lua test through prove; the last lines say PASS or FAIL
 	$(if $(CTESTS),@flock build/.lock $(MAKE) --no-print-directory $(CTESTS))
 	@t0=$$(date +%s); prove --exec 'sh tests/exec.sh' $(PROVE_FLAGS) $(CTESTS) $(LUATESTS); rc=$$?; \
 	  echo "make test: suite wall time $$(( $$(date +%s) - t0 )) s (prove $(PROVE_FLAGS))"; exit $$rc
 
-test-c: all test-deps
+test-c: all test-deps ## the C tests only
 	$(if $(CTESTS),@flock build/.lock $(MAKE) --no-print-directory $(CTESTS))
 	prove --exec 'sh tests/exec.sh' $(CTESTS)
 
-test-lua: all test-deps
+test-lua: all test-deps ## the Lua tests only
 	prove --exec 'sh tests/exec.sh' $(LUATESTS)
 
-bench: all build/bench/bench_matmul build/bench/bench_optim
+bench: all build/bench/bench_matmul build/bench/bench_optim ## speed against this machine's own sgemm peak
 	@echo "== engine matmul vs raw cblas_sgemm (threads: $${OMP_NUM_THREADS:-all}) =="
 	build/bench/bench_matmul
 	build/bench/bench_optim 3
@@ -126,7 +122,7 @@ bench: all build/bench/bench_matmul build/bench/bench_optim
 # torch's OpenMP threads (measured: the organism step 5.2 s instead of 0.08 s); so the OpenMP
 # build is put first and the OpenMP wait is passive, as bin/outlierlab sets it.)
 PEER_PYTHON ?= /usr/bin/python3
-bench-peer: all
+bench-peer: all ## the same shapes in PyTorch eager beside the engine (needs python3-torch)
 	@$(PEER_PYTHON) -c 'import torch' 2>/dev/null || { echo "make bench-peer: $(PEER_PYTHON) has no torch (apt-get install python3-torch)"; exit 1; }
 	bin/outlierlab run bench/peer/engine.lua --out=build/bench/peer.json
 	LD_LIBRARY_PATH=$(BLAS_DIR) OMP_WAIT_POLICY=PASSIVE $(PEER_PYTHON) bench/peer/torch_peer.py build/bench/peer.json
@@ -135,7 +131,16 @@ build/bench/%: bench/%.c lib/liboutlierlab.a
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) -Iengine -o $@ $< lib/liboutlierlab.a $(LDLIBS)
 
-clean:
+clean: ## remove build/, lib/ and bin/ (results/ and cache/ stay)
 	rm -rf build lib bin
+
+# The help is read from the makefiles, so it cannot go stale: a rule line's `## text` is its
+# line; a target written with variables starts its text with its name and a colon; % shows as
+# <id>. tests/lua/test_make_help.lua checks that every .PHONY target has a line.
+help: ## every target with one line (this list)
+	@echo "make TARGET [VARIABLE=value …]; the targets (from the ## comments in Makefile and mk/*.mk):"
+	@awk '/^[^#\t =][^=]*:([^=]|$$).*## / { t = $$0; sub(/:.*/, "", t); d = $$0; sub(/^[^#]*## /, "", d); \
+	  if (t ~ /\$$/) { t = d; sub(/: .*/, "", t); sub(/^[^:]*: /, "", d) } gsub(/%/, "<id>", t); \
+	  printf "  %-22s %s\n", t, d }' $(MAKEFILE_LIST)
 
 -include mk/*.mk

@@ -8,13 +8,13 @@
 RESULTS ?= $(or $(OUTLIERLAB_RESULTS),results)
 .PHONY: gallery gallery-check history
 
-gallery: all
+gallery: all ## results/index.html and index.md: every run's figure, claim and verdict
 	bin/outlierlab gallery --results=$(RESULTS)
 
-gallery-check: all
+gallery-check: all ## the gallery, then headless Chromium loads it and fails on a broken image
 	@command -v chromium >/dev/null || { echo "make gallery-check: needs Debian's chromium (make test-deps, or apt-get install --no-install-recommends chromium)"; exit 1; }
 	bin/outlierlab gallery --results=$(RESULTS) --check=$(RESULTS)/gallery.png
 
-history: all
+history: all ## MODEL=cache/models/<hash>: that model's training curves (history.nc, history.png)
 	@test -n "$(MODEL)" || { echo "make history: MODEL=cache/models/<hash> is required (a run's models: results/<id>/<profile>/run.json)"; exit 2; }
 	bin/outlierlab history $(MODEL)

