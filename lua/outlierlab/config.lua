@@ -142,20 +142,18 @@ function M.get(defaults, opts)
   return cfg
 end
 
--- every key the config calls so far offered, sorted
-function M.known_keys()
+-- the keys of set for which keep(key) is true (every key without keep), sorted
+local function sorted_keys(set, keep)
   local out = {}
-  for k in pairs(M.known) do out[#out + 1] = k end
+  for k in pairs(set) do if not keep or keep(k) then out[#out + 1] = k end end
   table.sort(out)
   return out
 end
 
+-- every key the config calls so far offered
+function M.known_keys() return sorted_keys(M.known) end
+
 -- keys given on the command line that no config call used
-function M.unconsumed()
-  local out = {}
-  for k in pairs(M.overrides) do if not M.consumed[k] then out[#out + 1] = k end end
-  table.sort(out)
-  return out
-end
+function M.unconsumed() return sorted_keys(M.overrides, function(k) return not M.consumed[k] end) end
 
 return M
