@@ -97,9 +97,10 @@ function M.main(argv)
   if not chunk then
     -- a mistyped experiment (make reproduce-so-fg3): name the nearest ones
     local dir, id = file:match("^(.-)/?([^/]+)%.lua$")
-    if not io.open(file, "r") and dir and dir:match("experiments$") then
+    local fs = require "outlierlab.util.fs"
+    if not fs.read_file(file) and dir and dir:match("experiments$") then
       local ids = {}
-      for _, name in ipairs(require("outlierlab.util.fs").list_dir(dir == "" and "." or dir)) do
+      for _, name in ipairs(fs.list_dir(dir)) do
         ids[#ids + 1] = name:match("^(.+)%.lua$")
       end
       error(string.format("no experiment '%s' (no file %s)%smake list shows them all", id, file,
