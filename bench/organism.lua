@@ -134,7 +134,7 @@ sgemm_peak(2048, 64, 256)   -- calibrates the engine kernel for the shape (engin
 print(string.format("engine kernel on 2048×64·(256×64)ᵀ: %s; %.0f GFLOP/s (the sgemm peak below is OpenBLAS's 4096×768·(3072×768)ᵀ)",
                     C.ol_gemm_engine_kernel(0, 1, 256, 256, 64) == 1 and "used" or "not used (OpenBLAS)",
                     sgemm_peak(2048, 64, 256)))
--- e^x in vector loops (docs/reference/training.md, "e^x on a CPU without AVX-512"): the SwiGLU forward of
+-- e^x in vector loops (docs/journal/2026-11-performance.md, "e^x on a CPU without AVX-512"): the SwiGLU forward of
 -- the organism's FFN (2048 × 256 elements: one e^x, a division and two products each) against a
 -- plain product of the same tensors (memory traffic alone), best of 20 each. Vectorised e^x
 -- costs a small multiple of the product; a loop that fell back to scalar code costs ~8× more.
@@ -159,7 +159,7 @@ do
   -- with the scalar loop of the old clamp
   print(string.format("e^x loops: SwiGLU forward %.2f ns per element = %.1f× a product of the same tensors: %s",
                       1e9 * ts / n, ts / tm, ts / tm < 15 and "vectorised"
-                        or "SCALAR (a loop with e^x did not vectorise: docs/reference/training.md, \"e^x on a CPU without AVX-512\")"))
+                        or "SCALAR (a loop with e^x did not vectorise: docs/journal/2026-11-performance.md, \"e^x on a CPU without AVX-512\")"))
 end
 local results = {}
 local function want(w) return cfg.which == "all" or cfg.which == w end

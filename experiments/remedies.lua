@@ -8,11 +8,14 @@
 -- b = −log T, Ramapuram et al. b = −log n, Gu et al. without bias), softmax1, the learned sink
 -- logit (gpt-oss), Qiu et al.'s gate after SDPA (headwise, elementwise), softpick; Muon and
 -- OrthoAdam instead of AdamW; single-scale RMSNorm; and Outlier-Safe Pre-Training's recipe (Muon,
--- single-scale RMSNorm, orthogonal projections after the embedding and before the head). cfg.n_seeds seeds each. On held-out batches of each trained model:
+-- single-scale RMSNorm, orthogonal projections after the embedding and before the head); the rescalers
+-- of arXiv 2601.22966 (PreAffine, GatedNorm alone and with Qiu's gate, DyT, residual clipping at 10;
+-- nn/norms.lua). cfg.n_seeds seeds each. On held-out batches of each trained model:
 -- validation loss; Gu et al.'s sink rate (first-token importance > 0.3, % of heads); the massive
 -- ratio at the first token (mean top-1 |h| at position 0 over the mean median |h|, largest over
 -- layers); Pearson kurtosis of the block outputs with and without the first token (averaged over
--- layers); and the loss after RTN W8A8, W4A8, W4A4, W4A4 + Walsh–Hadamard rotation and W4A4 +
+-- layers); the residual-sink share (the largest top-3 share of one dimension of h, measure/residual)
+-- and the peak |h| (the Qwen team's "peak activation"); and the loss after RTN W8A8, W4A8, W4A4, W4A4 + Walsh–Hadamard rotation and W4A4 +
 -- SmoothQuant (outlierlab.compress.rtn; per-channel weights, per-token activations). Mean ± sd over
 -- seeds; a difference against vanilla counts only beyond the seed spread (outlierlab.seeds).
 local ptq = require "outlierlab.ptq"
@@ -21,6 +24,7 @@ local figure = require "outlierlab.figure"
 local quant = require "outlierlab.compress.rtn"
 local analysis = require "outlierlab.measure.metrics"
 local AR = require "outlierlab.measure.recent"
+local residual = require "outlierlab.measure.residual"
 local E = require "outlierlab.experiment"
 
 -- key, short (the figure's bar label), label (the table's), attention spec (nil: softmax), optimizer,
@@ -59,6 +63,17 @@ local ALL = {
   { key = "osp", short = "OSP", label = "Outlier-Safe Pre-Training (Muon, single-scale norm, projections)", optimizer = "muon",
     norm_gain = "single", embed_proj = true,
     claim = "Park et al.: excess kurtosis 1,818 → 0.04, far better 4-bit quantisation" },
+  -- the rescalers of arXiv 2601.22966 (model = the model-config keys of nn/norms.lua)
+  { key = "preaffine", short = "PreAffine", label = "PreAffine RMSNorm", model = { norm_variant = "preaffine" },
+    claim = "Qwen team (MoE 24B): W4A4 drop −2.76, worse than GatedNorm's −1.23" },
+  { key = "gatednorm", short = "GatedNorm", label = "GatedNorm (r = 16, every norm)", model = { norm_variant = "gated" },
+    claim = "Qwen team (2B): with gated attention, peak activation 6,000 → 430, loss 1.964 → 1.951" },
+  { key = "ga_gatednorm", short = "GA+GatedNorm", label = "Qiu gate elementwise + GatedNorm", model = { norm_variant = "gated" },
+    attention = { kind = "gated_sdpa", form = "elementwise" }, claim = "Qwen team (2B): peak activation 430, loss 1.951 (best)" },
+  { key = "dyt", short = "DyT", label = "DyT instead of every norm (α₀ 0.5)", model = { norm_variant = "dyt" },
+    claim = "Qwen team (2B): peak activation 73 but loss +0.259" },
+  { key = "resid_clip", short = "resid clip 10", label = "residual clipping at 10", model = { residual_clip = 10.0 },
+    claim = "Qwen team (2B): clipping at ≤ 100 diverges" },
 }
 local BY_KEY = {}
 for _, v in ipairs(ALL) do BY_KEY[v.key] = v end
@@ -66,9 +81,10 @@ for _, v in ipairs(ALL) do BY_KEY[v.key] = v end
 -- the settings of outlierlab.compress.rtn (w8a8, w4a8, w4a4, w4a4_hadamard, w4a4_smooth) and their labels
 local QUANT, QUANT_NAME = {}, {}
 for i, s in ipairs(quant.SETTINGS) do QUANT[i], QUANT_NAME[s.name] = s.name, s.label end
-local METRICS = { "val_loss", "sink_rate", "massive_first", "kurtosis", "kurtosis_no_first" }
+local METRICS = { "val_loss", "sink_rate", "massive_first", "kurtosis", "kurtosis_no_first", "resid_share", "peak_abs" }
 local METRIC_NAME = { val_loss = "validation loss", sink_rate = "sink rate (%)", massive_first = "top-1/median at the first token",
-                      kurtosis = "avg kurtosis", kurtosis_no_first = "avg kurtosis without the first token" }
+                      kurtosis = "avg kurtosis", kurtosis_no_first = "avg kurtosis without the first token",
+                      resid_share = "residual sink: largest top-3 share of one dimension", peak_abs = "peak |h|" }
 
 local FIG = figure.declare{
   title = "Remedies for sinks and outliers on the decoder organism: phenomena and 4-bit quantisation",
@@ -96,6 +112,8 @@ local FIG = figure.declare{
       title = "massive activation at the first token", ylabel = "top-1 |h| / median |h|", note = "largest over layers" },
     { kind = "bars", x = "variant", y = "metric_mean", err = "metric_sd", at = { metric = 3 },
       title = "kurtosis of the block outputs", ylabel = "Pearson kurtosis", note = "averaged over layers" },
+    { kind = "bars", x = "variant", y = "metric_mean", err = "metric_sd", at = { metric = 5 },
+      title = "residual sink", ylabel = "top-3 share of one dimension", note = "over every layer's tokens (arXiv 2601.22966)" },
     { kind = "bars", x = "variant", y = "quant_delta_mean", err = "quant_delta_sd", at = { setting = 2 },
       title = "W4A4 RTN", ylabel = "loss − FP loss", note = "per-channel weights, per-token activations" },
     { kind = "bars", x = "variant", y = "quant_delta_mean", err = "quant_delta_sd", at = { setting = 3 },
@@ -109,6 +127,7 @@ local function spec_of(cfg, v, seed)
   local c = ptq.copy(cfg)
   c.seed = seed
   c.optimizer, c.norm_gain, c.embed_proj = v.optimizer, v.norm_gain, v.embed_proj
+  for k, x in pairs(v.model or {}) do c[k] = x end
   local spec = E.llama_lm_spec(c)
   if v.attention then spec.model.overrides.attention = type(v.attention) == "string" and { kind = v.attention } or v.attention end
   return spec
@@ -130,7 +149,7 @@ end
 -- kurtosis of the block outputs (with and without the first token) and the massive ratio at the
 -- first token, over the batches
 local function outliers(ctx, m, batches, cfg)
-  local all, nofirst, first_top, median = {}, {}, {}, {}
+  local all, nofirst, first_top, median, peak = {}, {}, {}, {}, 0
   local cur
   AR.run_model(ctx, m, batches, function(name, l, x)
     if name ~= "h" then return end
@@ -144,6 +163,7 @@ local function outliers(ctx, m, batches, cfg)
     local tm = AR.top_median(x, cur.pad_mask)
     local ft = AR.top_median(x:narrow(1, 0, 1))
     first_top[l] = (first_top[l] or 0) + ft.top[1]
+    for i = 0, tonumber(x.numel) - 1 do peak = math.max(peak, math.abs(x.data[i])) end   -- Qwen's peak |activation|
     median[l] = (median[l] or 0) + tm.median
   end, function(_, b) cur = b end)
   local k, kn, nl, massive = 0, 0, 0, 0
@@ -153,7 +173,7 @@ local function outliers(ctx, m, batches, cfg)
     nl = nl + 1
     if median[l] > 0 then massive = math.max(massive, first_top[l] / median[l]) end
   end
-  return { kurtosis = k / nl, kurtosis_no_first = kn / nl, massive_first = massive }
+  return { kurtosis = k / nl, kurtosis_no_first = kn / nl, massive_first = massive, peak_abs = peak }
 end
 
 local function analyze(run)
@@ -167,7 +187,8 @@ local function analyze(run)
     r.val_loss = quant.evaluate(ctx, m, val)
     r.sink_rate = AR.sink_rate(ctx, m, val).rate
     local o = outliers(ctx, m, val, cfg)
-    r.massive_first, r.kurtosis, r.kurtosis_no_first = o.massive_first, o.kurtosis, o.kurtosis_no_first
+    r.massive_first, r.kurtosis, r.kurtosis_no_first, r.peak_abs = o.massive_first, o.kurtosis, o.kurtosis_no_first, o.peak_abs
+    r.resid_share = residual.residual_sinks(ctx, m, val).max_share
     local q = quant.run(ctx, m, val, { calib = calib, log = function(fmt, ...)
       run:log("%s seed %d: " .. fmt, t.key, t.seed, ...) end })
     for _, s in ipairs(q.settings) do r[s.name] = s.applicable and s.loss or 0 / 0 end
@@ -229,8 +250,8 @@ local function summary(run)
   local base = nil
   for vi, key in ipairs(cfg.variants) do if key == "vanilla" then base = vi end end
   local lines = {
-    "| remedy | val loss | sink rate % | top-1/median at first token | kurtosis | kurtosis w/o first | ΔW8A8 | ΔW4A4 | ΔW4A4+H | ΔW4A4+SQ | paper's claim |",
-    "|---|---|---|---|---|---|---|---|---|---|---|" }
+    "| remedy | val loss | sink rate % | top-1/median at first token | kurtosis | kurtosis w/o first | residual sink share | peak \\|h\\| | ΔW8A8 | ΔW4A4 | ΔW4A4+H | ΔW4A4+SQ | paper's claim |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|" }
   for vi, key in ipairs(cfg.variants) do
     local cells = { BY_KEY[key].label }
     for mi = 1, #METRICS do

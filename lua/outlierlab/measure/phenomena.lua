@@ -52,10 +52,12 @@
 --           per_layer[l].initial_top_share, initial_top3_share (one-hot shares of the initial token's state),
 --           massive = { layer, category, ratio, initial_top_share, initial_top3_share (at that layer) },                 -- largest ratio_at over sink categories
 --           max_ratio = { layer, ratio }, avg_kurtosis, max_kurtosis,
---           sink_rate_pct (percent, per sample), sink_rate_by_layer = { [l] = { fraction of samples per head } } }
+--           sink_rate_pct (percent, per sample), sink_rate_by_layer = { [l] = { fraction of samples per head } },
+--           resid_share (measure/residual: the largest top-3 share of one dimension of h over layers and tokens) }
 local ffi = require "ffi"
 local analysis = require "outlierlab.measure.metrics"
 local remedies = require "outlierlab.measure.recent"
+local residual = require "outlierlab.measure.residual"
 
 local M = {}
 local CATS = analysis.categories                  -- initial, delimiter, weak, other
@@ -93,6 +95,7 @@ function Ph:reset()
   self.vnorm_batch = nil
   self.cats = nil
   self.sinkrate = remedies.SinkRate{}
+  self.resid = residual.ResidualSinks{}   -- arXiv 2601.22966: a dimension on top at almost every token
 end
 
 -- category index (1..4) of every position of the batch: int array (B·T)
@@ -191,6 +194,7 @@ end
 
 function Ph:probe_h(x, l, batch)
   self.stats:probe(x, l, batch)
+  self.resid:update(x, l, batch.pad_mask)
   local B, T, C = x:size(0), x:size(1), x:size(2)
   local cats = batch_cats(self, batch)
   local S = self.act[l] or { at_sum = zeros4(), at_n = zeros4(), top1_cat = zeros4(), kni_sum = 0, kni_n = 0, sh_sum = 0, sh3_sum = 0, sh_n = 0 }
@@ -348,6 +352,7 @@ function Ph:result()
   out.sink_rate_value_ratio = vn > 0 and vsum / vn or 0 / 0   -- mean value ratio of those heads' first token
   local sr = self.sinkrate:result()
   out.sink_rate_pct, out.sink_rate_by_layer = sr.rate, sr.by_layer
+  out.resid_share = self.resid:result().max_share
   return out
 end
 

@@ -18,12 +18,15 @@
 --   -> f = MLP(x) ["mlp_up", "x_down", "ffn_out"] -> x = LN2(x + drop(f)) ["ln2" = "h"]
 local common = require "outlierlab.models.common"
 local nn = require "outlierlab.nn"
+local norms = require "outlierlab.nn.norms"
 local ol = require "outlierlab"
 
 local M = {}
 local BERT = nn.class("BERT", common.Model)
 
-local function layernorm(ctx, name, C, cfg) return nn.LayerNorm(ctx, C, { name = name, eps = cfg.norm_eps }) end
+local function layernorm(ctx, name, C, cfg)
+  return norms.build(ctx, name, C, cfg, function() return nn.LayerNorm(ctx, C, { name = name, eps = cfg.norm_eps }) end)
+end
 
 function M.build(ctx, cfg)
   local self = setmetatable({ ctx = ctx, cfg = cfg, name = "bert", training = true }, BERT)
@@ -73,11 +76,11 @@ function BERT:encode(batch, opts)
   if P then P("emb", 0, x) end
   for i, L in ipairs(self.layers) do
     local l = i - 1
-    x = L.ln1:forward(x + self:dropout(L.attn:forward(x, P, l, pad), cfg.dropout, 2 * l + 1))
+    x = L.ln1:forward(common.residual(cfg, x + self:dropout(L.attn:forward(x, P, l, pad), cfg.dropout, 2 * l + 1)))
     if P then P("ln1", l, x) end
     local f = L.mlp:forward(x, P, l)
     if P then P("ffn_out", l, f) end
-    x = L.ln2:forward(x + self:dropout(f, cfg.dropout, 2 * l + 2))
+    x = L.ln2:forward(common.residual(cfg, x + self:dropout(f, cfg.dropout, 2 * l + 2)))
     if P then P("ln2", l, x); P("h", l, x) end
   end
   if self.pooler then
@@ -125,11 +128,12 @@ end
 -- parameter count; also returns the parts (embeddings, layers, pooler, mlm_head)
 function M.count(cfg)
   local C, F, V, L = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer
+  local ln = 2 * C + norms.extra_params(cfg, C, 2 * C)
   local parts = {
-    embeddings = (V + ((cfg.rope_base or 0) > 0 and 0 or cfg.block_size) + cfg.type_vocab_size) * C + 2 * C,
-    layers = L * (4 * (C * C + C) + 2 * C + C * F + F + F * C + C + 2 * C),
+    embeddings = (V + ((cfg.rope_base or 0) > 0 and 0 or cfg.block_size) + cfg.type_vocab_size) * C + ln,
+    layers = L * (4 * (C * C + C) + ln + C * F + F + F * C + C + ln),
     pooler = C * C + C,
-    mlm_head = C * C + C + 2 * C + V,
+    mlm_head = C * C + C + ln + V,
   }
   local n = parts.embeddings + parts.layers + parts.mlm_head + (cfg.pooler and parts.pooler or 0)
   return n, parts

@@ -11,6 +11,7 @@
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
 local attention = require "outlierlab.nn.attention"
+local norms = require "outlierlab.nn.norms"
 
 local M = {}
 
@@ -105,11 +106,6 @@ function M.Attention_new(ctx, name, cfg, opts)
   return self
 end
 
--- a step tensor of x's shape (constants of the ops below)
-local function like(x, name)
-  return ol.check_ptr(ol.C.ol_tensor_new(x.ctx, ol.C.OL_F32, x.ndim, x.shape, name))
-end
-
 -- RoPE with given inverse frequencies inv (D/2 of them) over x (B,H,T,D), as modeling_llama.py's
 -- apply_rotary_pos_emb: x·cos + rotate_half(x)·sin, rotate_half(x) = cat(−x[D/2:], x[:D/2]),
 -- cos/sin (T, D) of the angle t·inv_i (in double, rounded to fp32) for both halves
@@ -145,23 +141,10 @@ local function rope(self, x)
   return ol.cat({ rot, x:narrow(3, rd, HD - rd) }, 3)
 end
 
--- clamp(x, c): x limited to [−c, c] exactly, as torch.clamp(min=−c, max=c) (MPT's clip_qkv):
--- x·inside + bound, where inside = 1 and bound = 0 for |x| ≤ c, inside = 0 and bound = ±c
--- beyond (both read from x; x·1 + 0 and x·0 + c are exact); the gradient is 1 inside (the
--- bounds included) and 0 outside, as torch's; c is compared as fp32, as torch casts it to the
--- tensor's dtype. (An infinite x would give NaN, not ±c.)
-function M.clamp(x, c)
-  c = tonumber(ol.ffi.new("float", c))
-  local inside, bound = like(x, "clamp_inside"), like(x, "clamp_bound")
-  local xd, id, bd = x.data, inside.data, bound.data
-  for i = 0, tonumber(x.numel) - 1 do
-    local v = xd[i]
-    if v > c then id[i], bd[i] = 0, c
-    elseif v < -c then id[i], bd[i] = 0, -c
-    else id[i], bd[i] = 1, 0 end
-  end
-  return x * inside + bound
-end
+-- clamp(x, c): x limited to [−c, c] exactly, as torch.clamp(min=−c, max=c) (MPT's clip_qkv;
+-- nn.norms.clip: the gradient is 1 inside, the bounds included, and 0 outside, as torch's; c
+-- is compared as fp32, as torch casts it to the tensor's dtype).
+M.clamp = norms.clip
 
 -- ALiBi slopes of modeling_mpt.py build_mpt_alibi_tensor: n = the next power of two ≥ NH,
 -- slope_i = 2^(−i·max/n), i = 1..n; for NH < n the odd-indexed slopes first, then the even
@@ -317,11 +300,15 @@ function M.norm_new(ctx, name, C, cfg, kind)
   if cfg.norm_gain and cfg.norm_gain ~= "channel" and cfg.norm_gain ~= "single" then
     error("models: norm_gain must be \"channel\" or \"single\", got " .. tostring(cfg.norm_gain), 3)
   end
-  if kind == "rmsnorm" then
-    return nn.RMSNorm(ctx, C, { name = name, eps = cfg.norm_eps, single = cfg.norm_gain == "single" })
-  end
-  return nn.LayerNorm(ctx, C, { name = name, eps = cfg.norm_eps, bias = cfg.bias ~= false })
+  return norms.build(ctx, name, C, cfg, function()
+    if kind == "rmsnorm" then
+      return nn.RMSNorm(ctx, C, { name = name, eps = cfg.norm_eps, single = cfg.norm_gain == "single" })
+    end
+    return nn.LayerNorm(ctx, C, { name = name, eps = cfg.norm_eps, bias = cfg.bias ~= false })
+  end)
 end
+-- the residual stream after an add (nn.norms.residual: clamped to ±cfg.residual_clip when set)
+M.residual = norms.residual
 function M.PreLNBlock_new(ctx, name, cfg, opts)
   local self = setmetatable({ ctx = ctx, name = name, training = true, p = cfg.dropout or 0 }, PreLNBlock)
   local C, F = cfg.d_model, cfg.d_ff
@@ -341,12 +328,12 @@ end
 function PreLNBlock:forward(x, model, l, P, pad_mask)
   local a = self.ln1:forward(x)
   if P then P("ln1", l, a) end
-  x = x + model:dropout(self.attn:forward(a, P, l, pad_mask), self.p, 2 * l + 1)
+  x = M.residual(model.cfg, x + model:dropout(self.attn:forward(a, P, l, pad_mask), self.p, 2 * l + 1))
   local m = self.ln2:forward(x)
   if P then P("ln2", l, m) end
   local f = self.mlp:forward(m, P, l)
   if P then P("ffn_out", l, f) end
-  x = x + model:dropout(f, self.p, 2 * l + 2)
+  x = M.residual(model.cfg, x + model:dropout(f, self.p, 2 * l + 2))
   if P then P("h", l, x) end
   return x
 end

@@ -10,6 +10,7 @@
 --   -> ln_f ["ln_f", layer = L] -> logits = ln_f(x)·wteᵀ (B,T,V)
 local common = require "outlierlab.models.common"
 local nn = require "outlierlab.nn"
+local norms = require "outlierlab.nn.norms"
 
 local M = {}
 local GPT2 = nn.class("GPT2", common.Model)
@@ -69,6 +70,7 @@ function M.count(cfg)
   local C, F, V, L = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer
   local b = cfg.bias ~= false and 1 or 0
   local ln = C + b * C
+  ln = ln + norms.extra_params(cfg, C, ln)
   local attn = 4 * C * C + b * 4 * C
   local mlp = 2 * C * F + b * (F + C)
   local n = V * C + cfg.block_size * C + L * (2 * ln + attn + mlp) + ln

@@ -28,16 +28,16 @@ M.families = {
 local defaults = {
   gpt2 = { family = "gpt2", name = "gpt2", vocab_size = 50304, block_size = 1024, n_layer = 12, n_head = 12,
            d_model = 768, d_ff = 3072, bias = false, dropout = 0.0, tie_embeddings = true, norm_eps = 1e-5,
-           act = "gelu_tanh", attention = "softmax", seed = 1234 },
+           act = "gelu_tanh", attention = "softmax", seed = 1234, init_gain = 1.0 },
   opt = { family = "opt", name = "opt", vocab_size = 50272, block_size = 2048, n_layer = 12, n_head = 12,
           d_model = 768, d_ff = 3072, bias = true, dropout = 0.1, norm_eps = 1e-5, act = "relu",
-          attention = "softmax", seed = 1234, d_embed = 0, ln_before = true },
+          attention = "softmax", seed = 1234, init_gain = 1.0, d_embed = 0, ln_before = true },
   bert = { family = "bert", name = "bert", vocab_size = 30522, block_size = 512, type_vocab_size = 2,
            n_layer = 12, n_head = 12, d_model = 768, d_ff = 3072, dropout = 0.1, norm_eps = 1e-12,
-           act = "gelu_erf", pooler = false, attention = "softmax", rope_base = 0.0, seed = 1234 },
+           act = "gelu_erf", pooler = false, attention = "softmax", rope_base = 0.0, seed = 1234, init_gain = 1.0 },
   llama = { family = "llama", name = "llama", vocab_size = 32000, block_size = 2048, n_layer = 12, n_head = 12,
             n_kv_head = 1, d_model = 768, d_ff = 2048, norm_eps = 1e-5, rope_base = 10000.0,
-            tie_embeddings = false, init = "tinyllama", dropout = 0.0, attention = "softmax", seed = 1234,
+            tie_embeddings = false, init = "tinyllama", dropout = 0.0, attention = "softmax", seed = 1234, init_gain = 1.0,
             norm_gain = "channel",     -- "single": one scalar RMSNorm gain (Park et al. 2025)
             embed_proj = false,        -- true: orthogonal C×C projections after the embedding and before the head (Park et al.)
             -- the other decoders imported from Hugging Face (models/llama.lua's head; all off here):
@@ -50,9 +50,13 @@ local defaults = {
             clip_qkv = 0.0 },
   vit = { family = "vit", name = "vit", image_size = 224, patch_size = 16, channels = 3, n_classes = 1000,
           n_layer = 12, n_head = 6, d_model = 384, d_ff = 1536, norm_eps = 1e-6, act = "gelu_erf",
-          patch_ln = false, dropout = 0.0, attention = "softmax", seed = 1234,
+          patch_ln = false, dropout = 0.0, attention = "softmax", seed = 1234, init_gain = 1.0,
           dense = false },             -- true: per-patch labels beside [CLS]'s (models/vit.lua; the organism map)
 }
+-- the norm variants and residual clipping (nn/norms.lua), the same keys in every family, all off
+for _, d in pairs(defaults) do
+  for k, v in pairs(require("outlierlab.nn.norms").CONFIG_DEFAULTS) do d[k] = v end
+end
 M.defaults = defaults
 
 -- name -> family and the keys that differ from the family defaults
@@ -138,6 +142,7 @@ function M.config(cfg, what)
     error(string.format("%s: n_head %d is not a multiple of n_kv_head %d", what, out.n_head, out.n_kv_head), 3)
   end
   if out.dropout < 0 or out.dropout >= 1 then error(string.format("%s: dropout %g not in [0, 1)", what, out.dropout), 3) end
+  require("outlierlab.nn.norms").check(out, what)
   if fam == "llama" then M.families.llama.check(out, what) end
   return out
 end
@@ -187,11 +192,40 @@ function M.summary()
   return table.concat(lines, "\n")
 end
 
+-- The width-translation rule (docs/reference/models.md, "Starting where the paper's model starts"):
+-- the attention scores' spread at initialisation grows with d·std² (q and k are sums over d inputs
+-- of std-sized weights), so a model shrunk from the paper's width d_paper to d with the paper's
+-- absolute std = 0.02 starts with nearly uniform attention (BERT: sd of log(p·T) 0.021 at d 64
+-- against 0.22 at d 768; scripts/start-scales.lua). Keeping d·std² multiplies the block
+-- projections' initial weights by √(d_paper / d). Families whose init already scales with width
+-- (LLaMA's TinyLlama init, std = √(2/(5d))) get 1. The embeddings keep their std: the ratio of a
+-- block's writes to the embedding then stays the paper model's too.
+local PAPER_WIDTH = { bert = 768, opt = 768, gpt2 = 768, vit = 384, llama = 768 }
+function M.width_gain(cfg)
+  if type(cfg) == "string" then cfg = M.preset(cfg) end
+  if cfg.family == "llama" and cfg.init ~= "hf" then return 1.0 end
+  return math.sqrt(PAPER_WIDTH[cfg.family] / cfg.d_model)
+end
+
+-- the block projections init_gain scales: attention q/k/v/o and the MLP's up/gate/down weights
+local function is_block_projection(name)
+  return name:match("%.attn%.[qkvo]_proj%.weight$") or name:match("%.mlp%.[a-z]+_proj%.weight$")
+end
+
 -- build(ctx, cfg | preset name) -> model
 function M.build(ctx, cfg)
   if type(cfg) == "string" then cfg = M.preset(cfg) end
   cfg = M.config(cfg, "models.build")
   local m = M.families[cfg.family].build(ctx, cfg)
+  if cfg.init_gain ~= 1 then
+    if not (cfg.init_gain > 0) then error(string.format("models.build: init_gain must be > 0, got %s", tostring(cfg.init_gain)), 2) end
+    local ffi = require "ffi"
+    for _, p in ipairs(m:parameters()) do
+      if is_block_projection(ffi.string(p.name)) then
+        for i = 0, tonumber(p.numel) - 1 do p.data[i] = p.data[i] * cfg.init_gain end
+      end
+    end
+  end
   function m:describe()
     local c = self.cfg
     local shape = string.format("%dL d%d %dH F%d", c.n_layer, c.d_model, c.n_head, c.d_ff)
@@ -201,6 +235,7 @@ function M.build(ctx, cfg)
       shape = shape .. string.format(" V%d T%d", c.vocab_size, c.block_size)
       if (c.embed_scale or 0) > 0 then shape = shape .. string.format(", token embedding × %g", c.embed_scale) end
     end
+    if c.init_gain ~= 1 then shape = shape .. string.format(", block projections' init × %.3g", c.init_gain) end
     local att = type(c.attention) == "table" and (c.attention.kind or "softmax") or c.attention
     return string.format("%s (%s): %s parameters, %s, attention %s", c.name, c.family, commas(self:num_params()), shape, att)
   end

@@ -26,6 +26,7 @@
 -- embed_scale; logit_softcap; head_bias.
 local common = require "outlierlab.models.common"
 local nn = require "outlierlab.nn"
+local norms = require "outlierlab.nn.norms"
 
 local M = {}
 -- an orthogonal initial weight, drawn from the context's seed stream
@@ -56,7 +57,7 @@ M.Block = Block
 
 local function norm(ctx, name, n, cfg)
   if cfg.norm == "layernorm" then
-    return nn.LayerNorm(ctx, n, { name = name, eps = cfg.norm_eps, bias = cfg.norm_bias })
+    return norms.build(ctx, name, n, cfg, function() return nn.LayerNorm(ctx, n, { name = name, eps = cfg.norm_eps, bias = cfg.norm_bias }) end)
   end
   return common.norm_new(ctx, name, n, cfg, "rmsnorm")
 end
@@ -130,19 +131,19 @@ function Block:forward(x, model, l, P, pad_mask)
     if P then P("ln2", l, m) end
     local f = self.mlp:forward(m, P, l)
     if P then P("ffn_out", l, f) end
-    x = (model:dropout(o, self.p, 2 * l + 1) + model:dropout(f, self.p, 2 * l + 2)) + x
+    x = common.residual(model.cfg, (model:dropout(o, self.p, 2 * l + 1) + model:dropout(f, self.p, 2 * l + 2)) + x)
     if P then P("h", l, x) end
     return x
   end
   local o = self.attn:forward(a, P, l, pad_mask)
   if self.ln1_post then o = self.ln1_post:forward(o) end
-  x = x + model:dropout(o, self.p, 2 * l + 1)
+  x = common.residual(model.cfg, x + model:dropout(o, self.p, 2 * l + 1))
   local m = self.ln2:forward(x)
   if P then P("ln2", l, m) end
   local f = self.mlp:forward(m, P, l)
   if self.ln2_post then f = self.ln2_post:forward(f) end
   if P then P("ffn_out", l, f) end
-  x = x + model:dropout(f, self.p, 2 * l + 2)
+  x = common.residual(model.cfg, x + model:dropout(f, self.p, 2 * l + 2))
   if P then P("h", l, x) end
   return x
 end
@@ -285,6 +286,7 @@ function M.count(cfg)
     if cfg.qk_norm then attn = attn + 2 * HD * (nrm / C) end   -- per-head norms of the model's kind (LayerNorm: gain and bias)
     local mlp = (cfg.mlp == "plain" and 2 or 3) * C * F
     if cfg.mlp_bias then mlp = mlp + F + C end
+    nrm = nrm + norms.extra_params(cfg, C, nrm)
     local n = V * C + L * (nnorm * nrm + attn + mlp) + nrm
     if not cfg.tie_embeddings then n = n + V * C + (cfg.head_bias and V or 0) end
     if cfg.embed_proj then n = n + 2 * C * C end
@@ -293,7 +295,9 @@ function M.count(cfg)
   local HD = C / cfg.n_head
   local NKV = cfg.n_kv_head or cfg.n_head
   local attn = 2 * C * C + 2 * C * NKV * HD
-  local n = V * C + L * (2 * C + attn + 3 * C * F) + C
+  local nrm = (cfg.norm_gain == "single" and 1 or C)
+  nrm = nrm + norms.extra_params(cfg, C, nrm)
+  local n = V * C + L * (2 * nrm + attn + 3 * C * F) + nrm
   if not cfg.tie_embeddings then n = n + V * C end
   if cfg.embed_proj then n = n + 2 * C * C end
   return n

@@ -18,6 +18,7 @@
 --   -> [·W_outᵀ] -> x·Eᵀ (B,T,V)
 local common = require "outlierlab.models.common"
 local nn = require "outlierlab.nn"
+local norms = require "outlierlab.nn.norms"
 
 local M = {}
 local OPT = nn.class("OPT", common.Model)
@@ -49,11 +50,11 @@ end
 -- block): x = LN1(x + Attn(x)) ["ln1"]; x = LN2(x + MLP(x)) ["ln2" = "h"].
 function M.post_ln_forward(blk, x, model, l, P, pad_mask)
   if P then P("attn_in", l, x) end
-  x = blk.ln1:forward(x + model:dropout(blk.attn:forward(x, P, l, pad_mask), blk.p, 2 * l + 1))
+  x = blk.ln1:forward(common.residual(model.cfg, x + model:dropout(blk.attn:forward(x, P, l, pad_mask), blk.p, 2 * l + 1)))
   if P then P("ln1", l, x) end
   local f = blk.mlp:forward(x, P, l)
   if P then P("ffn_out", l, f) end
-  x = blk.ln2:forward(x + model:dropout(f, blk.p, 2 * l + 2))
+  x = blk.ln2:forward(common.residual(model.cfg, x + model:dropout(f, blk.p, 2 * l + 2)))
   if P then P("ln2", l, x); P("h", l, x) end
   return x
 end
@@ -96,6 +97,7 @@ function M.count(cfg)
   local C, F, V, L = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_layer
   local b = cfg.bias ~= false and 1 or 0
   local ln = C + b * C
+  ln = ln + norms.extra_params(cfg, C, ln)
   local E = (cfg.d_embed or 0) > 0 and cfg.d_embed or C
   return V * E + (E ~= C and 2 * E * C or 0) + (cfg.block_size + POS_OFFSET) * C
        + L * (2 * ln + 4 * C * C + b * 4 * C + 2 * C * F + b * (F + C)) + (cfg.ln_before ~= false and ln or 0)

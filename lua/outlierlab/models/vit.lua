@@ -17,6 +17,7 @@
 -- Token 0 of every probe tensor is [CLS]; token 1 + i·(W/P) + j is patch (i, j).
 local common = require "outlierlab.models.common"
 local nn = require "outlierlab.nn"
+local norms = require "outlierlab.nn.norms"
 local ol = require "outlierlab"
 
 local M = {}
@@ -36,7 +37,8 @@ function M.build(ctx, cfg)
   local N = n_patches(cfg)
   self.patch = self:add_child(common.linear(ctx, "patch_embed", CH * P * P, C, true, 0.02))
   if cfg.patch_ln then
-    self.patch_ln = self:add_child(nn.LayerNorm(ctx, C, { name = "patch_embed.ln", eps = cfg.norm_eps }))
+    self.patch_ln = self:add_child(norms.build(ctx, "patch_embed.ln", C, cfg,
+      function() return nn.LayerNorm(ctx, C, { name = "patch_embed.ln", eps = cfg.norm_eps }) end))
   end
   self.cls = self:add_param(ctx:param("cls_token", { C }))
   self.cls:normal_(0, 1e-6, ctx:next_seed())
@@ -47,7 +49,7 @@ function M.build(ctx, cfg)
     self.blocks[l + 1] = self:add_child(common.PreLNBlock_new(ctx, "blocks" .. l, cfg, {
       norm = "layernorm", mlp = "mlp", act = cfg.act or "gelu_erf", causal = false, bias = true, std = 0.02 }))
   end
-  self.norm = self:add_child(nn.LayerNorm(ctx, C, { name = "norm", eps = cfg.norm_eps }))
+  self.norm = self:add_child(norms.build(ctx, "norm", C, cfg, function() return nn.LayerNorm(ctx, C, { name = "norm", eps = cfg.norm_eps }) end))
   self.head = self:add_child(common.linear(ctx, "head", C, cfg.n_classes, true, 0.02))
   if cfg.dense then self.dense_head = self:add_child(common.linear(ctx, "dense_head", C, cfg.n_classes + 1, true, 0.02)) end
   return self
@@ -140,8 +142,9 @@ end
 function M.count(cfg)
   local C, F, L, P, CH = cfg.d_model, cfg.d_ff, cfg.n_layer, cfg.patch_size, cfg.channels or 3
   local N = n_patches(cfg)
-  return CH * P * P * C + C + (cfg.patch_ln and 2 * C or 0) + C + (N + 1) * C
-       + L * (2 * 2 * C + 4 * (C * C + C) + 2 * C * F + F + C) + 2 * C + C * cfg.n_classes + cfg.n_classes
+  local ln = 2 * C + norms.extra_params(cfg, C, 2 * C)
+  return CH * P * P * C + C + (cfg.patch_ln and ln or 0) + C + (N + 1) * C
+       + L * (2 * ln + 4 * (C * C + C) + 2 * C * F + F + C) + ln + C * cfg.n_classes + cfg.n_classes
        + (cfg.dense and (C + 1) * (cfg.n_classes + 1) or 0)
 end
 

@@ -79,6 +79,21 @@ local function fingerprint(paths)
 end
 M.fingerprint = fingerprint
 
+-- open(path) -> a model's handle: a llama2.c checkpoint (a .bin file, or a directory holding
+-- one and no config.json: pretrained/llama2c.lua) or a Hugging Face directory (hf.open)
+function M.open(path, opts)
+  local l2c = require "outlierlab.pretrained.llama2c"
+  if l2c.detect(path) then return l2c.open(path, opts) end
+  return hf.open(path, opts)
+end
+
+-- the tokenizer of an opened model (M.open): llama2.c's beside the checkpoint, or the
+-- directory's tokenizer files (pretrained/tokenizers.lua)
+function M.tokenizer(d)
+  if d.kind == "llama2c" then return require("outlierlab.pretrained.llama2c").tokenizer(d) end
+  return require("outlierlab.pretrained.tokenizers").load(d.dir)
+end
+
 local Pre = {}
 Pre.__index = Pre
 
@@ -92,7 +107,7 @@ function M.attach(exp, opts, cfg, train_keys)
     error(string.format("experiment %s: --model: this experiment trains its own models and does not analyse a pretrained one (analysis experiments: %s)",
       id, (function() local k = {} for n in pairs(M.EXPERIMENTS) do k[#k + 1] = n end table.sort(k) return table.concat(k, ", ") end)()), 0)
   end
-  local d = hf.open(opts.model)
+  local d = M.open(opts.model)
   local cfg_m = d.cfg
   if not e.families[cfg_m.family] then
     d:close()
@@ -109,10 +124,10 @@ function M.attach(exp, opts, cfg, train_keys)
   end
   local self = setmetatable({ id = id, dir = d.dir, name = d.name, cfg = cfg_m, d = d, family = d.family, text = opts.text ~= "" and opts.text or nil,
                               stream = opts.stream or "auto", train_keys = train_keys }, Pre)
-  local files = { d.dir .. "/config.json" }
+  local files = d.kind == "llama2c" and d:paths() or { d.dir .. "/config.json" }
   if d.index then files[#files + 1] = d.dir .. "/model.safetensors.index.json" end
-  for _, f in ipairs(d.files) do files[#files + 1] = d.dir .. "/" .. f.name end
-  for _, f in ipairs(M.TOKENIZER_FILES) do
+  for _, f in ipairs(d.kind == "llama2c" and {} or d.files) do files[#files + 1] = d.dir .. "/" .. f.name end
+  for _, f in ipairs(d.kind == "llama2c" and {} or M.TOKENIZER_FILES) do
     local h = io.open(d.dir .. "/" .. f, "rb")
     if h then h:close() files[#files + 1] = d.dir .. "/" .. f end
   end
@@ -155,6 +170,14 @@ function Pre:load(log)
   local fp32 = self.d:sizes()
   local avail = stream.mem_available() or math.huge
   local want = self.stream == "yes" or (self.stream == "auto" and fp32 > avail / 2)
+  if self.d.kind == "llama2c" then
+    if self.stream == "yes" then
+      error("--stream=yes: a llama2.c checkpoint is loaded whole; export it to a Hugging Face directory to stream it (llama2c.export_hf)", 0)
+    end
+    local ctx, m = require("outlierlab.pretrained.llama2c").load(self.d)
+    self.model = m
+    return ctx, m
+  end
   if want and stream.FAMILIES[self.cfg.family] then
     self.model = stream.open(self.d, { log = log })
     self.model.ctx_owner = true
@@ -171,9 +194,8 @@ end
 -- the text corpus, tokenized by the model's tokenizer (as many tokens as n batches of B×T need)
 function Pre:corpus(need)
   if self._corpus then return self._corpus end
-  local tokenizers = require "outlierlab.pretrained.tokenizers"
   local text = require "outlierlab.data.text"
-  local tk = tokenizers.load(self.dir)
+  local tk = M.tokenizer(self.d)
   self._corpus = text.corpus{ path = self.text, tokenizer = tk, max_tokens = need }
   -- every id the tokenizer gives must have a row in the model's embedding
   local c, V = self._corpus, self.cfg.vocab_size
@@ -219,6 +241,9 @@ function M.analysis_settings(cfg, train_keys)
   return out
 end
 
+-- the settings a run on this model used (summary.md's Settings line, run.json's settings)
+function Pre:settings(cfg) return M.analysis_settings(cfg, self.train_keys) end
+
 -- how a figure or a line names the model: "Mistral-7B-v0.1 (mistral, 7,241,732,096 parameters)"
 -- (the family is config.json's model_type: a Mistral runs as the project's llama model)
 function Pre:label()
@@ -237,11 +262,11 @@ function Pre:summary(run, s)
   local out = {}
   for k, v in pairs(s) do out[k] = v end
   if mine then out.paper = mine .. " [the paper's model; the experiment's general statement: " .. tostring(s.paper) .. "]"
-  else out.paper = string.format("(no number in the paper for %s) %s", pm or ("this " .. self.cfg.family .. " model"), tostring(s.paper)) end
+  else out.paper = string.format("(no number in the paper for %s) %s", pm or ("this " .. (self.family or self.cfg.family) .. " model"), tostring(s.paper)) end
   out.reproduced = what .. ": " .. tostring(s.reproduced)
   out.settings_note = string.format("Imported model %s from %s, %s; nothing trained. The analysis settings:", self:label(), self.dir,
     self.text and ("text " .. self.text) or "synthetic images")
-  out.settings = M.analysis_settings(run.cfg, self.train_keys)
+  out.settings = self:settings(run.cfg)
   out.notes = "Pretrained " .. what .. (self.model and self.model.streamed and " — run layer by layer from the memory-mapped checkpoint" or "") ..
     ".\n\n" .. (s.notes or "")
   return out

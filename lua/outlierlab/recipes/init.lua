@@ -64,12 +64,35 @@ local function overrides(cfg, base)
   if cfg.n_layer and cfg.n_layer > 0 then ov.n_layer = cfg.n_layer end
   if cfg.norm_gain then ov.norm_gain = cfg.norm_gain end   -- single-scale RMSNorm (llama)
   if cfg.embed_proj then ov.embed_proj = true end           -- Park et al.'s orthogonal projections (llama)
+  -- the norm variants and residual clipping (nn/norms.lua), only when set away from their defaults
+  for k, d in pairs(require("outlierlab.nn.norms").CONFIG_DEFAULTS) do if cfg[k] ~= nil and cfg[k] ~= d then ov[k] = cfg[k] end end
   -- a fixed factor on the token embedding (llama; docs/findings/organism.md, "Why the ratio stops")
   if cfg.embed_scale and cfg.embed_scale > 0 then ov.embed_scale = cfg.embed_scale end
   -- its width and heads knobs (only when set: other specs keep their hash)
   if cfg.d_model then ov.d_model, ov.d_ff = cfg.d_model, cfg.d_ff or 4 * cfg.d_model end
   if cfg.n_head then ov.n_head = cfg.n_head; if cfg.n_kv_head == nil then ov.n_kv_head = cfg.n_head end end
+  local gain = M.init_gain(cfg, ov)
+  if gain then ov.init_gain = gain end
   return ov
+end
+
+-- --scale_rule: "paper" keeps the papers' absolute initialisation (std 0.02 at any width);
+-- "width" applies the width-translation rule (models.width_gain: the block projections' init
+-- × √(d_paper/d), so that the attention scores spread at the start as in the paper's model;
+-- docs/reference/models.md). Returns the gain for a spec's overrides, or nil for "paper" (the
+-- spec and its hash then stay what they were before the rule existed).
+function M.init_gain(cfg, ov)
+  local rule = cfg.scale_rule or "paper"
+  if rule == "paper" then return nil end
+  if rule ~= "width" then
+    error(string.format("--scale_rule must be 'paper' or 'width', got '%s'", tostring(rule)), 0)
+  end
+  local o = {}
+  for k, v in pairs(ov or {}) do o[k] = v end
+  o.init_gain = nil
+  local models = require "outlierlab.models"
+  local gain = models.width_gain(models.preset(cfg.preset, o))
+  if gain ~= 1 then return gain end
 end
 
 -- QT's BERT pre-training recipe (docs/reference/experiments.md, paper-scale settings: AdamW β (0.9, 0.999),
@@ -133,6 +156,11 @@ M.LLAMA_LM_PROFILES = {
             seq_len = 1024, batch = 480, steps = 50000, lr = 6e-4, warmup = 2000, schedule = "cosine",
             weight_decay = 0.1, beta2 = 0.95, eval_batches = 64, seed = 1, embed_scale = 0 }),
 }
+
+-- every shared profile says which initialisation rule it trains with (M.init_gain)
+for _, profiles in ipairs({ M.BERT_MLM_PROFILES, M.LLAMA_LM_PROFILES }) do
+  for _, p in pairs(profiles) do p.scale_rule = p.scale_rule or "paper" end
+end
 
 -- base profiles with each profile's extra settings added: profiles_with(base, {quick = {tau = 10}, ...})
 -- (the long profile takes the default profile's extras unless it has its own)
@@ -309,7 +337,8 @@ local function curve_point(step, loss, r)
            sink_rate = r.sink_rate, sink_rate_value_ratio = r.sink_rate_value_ratio,
            avg_kurtosis_no_initial = r.avg_kurtosis_no_initial, massive_peak_top1 = peak, massive_last_top1 = last,
            -- how one-hot the initial token's state is in the massive activation's layer (phenomena)
-           initial_top_share = r.massive.initial_top_share, initial_top3_share = r.massive.initial_top3_share }
+           initial_top_share = r.massive.initial_top_share, initial_top3_share = r.massive.initial_top3_share,
+           resid_share = r.resid_share }   -- residual sink (measure/residual)
 end
 M.curve_point = curve_point
 -- the numeric fields of a curve point that M.stable averages

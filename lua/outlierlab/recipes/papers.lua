@@ -84,7 +84,7 @@ M.copy = copy
 -- from experiment.BERT_MLM_PROFILES, opt_<key> from experiment.LLAMA_LM_PROFILES (seq_len is
 -- <family>_T), vit_<key> from M.VIT_PROFILES; qt_spec builds the family's spec through the shared
 -- spec functions, so that QT's vanilla BERT of seed 1 is qt-fig1's model (one cached model).
-local SPEC_SKIP = { eval_batches = true, seed = true }
+local SPEC_SKIP = { eval_batches = true, seed = true, scale_rule = true }   -- scale_rule: one for all families
 local function prefixed(prefix, prof)
   local out = {}
   for k, v in pairs(prof) do
@@ -105,6 +105,7 @@ local function family_cfg(cfg, prefix, seed)
     if k:sub(1, n) == prefix .. "_" then c[k:sub(n + 1)] = v end
   end
   c.seq_len = c.T
+  c.scale_rule = cfg.scale_rule   -- one rule for every family of a QT profile
   return c
 end
 M.family_cfg = family_cfg
@@ -133,6 +134,8 @@ function M.vit_spec(c, attn)
   if c.n_layer and c.n_layer > 0 then spec.model.overrides.n_layer = c.n_layer end
   -- --vit_dense=true: per-patch labels beside [CLS]'s (models/vit.lua; off: not in the spec)
   if c.dense then spec.model.overrides.dense = true end
+  local gain = recipes.init_gain(c, spec.model.overrides)   -- --scale_rule (recipes.init_gain)
+  if gain then spec.model.overrides.init_gain = gain end
   return spec
 end
 -- the organism experiment's ViT: a profile of M.VIT_PROFILES with its seed
@@ -141,7 +144,7 @@ function M.vit_organism_spec(c) return M.vit_spec(c) end
 local function qt_profile(name, extra)
   local E = recipes
   return merge(prefixed("bert", E.BERT_MLM_PROFILES[name]), prefixed("opt", E.LLAMA_LM_PROFILES[name]),
-               prefixed("vit", M.VIT_PROFILES[name]), extra)
+               prefixed("vit", M.VIT_PROFILES[name]), { scale_rule = "paper" }, extra)
 end
 local QT_PROFILES = {
   quick = qt_profile("quick", { n_seeds = 1, n_eval = 1, n_calib = 2, n_stats = 1 }),
@@ -153,8 +156,9 @@ local QT_PROFILES = {
     prefixed("opt", merge(recipes.LLAMA_LM_PROFILES.paper,
       { preset = "opt-125m", vocab_size = 50272, seq_len = 512, batch = 192, steps = 125000, lr = 4e-4, warmup = 2000,
         schedule = "linear", weight_decay = 0.1, beta2 = 0.95 })),
-    prefixed("vit", M.VIT_PROFILES.paper), { n_seeds = 3, n_eval = 64, n_calib = 16, n_stats = 64 }),
+    prefixed("vit", M.VIT_PROFILES.paper), { n_seeds = 3, n_eval = 64, n_calib = 16, n_stats = 64, scale_rule = "paper" }),
 }
+for _, p in pairs(M.VIT_PROFILES) do p.scale_rule = p.scale_rule or "paper" end
 M.QT_PROFILES = QT_PROFILES
 function M.qt_profiles(extra) return recipes.profiles_with(QT_PROFILES, extra or {}) end
 

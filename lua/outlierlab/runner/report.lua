@@ -251,7 +251,7 @@ local function write_run_json(run, s, timings, seconds, models, mts)
   end
   local rec = {
     id = run.id, title = run.exp.title, paper = src.paper, figure = src.figure, claim = src.claim,
-    profile = run.profile, seed = run.seed, settings = run.cfg,
+    profile = run.profile, seed = run.seed, settings = run.pretrained and run.pretrained:settings(run.cfg) or run.cfg,   -- an import trained nothing
     paper_result = s.paper and tostring(s.paper) or nil, reproduced = s.reproduced and tostring(s.reproduced) or nil,
     verdict = verdict_word(s), criterion_met = s.criterion_met,
     seconds = seconds, stages = stages, files = files, models = models,

@@ -75,8 +75,12 @@ local write_summary, write_run_json = report.write_summary, report.write_run_jso
 M.results_dir = report.results_dir
 -- the results' name of a run on real text: "kjv" (--data=kjv), "mix50" (--p_text=0.5), else nil
 function M.data_leaf(cfg)
-  if cfg.data == "kjv" then return "kjv" end
-  if (cfg.p_text or 0) > 0 then return string.format("mix%g", cfg.p_text * 100) end
+  local leaf
+  if cfg.data == "kjv" then leaf = "kjv" end
+  if (cfg.p_text or 0) > 0 then leaf = string.format("mix%g", cfg.p_text * 100) end
+  -- a run under the width-translation rule (--scale_rule=width) keeps its own folder
+  if cfg.scale_rule == "width" then leaf = leaf and (leaf .. "-width") or "width" end
+  return leaf
 end
 M.NO_VERDICT = report.NO_VERDICT
 

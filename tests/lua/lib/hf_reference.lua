@@ -487,7 +487,9 @@ end
 -- Wqkv(h), clamped to [−clip_qkv, clip_qkv] when clip_qkv; q, k, v = chunk(3); scores × softmax_scale
 -- (default (d_model/n_heads)^−½) + ALiBi; causal softmax; out_proj; x = x + attention; x = x +
 -- down_proj(gelu(up_proj(norm_2(x)))) (exact GELU); norm_f; lm_head tied to wte.
--- c._plain_slopes (a control): ALiBi slopes in the plain order (R.mpt_slopes).
+-- c._plain_slopes (a control): ALiBi slopes in the plain order (R.mpt_slopes). The slopes use
+-- alibi_bias_max 8 whatever attn_config says: MptModel.forward calls build_mpt_alibi_tensor
+-- without it (its default 8); c._alibi_bias_max (a control) sets another.
 local function mpt_forward(W, c, ids)
   local C, NH = c.d_model, c.n_heads
   local HD = C / NH
@@ -495,7 +497,7 @@ local function mpt_forward(W, c, ids)
   local function opt(v, d) if v == nil or v == json.null then return d end return v end
   local eps = opt(c.layer_norm_epsilon, 1e-5)
   local clip = opt(ac.clip_qkv, 0)
-  local o = { scale = opt(ac.softmax_scale, 1 / math.sqrt(C / NH)), alibi = R.mpt_slopes(NH, opt(ac.alibi_bias_max, 8), c._plain_slopes) }
+  local o = { scale = opt(ac.softmax_scale, 1 / math.sqrt(C / NH)), alibi = R.mpt_slopes(NH, c._alibi_bias_max or 8, c._plain_slopes) }
   local wte = W["transformer.wte.weight"]
   local x = embed(wte, ids, C)
   local hs = {}
