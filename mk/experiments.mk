@@ -18,14 +18,19 @@ RUN_PREFIX = $(if $(filter-out 1,$(RANKS)),mpirun -np $(RANKS) --bind-to none -x
 
 .PHONY: list reproduce-all $(addprefix reproduce-,$(EXPERIMENT_IDS))
 
-$(addprefix reproduce-,$(EXPERIMENT_IDS)): reproduce-%: all
+$(addprefix reproduce-,$(EXPERIMENT_IDS)): reproduce-%: all ## reproduce-<id>: one experiment (PROFILE=quick|default|long|paper, MODEL=, TEXT=)
 	$(RUN_PREFIX)bin/outlierlab run experiments/$*.lua --profile=$(PROFILE)$(if $(MODEL), --model=$(MODEL))$(if $(TEXT), --text=$(TEXT)) $(REPRODUCE_ARGS)
 
-reproduce-all: all
+# any other reproduce-<word>: no such experiment; the runner says so and names the nearest
+# ids (make reproduce-so-fg3: "did you mean so-fig3?")
+reproduce-%: all
+	@bin/outlierlab run experiments/$*.lua --profile=$(PROFILE)
+
+reproduce-all: all ## every experiment, one after the other (RANKS=2: under mpirun)
 	@for id in $(EXPERIMENT_IDS); do \
 	  echo "== $$id ($(PROFILE))"; \
 	  $(RUN_PREFIX)bin/outlierlab run experiments/$$id.lua --profile=$(PROFILE) $(REPRODUCE_ARGS) || exit 1; \
 	done
 
-list: all
+list: all ## the experiments' ids, titles and the profiles with results (MARKDOWN=1: the docs' table)
 	@bin/outlierlab list $(if $(MARKDOWN),--markdown)

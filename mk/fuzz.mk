@@ -23,8 +23,8 @@ FUZZ_IO_OBJ  := build/fuzz/io_safetensors.o build/fuzz/io_tokens.o build/fuzz/io
 .SECONDARY: $(FUZZ_IO_OBJ)
 
 .PHONY: fuzz fuzz-deps fuzz-build
-fuzz-deps:
-	@$(MAKE) --no-print-directory deps DEB_PKGS="$(FUZZ_PKGS)"
+fuzz-deps: ## install clang and its libFuzzer runtime (as root), or print the command
+	$(call apt_install,$(FUZZ_PKGS))
 
 build/fuzz/%.o: engine/%.c $(HEADERS)
 	@mkdir -p build/fuzz
@@ -33,11 +33,11 @@ build/fuzz/%.o: engine/%.c $(HEADERS)
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h tests/fuzz/fuzz_lua.h $(FUZZ_IO_OBJ) lib/liboutlierlab.a
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_IO_OBJ) lib/liboutlierlab.a $(LDLIBS)
 
-fuzz-build: all fuzz-deps
+fuzz-build: all fuzz-deps ## build the fuzz targets
 	@flock build/.lock $(MAKE) --no-print-directory $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
 
 # One target at a time (a shared 2-core machine): each runs FUZZ_SECONDS in one process.
-fuzz: fuzz-build
+fuzz: fuzz-build ## libFuzzer on the file and settings readers, FUZZ_SECONDS each
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build/fuzz/corpus/$$t tests/fuzz/crashes/$$t; \
 	  echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \

@@ -10,13 +10,13 @@
 RESULTS ?= $(or $(OUTLIERLAB_RESULTS),results)
 .PHONY: gallery gallery-check history
 
-gallery: all
+gallery: all ## results/index.html and index.md: every run's figure, claim and verdict
 	bin/outlierlab gallery --results=$(RESULTS)
 
-gallery-check: all
-	@command -v chromium >/dev/null && command -v node >/dev/null || { echo "make gallery-check: needs Debian's chromium and nodejs (apt-get install chromium nodejs)"; exit 1; }
+gallery-check: all ## the gallery, then headless Chromium loads it and every views page; fails on a broken image or a console error
+	@command -v chromium >/dev/null && command -v node >/dev/null || { echo "make gallery-check: needs Debian's chromium and nodejs (make test-deps)"; exit 1; }
 	bin/outlierlab gallery --results=$(RESULTS) --check=$(RESULTS)/gallery.png
 
-history: all
+history: all ## MODEL=cache/models/<hash>: that model's training curves (history.nc, history.png)
 	@test -n "$(MODEL)" || { echo "make history: MODEL=cache/models/<hash> is required (a run's models: results/<id>/<profile>/run.json)"; exit 2; }
 	bin/outlierlab history $(MODEL)

@@ -33,11 +33,11 @@ $(SAN_DIR)/build/tests/%.t: tests/c/%.c tests/c/tap.h $(wildcard tests/fuzz/*.[c
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_CFLAGS) -Iengine -o $@ $< $(SAN_DIR)/lib/liboutlierlab.a $(LDLIBS)
 
-sanitize-build: all
+sanitize-build: all ## the engine and the tests built with ASan and UBSan in build/sanitize/
 	@flock build/.lock $(MAKE) --no-print-directory $(SAN_DIR)/bin/outlierlab $(SAN_CTESTS)
 	@cd $(SAN_DIR) && rm -rf $(SAN_TOP)
 	@set -o pipefail; tar -cf - $(SAN_COPY) | tar -xf - -C $(SAN_DIR)
 
-check-sanitize: sanitize-build
+check-sanitize: sanitize-build test-deps ## every test against the ASan + UBSan build
 	cd $(SAN_DIR) && $(SAN_ENV) prove --exec 'sh tests/exec.sh' $(PROVE_FLAGS) \
 	  $(patsubst $(SAN_DIR)/%,%,$(SAN_CTESTS)) $(LUATESTS)

@@ -17,7 +17,7 @@ TIME           ?= 01:00:00
 LAUNCHER       ?= srun
 GRACE          ?= 300
 ARRAY          ?= 0
-sbatch-%: all
+sbatch-%: all ## write an experiment's Slurm batch script; submit it when a cluster answers (NODES=, TIME=, …)
 	bin/outlierlab run scripts/sbatch.lua --id=$* --profile=$(PROFILE) --nodes=$(NODES) \
 	  --tasks_per_node=$(TASKS_PER_NODE) --cpus_per_task=$(CPUS_PER_TASK) --time=$(TIME) \
 	  --launcher=$(LAUNCHER) --grace=$(GRACE) --array=$(ARRAY) \

@@ -17,14 +17,18 @@ ECHARTS_SHA512  := ab4c9a14f8200bd15476c587e1b95abd15859b176b22875b92828d02326e7
 ECHARTS_SUM     := b66b25aeb4df84e33199dc21694014d336d222cbd9deb0e5a7c14bd6aa0d0fd0  dist/echarts.min.js\n634293835b43a6dd2094fa39182a3d9a6b9ca43b7fdb9ac354e8037af2a3093a  LICENSE\nd491d358344f842685c1b1585970999db65fe30ecf7ef3867af8814f4016c016  NOTICE\ne1211892da0b0e0585b7aebe8f98c1274fba15bafe47fa1f4ee8a7a502c06304  licenses/LICENSE-d3\n
 # npm only where there is none: a node from another repository (NodeSource's nodejs) brings its
 # own npm and conflicts with Debian's
-DEB_PKGS        += nodejs $(if $(shell command -v npm 2>/dev/null),,npm)
+# (test packages only: without npm a run draws the views with the plain fallback)
 TEST_DEB_PKGS   += nodejs chromium $(if $(shell command -v npm 2>/dev/null),,npm)
 
 # after make deps (which installs npm on a fresh machine), before the build and the tests
-.PHONY: views-assets
+.PHONY: views-assets views-assets-test
 all: views-assets
 views-assets: deps
-views-assets:
+# the tests: again after test-deps-apt has installed npm (a fresh machine has none before)
+test-deps: views-assets-test
+views-assets-test: test-deps-apt ## views-assets again after test-deps-apt (npm on a fresh machine)
+	@$(MAKE) --no-print-directory views-assets
+views-assets: ## Apache ECharts for the interactive views (pinned npm package, checksummed)
 	@check() { (cd $(ECHARTS_DIR)/package 2>/dev/null && printf '$(ECHARTS_SUM)' | sha256sum -c --status 2>/dev/null); }; \
 	if ! check; then \
 	  if command -v npm >/dev/null 2>&1; then \

@@ -1,4 +1,6 @@
--- Write (and submit, when sbatch exists) the Slurm batch script of one experiment.
+-- Write the Slurm batch script of one experiment, and submit it when a cluster answers
+-- (runner/slurm.cluster: sbatch alone may be an unconfigured Slurm); otherwise print why, the
+-- script's path and the commands, and exit 0.
 -- Used by `make sbatch-<id> NODES=… TASKS_PER_NODE=… TIME=…`; see README "Running on a cluster".
 -- Scripts and logs go to results/<id>/<profile>/; paths in them are relative to the
 -- repository root, which is the submit directory. With ARRAY=n (n ≤ the experiment's sweep)
@@ -17,15 +19,24 @@ if cfg.id == "" then error("sbatch: --id=<experiment id> is required", 0) end
 local root = OUTLIERLAB_ROOT or "."
 local file = "experiments/" .. cfg.id .. ".lua"
 local f = io.open(root .. "/" .. file, "r")
-if not f then error("sbatch: no experiment file " .. file, 0) end
+if not f then
+  local ids = {}
+  for _, name in ipairs(require("outlierlab.util.fs").list_dir(root .. "/experiments")) do ids[#ids + 1] = name:match("^(.+)%.lua$") end
+  error("sbatch: no experiment file " .. file .. config.did_you_mean(cfg.id, ids) .. "make list shows them all", 0)
+end
 f:close()
 if cfg.setup ~= "" and not cfg.setup:find("\n", 1, true) and cfg.setup:match("%.sh$") and not io.open(cfg.setup, "r") then
   error("sbatch: SETUP=" .. cfg.setup .. " looks like a file but there is none (give a file that exists, or shell commands)", 0)
 end
+-- a mistyped PROFILE is refused here, not by the job on the cluster
+local exp = dofile(root .. "/" .. file)
+if type(exp) == "table" and type(exp.profiles) == "table" and type(exp.profiles[cfg.profile]) ~= "table" then
+  error("sbatch: " .. require("outlierlab.runner.run").unknown_profile(exp, file, cfg.profile), 0)
+end
 local extra = {}
 for a in cfg.extra:gmatch("%S+") do extra[#extra + 1] = a end
 if cfg.array > 0 then
-  slurm.check_array(cfg.id, cfg.profile, cfg.array, E.sweep_size(dofile(root .. "/" .. file), file, cfg.profile, extra))
+  slurm.check_array(cfg.id, cfg.profile, cfg.array, E.sweep_size(exp, file, cfg.profile, extra))
 end
 
 local log_dir = cfg.log_dir ~= "" and cfg.log_dir or E.results_dir("results", cfg.id, { profile = cfg.profile })
@@ -54,14 +65,17 @@ if cfg.array > 0 then
   write(final, slurm.script(opts))
 end
 
-local has_sbatch = os.execute("command -v sbatch >/dev/null 2>&1") == 0
+-- submit only to a cluster that answers (runner/slurm.cluster); otherwise say why, name the
+-- scripts and print the commands to run on one, and succeed: writing them was the job
+local usable, why = true, nil
+if cfg.submit then usable, why = slurm.cluster() end
 local function run(cmd)
   local p = io.popen("cd '" .. root .. "' && " .. cmd .. " 2>&1")
   local out = p:read("*a")
   local ok = p:close()
   return out, ok
 end
-if cfg.submit and has_sbatch then
+if cfg.submit and usable then
   os.execute("mkdir -p '" .. (log_dir:sub(1, 1) == "/" and log_dir or (root .. "/" .. log_dir)) .. "'")   -- Slurm opens the job's log there
   print("sbatch: submitting " .. rel)
   local out = run("sbatch --parsable " .. rel)
@@ -75,15 +89,13 @@ if cfg.submit and has_sbatch then
     print("sbatch: job " .. jid2 .. " (analysis and figures) runs after job array " .. jid .. " succeeded")
   end
 else
-  print("sbatch: wrote " .. path .. (final and (" and " .. final) or "") ..
-        (has_sbatch and "" or " (no sbatch on this machine)"))
-  if not has_sbatch or not cfg.submit then
-    print("sbatch: submit from the repository root with:")
-    print("  mkdir -p " .. log_dir)
-    if final then
-      for _, c in ipairs(slurm.submit_commands(rel, final_rel)) do print("  " .. c) end
-    else
-      print("  sbatch " .. rel)
-    end
+  print("sbatch: wrote " .. path .. (final and (" and " .. final) or ""))
+  if why then print("sbatch: not submitted: " .. why .. ".") end
+  print("sbatch: on a cluster, submit from the repository root with:")
+  print("  mkdir -p " .. log_dir)
+  if final then
+    for _, c in ipairs(slurm.submit_commands(rel, final_rel)) do print("  " .. c) end
+  else
+    print("  sbatch " .. rel)
   end
 end

@@ -94,7 +94,20 @@ function M.main(argv)
   for i = 3, #argv do rest[#rest + 1] = argv[i] end
   local positional = config.set_args(rest)
   local chunk, err = loadfile(file)
-  if not chunk then error("cannot load " .. file .. ": " .. tostring(err), 0) end
+  if not chunk then
+    -- a mistyped experiment (make reproduce-so-fg3): name the nearest ones
+    local dir, id = file:match("^(.-)/?([^/]+)%.lua$")
+    local fs = require "outlierlab.util.fs"
+    if not fs.read_file(file) and dir and dir:match("experiments$") then
+      local ids = {}
+      for _, name in ipairs(fs.list_dir(dir)) do
+        ids[#ids + 1] = name:match("^(.+)%.lua$")
+      end
+      error(string.format("no experiment '%s' (no file %s)%smake list shows them all", id, file,
+                          config.did_you_mean(id, ids)), 0)
+    end
+    error("cannot load " .. file .. ": " .. tostring(err), 0)
+  end
   -- the script sees its own arguments as ... and in the global arg (arg[0] = the file)
   local sarg = { [0] = file }
   for i, a in ipairs(rest) do sarg[i] = a end
@@ -118,7 +131,13 @@ function M.main(argv)
   end
   local left = config.unconsumed()
   if #left > 0 then
-    error("config: unknown key(s) for " .. file .. ": --" .. table.concat(left, ", --"), 0)
+    local known = config.known_keys()
+    for i, k in ipairs(left) do
+      local near = config.nearest(k, known)
+      left[i] = "--" .. k .. (#near > 0 and (" (did you mean --" .. table.concat(near, " or --") .. "?)") or "")
+    end
+    error("config: unknown key(s) for " .. file .. ": " .. table.concat(left, ", ") ..
+          (#known > 0 and ("; valid keys: " .. table.concat(known, ", ")) or ""), 0)
   end
   return type(result) == "number" and result or 0
 end

@@ -1,6 +1,7 @@
 -- config — a script's settings: defaults in the script, `--key=value` on the command line.
 -- An unknown key, or a value that does not parse as the default's type, is an error that
--- names the key and lists the valid ones (as nanoGPT's configurator does).
+-- names the key, suggests the nearest valid ones and lists them all (as nanoGPT's configurator
+-- does): "unknown key --stpes; did you mean --steps? valid keys: …".
 --
 --   local cfg = require("outlierlab.config").get{ steps = 100, lr = 1e-3, model = { n_layer = 2 } }
 --   -- bin/outlierlab run train.lua --steps=500 --model.n_layer=4
@@ -23,6 +24,51 @@ function M.set_args(list)
     end
   end
   return rest
+end
+
+M.known = {}          -- key -> true for every key a config call offered (the suggestions' pool)
+
+-- The edit distance of two strings with adjacent transpositions (Damerau–Levenshtein, optimal
+-- string alignment): "stpes" is 1 from "steps", "defualt" 1 from "default", "so-fg3" 1 from "so-fig3".
+function M.distance(a, b)
+  local n, m = #a, #b
+  local d = {}
+  for i = 0, n do d[i] = { [0] = i } end
+  for j = 0, m do d[0][j] = j end
+  for i = 1, n do
+    local ai = a:byte(i)
+    for j = 1, m do
+      local bj = b:byte(j)
+      local v = math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (ai == bj and 0 or 1))
+      if i > 1 and j > 1 and ai == b:byte(j - 1) and a:byte(i - 1) == bj then v = math.min(v, d[i - 2][j - 2] + 1) end
+      d[i][j] = v
+    end
+  end
+  return d[n][m]
+end
+
+-- The candidates nearest to word, sorted: those at the smallest distance when it is at most 2
+-- and less than half the word (so a two-letter typo is not "corrected" into another word),
+-- or {}.
+function M.nearest(word, candidates)
+  word = tostring(word)
+  local best, out = math.huge, {}
+  for _, c in ipairs(candidates) do
+    local dist = M.distance(word, c)
+    if dist < best then best, out = dist, { c } elseif dist == best then out[#out + 1] = c end
+  end
+  if best > 2 or best * 2 >= math.max(#word, 2) then return {} end
+  table.sort(out)
+  return out
+end
+
+-- the joint between an error's subject and what follows: "; did you mean PREFIXx? " (or
+-- "PREFIXx or PREFIXy") when something is near, else "; "
+function M.did_you_mean(word, candidates, prefix)
+  local near = M.nearest(word, candidates)
+  if #near == 0 then return "; " end
+  for i, c in ipairs(near) do near[i] = (prefix or "") .. c end
+  return "; did you mean " .. table.concat(near, " or ") .. "? "
 end
 
 local function keys_of(t, prefix, out)
@@ -75,7 +121,7 @@ function M.get(defaults, opts)
   local valid = keys_of(defaults, nil, {})
   table.sort(valid)
   local set = {}
-  for _, k in ipairs(valid) do set[k] = true end
+  for _, k in ipairs(valid) do set[k], M.known[k] = true, true end
   for key, raw in pairs(M.overrides) do
     if set[key] then
       local node, parts = cfg, {}
@@ -85,18 +131,29 @@ function M.get(defaults, opts)
       node[parts[#parts]] = parse_as(key, raw, dnode[parts[#parts]])
       M.consumed[key] = true
     elseif opts.strict ~= false and not (opts.ignore and opts.ignore[key]) then
-      error(string.format("config: unknown key --%s; valid keys: %s", key, table.concat(valid, ", ")), 0)
+      -- the keys the caller handles elsewhere (opts.ignore: the runner's --profile, --out, …) are
+      -- valid too, so they may be suggested
+      local pool = { unpack(valid) }
+      for k in pairs(opts.ignore or {}) do pool[#pool + 1] = k end
+      error(string.format("config: unknown key --%s%svalid keys: %s", key, M.did_you_mean(key, pool, "--"),
+                          table.concat(valid, ", ")), 0)
     end
   end
   return cfg
 end
 
--- keys given on the command line that no config call used
-function M.unconsumed()
+-- the keys of set for which keep(key) is true (every key without keep), sorted
+local function sorted_keys(set, keep)
   local out = {}
-  for k in pairs(M.overrides) do if not M.consumed[k] then out[#out + 1] = k end end
+  for k in pairs(set) do if not keep or keep(k) then out[#out + 1] = k end end
   table.sort(out)
   return out
 end
+
+-- every key the config calls so far offered
+function M.known_keys() return sorted_keys(M.known) end
+
+-- keys given on the command line that no config call used
+function M.unconsumed() return sorted_keys(M.overrides, function(k) return not M.consumed[k] end) end
 
 return M

@@ -87,6 +87,35 @@ t.ok(err:find("stepz", 1, true), "unknown key: the message names the key", err)
 t.ok(err:find("steps", 1, true) and err:find("model.n_layer", 1, true) and err:find("lr", 1, true),
      "unknown key: the message lists the valid keys", err)
 t.ok(not out:find("steps=", 1, true), "unknown key: the script does not run on", out)
+t.ok(err:find("unknown key --stepz; did you mean --steps? valid keys: ", 1, true), "unknown key: the nearest valid key is suggested", err)
+rc, out, err = host("run " .. cfg_script .. " --stpes=9")
+t.ok(rc ~= 0 and err:find("did you mean --steps?", 1, true), "a transposition (--stpes) is one edit from --steps", err)
+rc, out, err = host("run " .. cfg_script .. " --model.n_layr=9")
+t.ok(rc ~= 0 and err:find("did you mean --model.n_layer?", 1, true), "a nested key is suggested whole", err)
+rc, out, err = host("run " .. cfg_script .. " --banana=1")
+t.ok(rc ~= 0 and err:find("unknown key --banana; valid keys: ", 1, true), "nothing near: no suggestion, the list only", err)
+
+-- the nearest-name rule (outlierlab.config.nearest): at most 2 edits, fewer than half the word
+local config = require "outlierlab.config"
+t.is(config.distance("stpes", "steps"), 1, "distance: a transposition is one edit")
+t.is(config.distance("", "abc"), 3, "distance: from the empty string")
+t.is(config.distance("kitten", "sitting"), 3, "distance: kitten/sitting")
+t.is(table.concat(config.nearest("defualt", { "quick", "default", "long", "paper" }), ","), "default", "defualt -> default")
+t.is(table.concat(config.nearest("so-fg3", { "so-fig3", "so-fig4", "qt-fig3", "so-fig23" }), ","), "so-fig3", "so-fg3 -> so-fig3 only")
+t.is(table.concat(config.nearest("so-fig2", { "so-fig1", "so-fig3", "so-fig24" }), ","), "so-fig1,so-fig24,so-fig3", "ties are all named")
+t.is(#config.nearest("xy", { "lr", "n" }), 0, "a short word is not 'corrected' into another")
+t.is(#config.nearest("zzzzzz", { "steps" }), 0, "nothing within 2 edits: nothing")
+
+-- a mistyped profile and a mistyped experiment id name the nearest valid one
+rc, out, err = host("run experiments/so-fig3.lua --profile=defualt")
+t.ok(rc ~= 0 and err:find("unknown profile 'defualt'; did you mean default? valid: default, ", 1, true), "PROFILE=defualt: did you mean default?", err)
+rc, out, err = host("run experiments/so-fig3.lua --profle=quick")
+t.ok(rc ~= 0 and err:find("unknown key --profle; did you mean --profile?", 1, true), "the runner's own options are suggested too", err)
+rc, out, err = host("run experiments/so-fg3.lua")
+t.ok(rc ~= 0 and err:find("no experiment 'so-fg3' (no file experiments/so-fg3.lua); did you mean so-fig3? make list shows them all", 1, true),
+     "an unknown experiment id: did you mean so-fig3?", err)
+local mo, mok = t.sh("cd " .. OUTLIERLAB_ROOT .. " && make -s reproduce-so-fg3 PROFILE=quick")
+t.ok(not mok and mo:find("did you mean so-fig3?", 1, true), "make reproduce-so-fg3: the same, not make's 'No rule to make target'", mo)
 
 -- wrong types
 rc, out, err = host("run " .. cfg_script .. " --steps=many")

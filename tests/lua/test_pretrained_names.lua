@@ -35,15 +35,15 @@ for _, id in ipairs { "so-fig3", "so-fig6" } do
   local title = gp:match("fig_title = ([^\n]*)") or ""
   t.ok(title:find("my-llama-7b", 1, true), id .. ": the figure's title names the model", title)
   local summary = t.slurp(rd .. "summary.md") or ""
-  local settings = summary:match("\n%- Settings: ([^\n]*)") or ""
+  local settings = summary:match("\n## Settings\n\n(.-)\n## Run") or ""
   t.ok(settings:find("my-llama-7b", 1, true) and settings:find("text.txt", 1, true) and settings:find("nothing trained", 1, true),
-       id .. ": the Settings line names the model and the text and says nothing was trained", settings)
+       id .. ": the Settings section names the model and the text and says nothing was trained", settings)
   local bad
-  for _, k in ipairs { '"data"', '"steps"', '"lr"', '"preset"', '"warmup"', '"n_tokens"', "organism" } do
-    if settings:find(k, 1, true) then bad = k break end
+  for _, k in ipairs { "data", "steps", "lr", "preset", "warmup", "n_tokens", "organism" } do
+    if settings:find("| " .. k .. " |", 1, true) then bad = k break end
   end
-  t.ok(not bad and settings:find('"seq_len":32', 1, true) and settings:find('"eval_batches":2', 1, true),
-       id .. ": the Settings line lists the analysis settings and no training setting", (bad or "") .. " in " .. settings)
+  t.ok(not bad and settings:find("| seq_len | 32 |", 1, true) and settings:find("| eval_batches | 2 |", 1, true),
+       id .. ": the Settings table lists the analysis settings and no training setting", (bad or "") .. " in " .. settings)
 end
 
 if os.getenv("KEEP") then print("# kept " .. root) else os.execute("rm -rf " .. root) end

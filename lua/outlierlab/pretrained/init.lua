@@ -231,7 +231,7 @@ end
 -- The settings an analysis of an imported model used: the profile's settings without those that
 -- only train a model (train_keys: every key of the shared training profiles, which the runner
 -- passes down from outlierlab.recipes, less seq_len, batch, eval_batches and seed), so the
--- Settings line of summary.md says what was run and lists no training setting, since nothing was
+-- Settings section of summary.md says what was run and lists no training setting, since nothing was
 -- trained.
 local ANALYSIS_KEYS = { seq_len = true, batch = true, eval_batches = true, seed = true }
 function M.analysis_settings(cfg, train_keys)
@@ -252,7 +252,7 @@ function Pre:label()
 end
 
 -- the summary of a run on an imported model: the model and text named, the paper's statement
--- for that model where the paper has one, and the Settings line (s.settings)
+-- for that model where the paper has one, and the Settings section (s.settings_note, s.settings)
 function Pre:summary(run, s)
   local pm = M.paper_model(self.cfg)
   local mine = pm and M.PAPER[self.id] and M.PAPER[self.id][pm]
@@ -264,8 +264,9 @@ function Pre:summary(run, s)
   if mine then out.paper = mine .. " [the paper's model; the experiment's general statement: " .. tostring(s.paper) .. "]"
   else out.paper = string.format("(no number in the paper for %s) %s", pm or ("this " .. (self.family or self.cfg.family) .. " model"), tostring(s.paper)) end
   out.reproduced = what .. ": " .. tostring(s.reproduced)
-  out.settings = string.format("imported model %s from %s, %s; nothing trained; analysis settings `%s`", self:label(), self.dir,
-    self.text and ("text " .. self.text) or "synthetic images", require("outlierlab.util.json").canonical(self:settings(run.cfg)))
+  out.settings_note = string.format("Imported model %s from %s, %s; nothing trained. The analysis settings:", self:label(), self.dir,
+    self.text and ("text " .. self.text) or "synthetic images")
+  out.settings = self:settings(run.cfg)
   out.notes = "Pretrained " .. what .. (self.model and self.model.streamed and " — run layer by layer from the memory-mapped checkpoint" or "") ..
     ".\n\n" .. (s.notes or "")
   return out

@@ -39,45 +39,136 @@ local function models_train_seconds(run, models)
   return sum
 end
 
+-- A number as a person writes it: the shortest of %.15g, %.16g and %.17g that reads back as
+-- the same double (0.1, not 0.10000000000000001; 1e-05; 3000), NaN and infinities in words.
+local function human_number(x)
+  if x ~= x then return "NaN" end
+  if x == math.huge then return "∞" elseif x == -math.huge then return "−∞" end
+  if x == math.floor(x) and math.abs(x) < 2 ^ 53 then return string.format("%d", x) end
+  for _, f in ipairs { "%.15g", "%.16g" } do
+    local t = string.format(f, x)
+    if tonumber(t) == x then return t end
+  end
+  return string.format("%.17g", x)
+end
+M.human_number = human_number
+
+-- a setting's value for a Markdown table cell: numbers as above, lists comma-separated, a
+-- nested table as {key = value, …} in sorted key order; a '|' is escaped
+local function human_value(v)
+  local ty = type(v)
+  local out
+  if ty == "number" then out = human_number(v)
+  elseif ty == "table" then
+    local parts, n, keys = {}, #v, {}
+    for k in pairs(v) do keys[#keys + 1] = k end
+    if n > 0 and #keys == n then
+      for i = 1, n do parts[i] = human_value(v[i]) end
+      out = table.concat(parts, ", ")
+    else
+      table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+      for i, k in ipairs(keys) do parts[i] = tostring(k) .. " = " .. human_value(v[k]) end
+      out = "{" .. table.concat(parts, ", ") .. "}"
+    end
+  elseif v == nil then out = ""
+  else out = tostring(v) end
+  return (out:gsub("|", "\\|"))
+end
+M.human_value = human_value
+
+-- the settings as a two-column Markdown table, keys sorted
+local function settings_table(cfg)
+  local keys = {}
+  for k in pairs(cfg) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  local lines = { "| setting | value |", "|---|---|" }
+  for _, k in ipairs(keys) do
+    local v = cfg[k]
+    if v == nil then v = cfg[tonumber(k)] end
+    lines[#lines + 1] = "| " .. k .. " | " .. human_value(v) .. " |"
+  end
+  return lines
+end
+
+-- The criteria a verdict was decided on, the unmet ones first: s.criteria, a list of
+-- { met = true|false, text = "what was measured (needs …)" } that an experiment's summary may
+-- return. Without it, the "met: …" / "not met: …" items of its notes (the form the older
+-- summaries write their margins in), taken out of the notes so they are said once.
+-- Returns failed, met (lists of texts) and the notes left.
+local function criteria(s)
+  local list, notes = {}, s.notes
+  if type(s.criteria) == "table" then
+    for _, c in ipairs(s.criteria) do list[#list + 1] = { met = c.met and true or false, text = tostring(c.text) } end
+  elseif type(notes) == "string" then
+    -- an item ends at "; " or at a full stop followed by a space or the end (not 0.5's point)
+    local kept, pos = {}, 1
+    while pos <= #notes do
+      local _, e = notes:find("[;.]%s+", pos)
+      if not e then _, e = notes:find("[;.]$", pos) end
+      e = e or #notes
+      local piece = notes:sub(pos, e)
+      local neg, text = piece:match("^%s*(n?o?t? ?)met: (.-)[;.]?%s*$")
+      if text and (neg == "" or neg == "not ") then list[#list + 1] = { met = neg == "", text = text }
+      else kept[#kept + 1] = piece end
+      pos = e + 1
+    end
+    notes = table.concat(kept):gsub("%s+$", "")
+  end
+  local failed, met = {}, {}
+  for _, c in ipairs(list) do
+    if c.met then met[#met + 1] = c.text else failed[#failed + 1] = c.text end
+  end
+  return failed, met, notes
+end
+M.criteria = criteria
+
+-- summary.md, read top down in half a minute: the verdict first, then which criterion failed
+-- and by how much (one line each), the claim and the numbers, the settings as a table, and
+-- last how the run was made (engine, command, machine, stages, files).
 local function write_summary(run, s, timings, models, mts)
   local src = run.exp.source
-  local lines = {
-    "# " .. run.id .. " — " .. run.exp.title, "",
-    "Source: " .. src.paper .. (src.figure ~= "" and (", " .. src.figure) or ""), "",
-    "## Claim", "", src.claim, "",
-    "## Result", "",
-    "- Paper: " .. tostring(s.paper or "(no number given)"),
-    "- Reproduced (" .. run.profile .. " profile): " .. tostring(s.reproduced or "(none)"),
-    "- Verdict: " .. verdict(s) .. ".",
-  }
-  if s.notes and s.notes ~= "" then
+  local lines = { "# " .. run.id .. " — " .. run.exp.title, "", "Verdict: " .. verdict(s) .. "." }
+  local failed, met, notes = criteria(s)
+  if #failed > 0 or #met > 0 then
     lines[#lines + 1] = ""
-    lines[#lines + 1] = s.notes
+    -- the quick profile decides nothing: its criteria are reported as measured
+    local judged = not s.no_verdict
+    for _, c in ipairs(failed) do lines[#lines + 1] = "- " .. (judged and "**Not met**: " or "Not met: ") .. c end
+    for _, c in ipairs(met) do lines[#lines + 1] = "- Met: " .. c end
   end
-  lines[#lines + 1] = ""
-  lines[#lines + 1] = "## Run"
-  lines[#lines + 1] = ""
-  lines[#lines + 1] = "- Profile: " .. run.profile .. ", seed " .. tostring(run.seed)
-  lines[#lines + 1] = "- Settings: " .. (s.settings or ("`" .. results.canonical_json(run.cfg) .. "`"))   -- s.settings: an imported model's (outlierlab.pretrained)
-  lines[#lines + 1] = "- Engine: " .. ol.version() .. ", git commit " .. results.git_commit()
-  lines[#lines + 1] = "- Command: `" .. results.command_line() .. "`"
-  lines[#lines + 1] = "- Machine: " .. results.machine_line() .. " × " .. results.mpi_ranks() .. " rank(s)"
+  local add = function(...) for _, l in ipairs { ... } do lines[#lines + 1] = l end end
+  add("", "## Claim", "", src.paper .. (src.figure ~= "" and (", " .. src.figure) or "") .. ": " .. src.claim, "",
+      "## Result", "",
+      "- Paper: " .. tostring(s.paper or "(no number given)"),
+      "- Reproduced (" .. run.profile .. " profile): " .. tostring(s.reproduced or "(none)"))
+  if notes and notes ~= "" then add("", notes) end
+  add("", "## Settings", "")
+  -- s.settings: an imported model's (outlierlab.pretrained): a note saying what was analysed
+  -- (s.settings_note) and the analysis settings
+  if s.settings_note then add(s.settings_note, "") end
+  if type(s.settings) == "string" then add(s.settings)
+  else for _, l in ipairs(settings_table(s.settings or run.cfg)) do add(l) end end
+  add("", "## Run", "",
+      "- Profile: " .. run.profile .. ", seed " .. tostring(run.seed),
+      "- Engine: " .. ol.version() .. ", git commit " .. results.git_commit(),
+      "- Command: `" .. results.command_line() .. "`",
+      "- Machine: " .. results.machine_line() .. " × " .. results.mpi_ranks() .. " rank(s)")
   local parts = {}
   for _, t in ipairs(timings) do
     parts[#parts + 1] = string.format("%s %.1f s%s", t.name, t.seconds, not t.cached and "" or
       t.computed_seconds and string.format(" (cached; computed in %.1f s)", t.computed_seconds) or " (cached)")
   end
-  lines[#lines + 1] = "- Stages: " .. table.concat(parts, ", ")
+  add("- Stages: " .. table.concat(parts, ", "))
   if mts then
-    lines[#lines + 1] = string.format("- Models: %d, %.0f s of training in all (their cache entries; trained now or by an earlier run)",
-                                      #models, mts)
+    add(string.format("- Models: %d, %.0f s of training in all (their cache entries; trained now or by an earlier run)",
+                      #models, mts))
   end
   local files = {}
   for _, f in ipairs(run.files) do
     local base = f:match("([^/]+)$")
     if not base:match("%.dat$") then files[#files + 1] = "`" .. base .. "`" end
   end
-  lines[#lines + 1] = "- Files: " .. table.concat(files, ", ")
+  add("- Files: " .. table.concat(files, ", "))
   plot.write_atomic(run.dir .. "/summary.md", table.concat(lines, "\n") .. "\n")
 end
 

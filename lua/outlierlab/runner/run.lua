@@ -325,6 +325,15 @@ local function validate(exp, file)
 end
 
 
+-- the error for a profile the experiment does not have, with the nearest ones (PROFILE=defualt)
+function M.unknown_profile(exp, file, profile)
+  local names = {}
+  for k in pairs(exp.profiles) do names[#names + 1] = k end
+  table.sort(names)
+  return string.format("experiment %s: unknown profile '%s'%svalid: %s", file, tostring(profile),
+                       config.did_you_mean(tostring(profile), names), table.concat(names, ", "))
+end
+
 -- The number of members of an experiment's first sweep in a profile, without training
 -- anything: the stages run until the first run:sweep (its size) or run:model outside a sweep
 -- (0: no sweep). args: a list of "--key=value" settings applied to the profile. Used to
@@ -332,7 +341,7 @@ end
 function M.sweep_size(exp, file, profile, args)
   local stages = validate(exp, file)
   local prof = exp.profiles[profile]
-  if type(prof) ~= "table" then error(string.format("experiment %s: unknown profile '%s'", file, tostring(profile)), 0) end
+  if type(prof) ~= "table" then error(M.unknown_profile(exp, file, profile), 0) end
   local saved = config.overrides
   config.overrides = {}
   for _, a in ipairs(args or {}) do
@@ -380,12 +389,7 @@ function M.run_file(exp, file)
                             out = os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results"),
                             cache = os.getenv("OUTLIERLAB_CACHE") or (root .. "/cache") }, { strict = false })
   local prof = exp.profiles[opts.profile]
-  if type(prof) ~= "table" then
-    local names = {}
-    for k in pairs(exp.profiles) do names[#names + 1] = k end
-    table.sort(names)
-    error(string.format("experiment %s: unknown profile '%s'; valid: %s", file, opts.profile, table.concat(names, ", ")), 0)
-  end
+  if type(prof) ~= "table" then error(M.unknown_profile(exp, file, opts.profile), 0) end
   local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
                                             retrain = true, reanalyze = true, model = true, text = true, stream = true,
                                             progress = true, shards = true, model_ranks = true, flush_subnormals = true } })

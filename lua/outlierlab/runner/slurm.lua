@@ -130,6 +130,32 @@ function M.check_array(id, profile, array, n)
   end
 end
 
+-- Is there a cluster to submit to? sbatch on the PATH is not enough: Debian's slurm-wlm installs
+-- it on machines without a slurm.conf (where sbatch says "fatal: Could not establish a
+-- configuration source"), and a configured site's controller may be down. `scontrol ping` asks
+-- the controller (SLURM_CONF is honoured), bounded in time: an unreachable one retries for
+-- minutes. sh(cmd) -> output, exited 0 (tests pass their own). Returns true, or false and why.
+local function shell(cmd)
+  local p = io.popen("( " .. cmd .. " ) 2>&1; echo \"__exit=$?\"")
+  local out = p:read("*a")
+  p:close()
+  local code = tonumber(out:match("__exit=(%d+)%s*$"))
+  return (out:gsub("__exit=%d+%s*$", "")), code == 0
+end
+function M.cluster(sh)
+  sh = sh or shell
+  if not select(2, sh("command -v sbatch")) then return false, "there is no sbatch on this machine" end
+  -- a site whose sbatch is a wrapper without scontrol beside it: nothing to ask, so submit
+  if not select(2, sh("command -v scontrol")) then return true end
+  local out, ok = sh("timeout 20 scontrol ping")
+  if ok and out:find("UP", 1, true) then return true end
+  local first = (out:match("fatal: ([^\n]+)") or out:match("([^\n]*%S[^\n]*)") or "no answer"):gsub("%s+$", "")
+  if out:find("configuration source", 1, true) or out:find("slurm.conf", 1, true) then
+    return false, "Slurm is installed here but not configured (scontrol ping: " .. first .. ")"
+  end
+  return false, "Slurm's controller does not answer (scontrol ping: " .. first .. ")"
+end
+
 -- the shell commands that submit the array and, after it succeeded, the final analysis job
 function M.submit_commands(array_path, final_path)
   return { "jid=$(sbatch --parsable " .. array_path .. ")",
