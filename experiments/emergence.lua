@@ -14,6 +14,7 @@
 local exp_runner = require "outlierlab.experiment"
 local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.judge.seeds"
+local tracked = require "outlierlab.recipes.track"
 local figure = require "outlierlab.figure"
 
 local VARIANTS = {
@@ -55,6 +56,8 @@ local function train(run)
     if #curve == 0 then
       error("emergence: model " .. tostring(h.hash) .. " has no tracked curve (trained before the tracker existed?); rerun with --retrain", 0)
     end
+    local fresh, why = tracked.fresh(h.info, h.hash)   -- measured by this tree's code (recipes/track.lua)
+    if not fresh then error("emergence: " .. why, 0) end
     return { name = it.variant.name, seed = it.seed, curve = curve }
   end)
 end

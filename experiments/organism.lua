@@ -23,6 +23,8 @@ local exp_runner = require "outlierlab.experiment"
 local ptq = require "outlierlab.ptq"
 local config = require "outlierlab.config"
 local thresholds = require "outlierlab.judge.thresholds"
+local tracked = require "outlierlab.recipes.track"
+local track = require "outlierlab.train.track"
 
 local THRESHOLDS = thresholds.THRESHOLDS
 
@@ -142,6 +144,9 @@ local function train(run)
       return { family = m.family, base = m.base, label = m.label, curve = {}, diverged = msg }
     end
     local info = h.info or {}
+    -- a curve measured by other code than this tree's is not judged (recipes/track.lua)
+    local fresh, why = tracked.fresh(info, h.hash)
+    if not fresh then error("organism: " .. why, 0) end
     return { family = m.family, base = m.base, label = m.label, curve = info.curve or {},
              steps = info.steps, val_loss = info.val_loss, seconds = info.train_seconds, hash = h.hash,
              describe = info.describe }
@@ -264,9 +269,9 @@ local function summary(run)
   table.sort(fams)
   local notes = table.concat({
     "What is judged: each model's **final measurement**, the mean of each quantity over the tracked points of the last " ..
-      string.format("%.0f %%", 100 * thresholds.FINAL_SHARE) .. " of its training (points every steps/" .. exp_runner.STABLE_POINTS_PER_RUN .. " steps there, each on " ..
-      exp_runner.TRACK_BATCHES .. " held-out batches of at most 16 sequences of its own; earlier points every steps/" ..
-      exp_runner.TRACK_POINTS .. " steps on the same batches). A threshold met at an earlier point and lost by the end is reported as \"reached on the way at step N\" and does not count. The same final means and thresholds are drawn in each model's training history (history.png).",
+      string.format("%.0f %%", 100 * thresholds.FINAL_SHARE) .. " of its training (points every steps/" .. track.STABLE_POINTS_PER_RUN .. " steps there, each on " ..
+      track.TRACK_BATCHES .. " held-out batches of at most 16 sequences of its own; earlier points every steps/" ..
+      track.TRACK_POINTS .. " steps on the same batches). A threshold met at an earlier point and lost by the end is reported as \"reached on the way at step N\" and does not count. The same final means and thresholds are drawn in each model's training history (history.png).",
     "",
     "Thresholds (judge/thresholds): sink — " .. thresholds.WHAT.sink .. "; massive — " .. thresholds.WHAT.massive ..
       "; kurtosis — " .. thresholds.WHAT.kurtosis .. ".",

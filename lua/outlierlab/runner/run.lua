@@ -24,9 +24,9 @@
 -- Caching (cache root: --cache= or $OUTLIERLAB_CACHE, default <root>/cache):
 --   run:model(spec, trainer): spec is every setting that determines the trained weights
 --   (model config, data, training recipe, seed). Its hash together with the engine version,
---   the content hash of the code the weights are computed through (runner/cache.code_hash, by folder) and of the files outside
---   the package the training runs through (runner/cache.extra_sources: the trainer's file, user attention
---   variants) names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
+--   the content hash of the code the weights are computed through (runner/cache.model_key: the require
+--   closure of the trainer's file and of the attention variants the spec names, and the engine)
+--   names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
 --   share a model train it once); otherwise trainer(dir, ckpt_path) runs: it trains with
 --   train.run{ckpt = ckpt_path}, which resumes from the checkpoint an interrupted run left,
 --   and returns a table of training facts (losses...), stored in done.lua.
@@ -34,8 +34,8 @@
 --   (and the seconds it took in <that file>.seconds, which summary.md and run.json report when reused),
 --   hash of (settings, engine version, code hash, experiment file text, the hashes of the models
 --   the run used): a rerun with the same inputs skips it, a changed setting, file or model
---   recomputes it. --retrain trains every model of the run anew; --reanalyze recomputes the
---   cached stages.
+--   recomputes it. --retrain trains every model of the run anew; --refresh_curves those whose
+--   tracked curve is stale (recipes/track.lua); --reanalyze recomputes the cached stages.
 -- Results root: --out= or $OUTLIERLAB_RESULTS, default <root>/results.
 local ol = require "outlierlab"
 local config = require "outlierlab.config"
@@ -366,6 +366,7 @@ function M.run_file(exp, file)
   dist.watch_signal(dist.SIGUSR1)
   local root = ol.root
   local opts = config.get({ profile = "default", sweep_index = -1, retrain = false, reanalyze = false,
+                            refresh_curves = false,   -- retrain the models whose tracked curve is stale (runner/cache)
                             progress = "",   -- auto | tty | plain | off (quiet): every training's progress lines
                             shards = tonumber(os.getenv("OUTLIERLAB_SHARDS") or "") or 0,   -- rank invariance (Run:model)
                             flush_subnormals = os.getenv("OUTLIERLAB_FLUSH_SUBNORMALS") == "1",   -- flush-to-zero (Run:model)
@@ -383,7 +384,7 @@ function M.run_file(exp, file)
     error(string.format("experiment %s: unknown profile '%s'; valid: %s", file, opts.profile, table.concat(names, ", ")), 0)
   end
   local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
-                                            retrain = true, reanalyze = true, model = true, text = true, stream = true,
+                                            retrain = true, reanalyze = true, refresh_curves = true, model = true, text = true, stream = true,
                                             progress = true, shards = true, model_ranks = true, flush_subnormals = true } })
   local S = opts.shards
   -- train.run's own rule for cfg.shards (0 or a power of two), reported as the option
@@ -405,7 +406,7 @@ function M.run_file(exp, file)
     dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name,
                                             data = not pretrained and M.data_leaf(cfg) or nil }),
     results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
-    sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze,
+    sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze, refresh_curves = opts.refresh_curves,
     shards = opts.shards, model_ranks = opts.model_ranks, flush_subnormals = opts.flush_subnormals, out = {}, files = {},
   }, Run)
   mkdir(run.dir)
@@ -421,7 +422,7 @@ function M.run_file(exp, file)
       -- the models the earlier stages trained or loaded are part of the key: a retrained
       -- model (new code) gives a new analysis
       local h = fs.hash(results.canonical_json({ cfg = cfg, profile = run.profile, engine = ol.version(),
-                                                code = cache.code_hash(nil, "stage"), file = ftext, stage = st.name,
+                                                code = cache.code_hash(), file = ftext, stage = st.name,
                                                 models = model_list(run),
                                                 pretrained = pretrained and pretrained.fingerprint }))
       cpath = run.cache_root .. "/stages/" .. exp.id .. "/" .. st.name .. "-" .. h .. ".lua"
