@@ -11,11 +11,11 @@
 -- paper profile QT's OPT-125m. Mean ± sd over the seeds, and a difference counts only beyond
 -- the seed spread (outlierlab.judge.seeds). QT Table 2 (OPT-125m, end of training): vanilla 340 /
 -- 1778, clipped softmax 63.2 / 19728, gated attention 8.7 / 18.9 (max inf norm / avg kurtosis).
-local exp_runner = require "outlierlab.experiment"
-local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.judge.seeds"
 local tracked = require "outlierlab.recipes.track"
 local figure = require "outlierlab.figure"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local VARIANTS = {
   { name = "softmax", qt = "vanilla", label = "softmax" },
@@ -50,8 +50,8 @@ local FIG = figure.declare{
 -- one (variant, seed) model of qt-table2's decoder family; its tracked curve
 local function train(run)
   return run:sweep(seeds.members(VARIANTS, run.cfg), function(it)
-    local spec = ptq.qt_spec(run.cfg, "opt", ptq.qt_attention(run.cfg, "opt", it.variant.qt), it.seed)
-    local h = ptq.train(run, spec)
+    local spec = papers.qt_spec(run.cfg, "opt", papers.qt_attention(run.cfg, "opt", it.variant.qt), it.seed)
+    local h = recipes.fit(run, spec)
     local curve = h.info and h.info.curve or {}
     if #curve == 0 then
       error("emergence: model " .. tostring(h.hash) .. " has no tracked curve (trained before the tracker existed?); rerun with --retrain", 0)
@@ -130,7 +130,7 @@ return {
   title = "Outlier emergence over training: max inf norm and kurtosis, vanilla softmax against clipped softmax and gated attention",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Table 2 metrics over training",
              claim = "With vanilla softmax the max inf norm and kurtosis grow during training; clipped softmax and gated attention keep them much smaller." },
-  profiles = ptq.qt_profiles(),
+  profiles = papers.qt_profiles(),
   stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
   summary = summary,
 }

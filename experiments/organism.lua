@@ -19,12 +19,12 @@
 -- the last 10 % of training (the end-of-training state the figures analyse). The summary says
 -- separately when a threshold was first met on the way ("reached on the way at step N"); a
 -- threshold met on the way and lost by the end is not reached.
-local exp_runner = require "outlierlab.experiment"
-local ptq = require "outlierlab.ptq"
 local config = require "outlierlab.config"
 local thresholds = require "outlierlab.judge.thresholds"
 local tracked = require "outlierlab.recipes.track"
 local track = require "outlierlab.train.track"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local THRESHOLDS = thresholds.THRESHOLDS
 
@@ -74,7 +74,7 @@ local ONE_FAMILY = { image = VIT_KNOB, classes = VIT_KNOB, style = VIT_KNOB, den
 -- F 256 at default): learned absolute positions, LayerNorm and GELU instead of RoPE, RMSNorm and
 -- SwiGLU; gpt2-quick is that shape with 2 layers, n_layer sets the depth
 local GPT2_PROFILES = {}
-for name, p in pairs(exp_runner.LLAMA_LM_PROFILES) do
+for name, p in pairs(recipes.LLAMA_LM_PROFILES) do
   local c = config.deep_copy(p)
   if name ~= "paper" then c.preset = "gpt2-quick"; c.n_layer = name == "quick" and 2 or 4 else c.preset = "gpt2-124m" end
   c.embed_scale = 0   -- GPT-2 has no embedding factor (the LLaMA decoder's × 20)
@@ -83,10 +83,10 @@ end
 
 -- family -> { base profile of the shared recipe, spec builder, trainer }
 local FAMILIES = {
-  llama = { profiles = exp_runner.LLAMA_LM_PROFILES, spec = exp_runner.llama_lm_spec, train = exp_runner.train_model },
-  gpt2 = { profiles = GPT2_PROFILES, spec = exp_runner.llama_lm_spec, train = exp_runner.train_model },
-  bert = { profiles = exp_runner.BERT_MLM_PROFILES, spec = exp_runner.bert_mlm_spec, train = exp_runner.train_model },
-  vit = { profiles = ptq.VIT_PROFILES, spec = ptq.vit_organism_spec, train = ptq.train },
+  llama = { profiles = recipes.LLAMA_LM_PROFILES, spec = recipes.llama_lm_spec, train = recipes.fit },
+  gpt2 = { profiles = GPT2_PROFILES, spec = recipes.llama_lm_spec, train = recipes.fit },
+  bert = { profiles = recipes.BERT_MLM_PROFILES, spec = recipes.bert_mlm_spec, train = recipes.fit },
+  vit = { profiles = papers.VIT_PROFILES, spec = papers.vit_organism_spec, train = recipes.fit },
 }
 
 -- "knob=value" strings of the profile -> member list

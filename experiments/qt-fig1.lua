@@ -7,12 +7,14 @@
 -- (Bondarenko et al. 2021). Count outliers by the token they belong to and by hidden
 -- dimension. The paper finds them in a few hidden dimensions (#180, #720 in BERT-base) and
 -- almost only at delimiter tokens ([SEP], ".", ",": > 97 %).
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.bert_mlm_spec   -- shared with qt-fig2: one trained model
+local model_spec = recipes.bert_mlm_spec   -- shared with qt-fig2: one trained model
 local CATS = analysis.categories
 
 local FIG = figure.declare{
@@ -50,21 +52,21 @@ local FIG = figure.declare{
 
 -- 1. train the encoder (cached by its settings; an interrupted run resumes from its checkpoint)
 local function train(run)
-  return exp_runner.train_model(run, model_spec(run.cfg))
+  return recipes.fit(run, model_spec(run.cfg))
 end
 
 -- 2. 6σ outliers at the FFN output of the last two layers, streamed over held-out batches
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
+  local ctx, m = recipes.load(spec, run.out.train)
   local L, C = m.cfg.n_layer, m.cfg.d_model
   local layers = { L - 2, L - 1 }
   local stats = analysis.LayerStats{ T = cfg.seq_len, C = C, V = m.cfg.vocab_size,
                                      rule = analysis.QT_6SIGMA, category = corpus.category }
   local P = probes.new{ points = { "ffn_out" }, layers = layers }
   P:attach("ffn_out", stats)
-  exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
+  batches.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
   local res = stats:result()
   local v = { outlier_count = {}, outlier_count_by_channel = {}, outlier_count_by_category = {}, delimiter_share = {},
               top2_channel_share = {}, top_channel = {}, max_abs = {}, std = {}, max_abs_sigma = {}, avg_kurtosis = {},
@@ -82,7 +84,7 @@ local function analyze(run)
   for id in pairs(shown) do ids[#ids + 1] = id end
   table.sort(ids, function(a, b) if total[a] ~= total[b] then return total[a] > total[b] end return a < b end)
   local labels, by_token = {}, {}
-  for j, id in ipairs(ids) do labels[j] = exp_runner.token_label(corpus, id) end
+  for j, id in ipairs(ids) do labels[j] = batches.token_label(corpus, id) end
   for i, l in ipairs(layers) do
     local r = res[l]
     local o = r.outliers
@@ -165,7 +167,7 @@ return {
   title = "6σ outliers by token and hidden dimension at the FFN output of a BERT-style encoder",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 1",
              claim = "Outliers at the FFN output of the last layers sit in a few hidden dimensions and almost only at delimiter tokens ([SEP], '.', ',')." },
-  profiles = exp_runner.profiles_with(exp_runner.BERT_MLM_PROFILES, { quick = { top_tokens = 8 }, default = { top_tokens = 12 }, paper = { top_tokens = 12 } }),
+  profiles = recipes.profiles_with(recipes.BERT_MLM_PROFILES, { quick = { top_tokens = 8 }, default = { top_tokens = 12 }, paper = { top_tokens = 12 } }),
   stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
   summary = summary,
 }

@@ -2,7 +2,7 @@
 -- layer's head attends to them and their values are small; the inf norm rises in the last layers.
 --
 -- Method (QT §3, Fig. 3; App. A.2, Fig. 9): the vanilla ViT of qt-table2 (same spec through
--- ptq.qt_spec, so one trained model; --seed=S the one of seed S), on held-out synthetic images (one object in the centre
+-- papers.qt_spec, so one trained model; --seed=S the one of seed S), on held-out synthetic images (one object in the centre
 -- on a textured background; outlierlab.data.images gives the per-patch object mask: a patch is
 -- an object patch when >= 50 % of its pixels are object).
 --   * chosen layer l = n_layer + cfg.layer (cfg.layer = -2: the second-to-last layer, QT's layer
@@ -18,17 +18,18 @@
 --   * value magnitudes ‖v_j‖ of the next layer's heads for outlier vs other patches
 --     (analysis.value_magnitudes, [CLS] masked out).
 --   * inf norm per layer (Fig. 9a): per-image max|x| of h_l and of the FFN output, averaged.
-local ptq = require "outlierlab.ptq"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local data = require "outlierlab.data"
 local figure = require "outlierlab.figure"
 local thresholds = require "outlierlab.judge.thresholds"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 -- --seed=S (default 1): the vanilla ViT of qt-table2's seed S, the same cached model
-local function model_spec(cfg) return ptq.qt_spec(cfg, "vit", ptq.qt_attention(cfg, "vit", "vanilla"), cfg.seed) end
+local function model_spec(cfg) return papers.qt_spec(cfg, "vit", papers.qt_attention(cfg, "vit", "vanilla"), cfg.seed) end
 
-local function train(run) return ptq.train(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 -- One pass over the held-out images. thr == nil: outlier elements are 6σ (QT); thr = a
 -- number: a patch token is flagged when its max |x| >= thr (one count per token).
@@ -355,7 +356,7 @@ local function analyze(run)
   if run.pretrained then   -- --model=DIR: a pretrained ViT on synthetic images of its own size
     ctx, m = run.pretrained:load()
     spec.data.size, spec.batch.patch = m.cfg.image_size, m.cfg.patch_size
-  else ctx, m = ptq.load(spec, run.out.train) end
+  else ctx, m = recipes.load(spec, run.out.train) end
   local a = measure(cfg, spec, ctx, m, nil)
   run:log("layer %d: %d 6σ outlier elements in patches (%d at [CLS]); LayerStats counts %d in all tokens",
           a.layer, a.total, a.el.cls, a.layers[a.layer + 1].out_h)
@@ -440,7 +441,7 @@ return {
   title = "ViT outliers in background patches: outlier map, next-layer attention, value magnitudes, inf norm per layer",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 3 and Fig. 9",
              claim = "In ViT the 6σ outliers sit in uninformative background patches (at the image border); the next layer's attention head concentrates its attention on these patches, whose values are small (a no-op); the outliers are strongest in the last layers." },
-  profiles = ptq.qt_profiles{
+  profiles = papers.qt_profiles{
     quick = { layer = -2, n_batches = 2, top_pct = 2, seed = 1 },
     default = { layer = -2, n_batches = 32, top_pct = 2, seed = 1 },
     paper = { layer = -2, n_batches = 98, top_pct = 2, seed = 1 },

@@ -9,16 +9,18 @@
 -- weak-semantic, other) and outlier elements by channel. The paper finds outliers from the
 -- shallow layers on, persisting through the middle and vanishing in the last layers, at the
 -- initial token and weak-semantic tokens, in a few fixed channels.
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local remedies = require "outlierlab.measure.recent"
 local quant = require "outlierlab.compress.rtn"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig6: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig6: one trained model
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local CATS = analysis.categories   -- initial, delimiter, weak, other
 -- the verdict's margins (SO §3: outliers at the initial and weak-semantic tokens, a few channels,
@@ -97,8 +99,8 @@ end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
-  local ctx, m, loaders = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
+  local ctx, m, loaders = recipes.load(spec, run.out.train)
   local C = m.cfg.d_model
   local function layer_stats(tau)
     -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/reference/metrics.md)
@@ -109,7 +111,7 @@ local function analyze(run)
   local P = probes.new{ points = { "h" } }
   P:attach("h", stats)
   P:attach("h", loose)
-  exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
+  batches.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
   local res = stats:result()
   local t, tl = tally(res, C), tally(loose:result(), C)
   local layers, top, med = {}, {}, {}
@@ -206,7 +208,7 @@ return {
   title = "Activation outliers in the layer outputs h of a LLaMA-style model: layers, tokens, channels",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 3",
              claim = "Activation outliers in h appear in shallow layers, persist through the middle layers and vanish in the last ones; they sit at the initial token and weak-semantic tokens, in a few fixed channels." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
   stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
   summary = summary,
 }

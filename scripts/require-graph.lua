@@ -8,12 +8,12 @@ local root = (arg and arg[1] and arg[1]:match("^%-%-root=(.+)")) or ol.root
 local LAYERS = { "base", "nn", "models", "data", "train", "pretrained", "measure", "judge", "compress",
                  "recipes", "figure", "runner", "top" }
 local PREFIX = {
-  base = { "outlierlab", "outlierlab.config", "outlierlab.tap", "outlierlab.util" },
+  base = { "outlierlab", "outlierlab.config", "outlierlab.util" },
   nn = { "outlierlab.nn", "outlierlab.optim" }, models = { "outlierlab.models" }, data = { "outlierlab.data" },
   train = { "outlierlab.train" }, pretrained = { "outlierlab.pretrained" }, measure = { "outlierlab.measure" },
   judge = { "outlierlab.judge" }, compress = { "outlierlab.compress" }, recipes = { "outlierlab.recipes" },
   figure = { "outlierlab.figure" }, runner = { "outlierlab.runner" },
-  top = { "outlierlab.experiment", "outlierlab.ptq", "outlierlab.cli" },
+  top = { "outlierlab.experiment", "outlierlab.ptq", "outlierlab.cli" },   -- (the facades: before)
 }
 local function layer_of(mod)
   local best, len = nil, -1

@@ -2,7 +2,7 @@
 -- worked out by hand in the comments; merge and streaming equivalences of the accumulator.
 local ol = require "outlierlab"
 local analysis = require "outlierlab.measure.metrics"
-local t = require "outlierlab.tap"
+local t = require "tap"
 
 local ctx = ol.Context{ params = 65536, step_bytes = 67108864 }
 local function T3(list, B, T, C) return ctx:tensor({ B, T, C }):load(list) end

@@ -4,7 +4,7 @@
 local ol = require "outlierlab"
 local probes = require "outlierlab.measure.probes"
 local analysis = require "outlierlab.measure.metrics"
-local t = require "outlierlab.tap"
+local t = require "tap"
 
 local ctx = ol.Context{ seed = 3 }
 

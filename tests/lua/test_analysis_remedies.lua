@@ -6,7 +6,7 @@
 -- zeroed → logits 0 → loss = log V), the scaled state of the initial token (×1 exact, the
 -- embedding equal to scaled weights, scale-free before the final norm), the sink rate and the
 -- layer profile.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local AR = require "outlierlab.measure.recent"
 

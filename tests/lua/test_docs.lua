@@ -2,7 +2,7 @@
 -- README.md, docs/reference/architecture.md and docs/guides/container.md points at a file that exists, and every repository path that
 -- README.md, docs/reference/architecture.md and docs/guides/container.md name in backticks (engine/…, lua/…,
 -- tests/…, scripts/…, bench/…, mk/…, plots/…, experiments/…, examples/…) exists.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 
 local slurp = t.slurp

@@ -8,7 +8,7 @@
 --     final window; a constant learning rate is a note (no panel, flag 0), a cosine one a curve;
 --   * a trainer that recorded only max inf norm and kurtosis (emergence) and one that recorded no
 --     curve still give a figure; ensure() rewrites a history of an older version, not a current one.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local th = require "outlierlab.judge.thresholds"
 local history = require "outlierlab.runner.history"
 local serialize = require "outlierlab.util.serialize"

@@ -14,7 +14,7 @@
 -- attention_example.lua's way), whose file requires a helper module of its own folder: editing
 -- the helper, then the variant's file, trains the model anew each time; the same files, the
 -- same hash from a second copy of the tree elsewhere.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local sh = t.sh
 

@@ -12,7 +12,7 @@
 --   * quant.run over every family: the heads and embeddings kept (the blocks' linears only), the
 --     rotation reported as not applicable to BERT / ViT / GPT-2 / QT's gate with the reason, the
 --     other settings finite, the model restored.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local quant = require "outlierlab.compress.rtn"
 local gradcheck = require "outlierlab.nn.gradcheck"

@@ -10,8 +10,9 @@
 --   * results/<id>/<profile>/: a quick run after a default run leaves the default results, and
 --     each writes run.json (claim, verdict, profile, seconds, files) and the model's history.
 -- Each run trains a 2-layer GPT-2 of d 64 for 3 steps (well under a second).
-local t = require "outlierlab.tap"
-local E = require "outlierlab.experiment"
+local t = require "tap"
+local report = require "outlierlab.runner.report"
+local runner = require "outlierlab.runner.run"
 local sh, slurp = t.sh, t.slurp
 local cjson = require "cjson"
 local ol = require "outlierlab"
@@ -50,7 +51,7 @@ end
 
 write(tmp .. "/exp.lua", string.format([[
 dofile(%q)
-local E = require "outlierlab.experiment"
+local recipes = require "outlierlab.recipes"
 local function spec(cfg)
   return { model = { preset = "gpt2-quick", overrides = { attention = { kind = "test_scaled" }, dropout = 0 } },
            data = { seed = 1, n_tokens = 4000, vocab_size = 256 },
@@ -63,7 +64,7 @@ return {
   source = { paper = "none", figure = "", claim = "the cache never reuses weights trained by other code" },
   profiles = { quick = { steps = 3, seed = 1 }, default = { steps = 4, seed = 1 } },
   stages = {
-    { "train", function(run) return { hash = E.train_model(run, spec(run.cfg)).hash } end },
+    { "train", function(run) return { hash = recipes.fit(run, spec(run.cfg)).hash } end },
     { "analyze", function(run) return { n = 1 } end, cache = true },
     { "plot", function(run)
         local nc = run:netcdf()
@@ -140,7 +141,7 @@ t.ok(ok6 and trained(o6), "quick profile runs", o6)
 for _, prof in ipairs({ "default", "quick" }) do
   local dir = tmp .. "/results/cache-test/" .. prof
   local rec = cjson.decode(slurp(dir .. "/run.json") or "{}")
-  local want = prof == "quick" and E.NO_VERDICT or "holds"   -- the quick profile gives no verdict
+  local want = prof == "quick" and report.NO_VERDICT or "holds"   -- the quick profile gives no verdict
   t.ok(rec.profile == prof and rec.verdict == want and rec.claim and type(rec.seconds) == "number" and
        rec.id == "cache-test", prof .. ": run.json with claim, verdict, profile, seconds", slurp(dir .. "/run.json"))
   local files = table.concat(rec.files or {}, " ")
@@ -153,14 +154,14 @@ for _, prof in ipairs({ "default", "quick" }) do
        hist:find("double grad_norm(step)", 1, true) and hist:find("double val_loss(eval)", 1, true),
        prof .. ": the history holds loss, learning rate, gradient norm and validation loss", hist)
 end
-t.is(E.results_dir("R", "qt-fig1", { profile = "quick" }), "R/qt-fig1/quick", "results_dir: <id>/<profile>")
-t.is(E.results_dir("R", "qt-fig1", { profile = "default", model = "/data/bert base/" }), "R/qt-fig1/bert_base-default",
+t.is(report.results_dir("R", "qt-fig1", { profile = "quick" }), "R/qt-fig1/quick", "results_dir: <id>/<profile>")
+t.is(report.results_dir("R", "qt-fig1", { profile = "default", model = "/data/bert base/" }), "R/qt-fig1/bert_base-default",
      "results_dir: an imported model gets <id>/<model name>-<profile>")
-t.is(E.results_dir("R", "so-fig3", { profile = "default", data = "kjv" }), "R/so-fig3/kjv-default",
+t.is(report.results_dir("R", "so-fig3", { profile = "default", data = "kjv" }), "R/so-fig3/kjv-default",
      "results_dir: a run on the real text gets <id>/kjv-<profile> (the organism's results stay)")
-t.is(E.data_leaf{ data = "kjv" }, "kjv", "data_leaf: --data=kjv")
-t.is(E.data_leaf{ data = "organism", p_text = 0.5 }, "mix50", "data_leaf: --p_text=0.5 with the organism")
-t.is(E.data_leaf{ data = "organism", p_text = 0 }, nil, "data_leaf: the organism alone keeps <id>/<profile>")
+t.is(runner.data_leaf{ data = "kjv" }, "kjv", "data_leaf: --data=kjv")
+t.is(runner.data_leaf{ data = "organism", p_text = 0.5 }, "mix50", "data_leaf: --p_text=0.5 with the organism")
+t.is(runner.data_leaf{ data = "organism", p_text = 0 }, nil, "data_leaf: the organism alone keeps <id>/<profile>")
 
 -- the cached-stage code hash follows the package's folders (outlierlab.runner.cache): the engine
 -- and the numerics and analysis folders, never a file that only writes results

@@ -1,7 +1,8 @@
 -- The Slurm batch script for an experiment holds the lines a cluster run needs, is valid
 -- bash, and bad settings are refused with a message naming them.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local slurm = require "outlierlab.runner.slurm"
+local runner = require "outlierlab.runner.run"
 
 local s = slurm.script{ id = "so-fig11", file = "experiments/so-fig11.lua", profile = "paper", nodes = 4,
   tasks_per_node = 8, cpus_per_task = 6, time = "12:00:00", grace = 600, root = "/proj/outlierlab" }
@@ -81,12 +82,11 @@ t.ok(f6:find("--profile=quick --steps=5 --retrain", 1, true) and o6:find("--depe
      "and writes the dependent analysis job with its submission commands", o6 .. f6)
 -- the compression tables train their members through run:sweep, so they run as MPI sweep groups and
 -- as Slurm job arrays like every other sweep: the sweep's size per profile, found without training
-local E = require "outlierlab.experiment"
 for id, want in pairs({ ["qt-table1"] = { quick = 3, default = 12 }, ["qt-table2"] = { quick = 9, default = 27 },
                         ["so-table3"] = { quick = 2, default = 6 } }) do
   local f = OUTLIERLAB_ROOT .. "/experiments/" .. id .. ".lua"
   for prof, n in pairs(want) do
-    t.is(E.sweep_size(dofile(f), f, prof, {}), n, id .. " (" .. prof .. "): a sweep of " .. n .. " members (a job array of " .. n .. ")")
+    t.is(runner.sweep_size(dofile(f), f, prof, {}), n, id .. " (" .. prof .. "): a sweep of " .. n .. " members (a job array of " .. n .. ")")
   end
 end
 os.execute("rm -rf '" .. tmp .. "'")

@@ -1,7 +1,7 @@
 -- The stable measurement of a model's phenomena (train/track.lua's schedule, recipes/track.lua's
 -- stable and tracker): the points of the last 10 % of the steps, each on its own held-out
 -- batches, averaged; hand-computed cases and a tiny trained model.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local recipes = require "outlierlab.recipes"
 local track = require "outlierlab.train.track"

@@ -1,6 +1,6 @@
 -- compress/evaluate — post-training quantisation (W8A8 and friends) and the other compression
 -- evaluations of the papers' tables, on top of outlierlab.compress.fakequant (docs/reference/compression.md).
--- (The models these evaluate are outlierlab.recipes.papers'; outlierlab.ptq offers both.)
+-- (The models these evaluate are outlierlab.recipes.papers'.)
 --
 --   local ptq = require "outlierlab.compress.evaluate"
 --   local fp = ptq.evaluate(ctx, m, { metric = "ppl"|"acc", loader = fn() -> fresh loader, n = 8 })

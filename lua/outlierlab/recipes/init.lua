@@ -264,8 +264,6 @@ function M.load(spec, handle)
   if m.eval then m:eval() end
   return ctx, m, eval_loaders(spec)
 end
--- the names the experiment files have used (outlierlab.experiment, outlierlab.ptq)
-M.train_model, M.load_model = M.fit, M.load
 
 
 return M

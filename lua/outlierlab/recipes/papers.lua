@@ -1,13 +1,11 @@
 -- recipes/papers — the model specs of the compression experiments and of QT's and SO's variant
 -- sweeps: QT's three families (BERT, the decoder, ViT) and their attention variants, SO's
 -- variants, the ViT profiles, and one row of QT's tables (train/load through outlierlab.recipes,
--- quantise through outlierlab.compress.evaluate). outlierlab.ptq offers these with the
--- quantisation.
+-- quantise through outlierlab.compress.evaluate).
 local recipes = require "outlierlab.recipes"
 local quant = require "outlierlab.compress.evaluate"
 
 local M = {}
-M.load, M.train = recipes.load, recipes.fit
 
 -- ---------------------------------------------------------------- shared recipes
 -- The model specs of the compression experiments. qt-table1 and qt-table2 share the BERT
@@ -75,7 +73,6 @@ end
 -- files copy these and add their own keys, so a model that two experiments share has the
 -- same spec (and so the same cache hash) in both.
 local copy = require("outlierlab.config").deep_copy   -- one deep copy (config.deep_copy)
-M.copy = copy
 
 -- QT's three families: BERT (encoder), the decoder ("opt": QT's OPT-125m; at the default
 -- profiles the model organism's LLaMA-style decoder, because the OPT/GPT-2-style decoders with
@@ -139,8 +136,7 @@ end
 function M.vit_organism_spec(c) return M.vit_spec(c) end
 
 local function qt_profile(name, extra)
-  local E = recipes
-  return merge(prefixed("bert", E.BERT_MLM_PROFILES[name]), prefixed("opt", E.LLAMA_LM_PROFILES[name]),
+  return merge(prefixed("bert", recipes.BERT_MLM_PROFILES[name]), prefixed("opt", recipes.LLAMA_LM_PROFILES[name]),
                prefixed("vit", M.VIT_PROFILES[name]), extra)
 end
 local QT_PROFILES = {
@@ -182,9 +178,8 @@ local function with_attention(spec, attn)
   return spec
 end
 function M.qt_spec(cfg, family, attn, seed)
-  local E = recipes
-  if family == "bert" then return with_attention(E.bert_mlm_spec(family_cfg(cfg, "bert", seed)), attn)
-  elseif family == "opt" then return with_attention(E.llama_lm_spec(family_cfg(cfg, "opt", seed)), attn)
+  if family == "bert" then return with_attention(recipes.bert_mlm_spec(family_cfg(cfg, "bert", seed)), attn)
+  elseif family == "opt" then return with_attention(recipes.llama_lm_spec(family_cfg(cfg, "opt", seed)), attn)
   elseif family == "vit" then return M.vit_spec(family_cfg(cfg, "vit", seed), attn) end
   error("ptq.qt_spec: unknown family " .. tostring(family), 2)
 end
@@ -194,8 +189,7 @@ end
 -- so-fig3's), at the paper profile SO's GPT-2 (SO App. B.3, docs/reference/experiments.md: nanoGPT recipe,
 -- no biases, dropout 0, tied embeddings, 491,520 tokens per step = 480 sequences of 1024).
 local function so_profile(name, extra)
-  local E = recipes
-  return merge(copy(E.LLAMA_LM_PROFILES[name]), extra)
+  return merge(copy(recipes.LLAMA_LM_PROFILES[name]), extra)
 end
 local SO_PROFILES = {
   quick = so_profile("quick", { n_seeds = 1, n_eval = 1 }),

@@ -161,7 +161,7 @@ end
 -- (returns the key and the code's lines)
 function M.model_key(spec, trainer)
   local code = M.training_code(spec, trainer)
-  return results.canonical_json({ spec = spec, engine = ol.version(), code = fs.hash(table.concat(code, "\n")) }), code
+  return json.canonical({ spec = spec, engine = ol.version(), code = fs.hash(table.concat(code, "\n")) }), code
 end
 
 -- The check of the key after a training: the modules (found on package.path) that the training

@@ -5,6 +5,7 @@ local fs = require "outlierlab.util.fs"
 local dist = require "outlierlab.util.dist"
 local results = require "outlierlab.figure.netcdf"
 local plot = require "outlierlab.figure.gnuplot"
+local canonical_json = require("outlierlab.util.json").canonical
 
 local M = {}
 local read_file = fs.read_file
@@ -58,7 +59,7 @@ local function write_summary(run, s, timings, models, mts)
   lines[#lines + 1] = "## Run"
   lines[#lines + 1] = ""
   lines[#lines + 1] = "- Profile: " .. run.profile .. ", seed " .. tostring(run.seed)
-  lines[#lines + 1] = "- Settings: " .. (s.settings or ("`" .. results.canonical_json(run.cfg) .. "`"))   -- s.settings: an imported model's (outlierlab.pretrained)
+  lines[#lines + 1] = "- Settings: " .. (s.settings or ("`" .. canonical_json(run.cfg) .. "`"))   -- s.settings: an imported model's (outlierlab.pretrained)
   lines[#lines + 1] = "- Engine: " .. ol.version() .. ", git commit " .. results.git_commit()
   lines[#lines + 1] = "- Command: `" .. results.command_line() .. "`"
   lines[#lines + 1] = "- Machine: " .. results.machine_line() .. " × " .. results.mpi_ranks() .. " rank(s)"
@@ -169,7 +170,7 @@ local function write_run_json(run, s, timings, seconds, models, mts)
     date = results.timestamp(), mpi_ranks = results.mpi_ranks(), command = results.command_line(),
     machine = results.machine(),
   }
-  plot.write_atomic(run.dir .. "/run.json", results.canonical_json(rec) .. "\n")
+  plot.write_atomic(run.dir .. "/run.json", canonical_json(rec) .. "\n")
 end
 M.model_list, M.copy_histories, M.write_summary, M.write_run_json = model_list, copy_histories, write_summary, write_run_json
 M.models_train_seconds = models_train_seconds

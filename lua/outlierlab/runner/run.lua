@@ -44,6 +44,7 @@ local plot = require "outlierlab.figure.gnuplot"
 local progress = require "outlierlab.util.progress"
 local ffi = require "ffi"
 local cache = require "outlierlab.runner.cache"
+local canonical_json = require("outlierlab.util.json").canonical
 
 local M = {}
 
@@ -61,24 +62,20 @@ end
 
 -- exit status of a run stopped by the batch system's signal after its checkpoint was written
 -- (the Slurm script requeues on it; outlierlab.runner.slurm)
-M.REQUEUE_STATUS = cache.REQUEUE_STATUS
 local serialize = require "outlierlab.util.serialize"
 local dist = require "outlierlab.util.dist"
 local fs = require "outlierlab.util.fs"
 local report = require "outlierlab.runner.report"
 local bounds = require "outlierlab.train.bounds"
-M.serialize, M.deserialize = serialize.serialize, serialize.deserialize
 local read_file, mkdir = fs.read_file, fs.mkdir_p
 local load_data, save_data = cache.load_data, cache.save_data
 local verdict_word, model_list, copy_histories = report.verdict_word, report.model_list, report.copy_histories
 local write_summary, write_run_json = report.write_summary, report.write_run_json
-M.results_dir = report.results_dir
 -- the results' name of a run on real text: "kjv" (--data=kjv), "mix50" (--p_text=0.5), else nil
 function M.data_leaf(cfg)
   if cfg.data == "kjv" then return "kjv" end
   if (cfg.p_text or 0) > 0 then return string.format("mix%g", cfg.p_text * 100) end
 end
-M.NO_VERDICT = report.NO_VERDICT
 
 -- ---------------------------------------------------------------- the run object
 local Run = {}
@@ -223,8 +220,8 @@ function Run:sweep(items, fn)
   dist.quiet_barrier()
   local out = {}
   local lead = wr < G   -- world ranks 0..G-1 are the groups' rank 0
-  for _, text in ipairs(dist.allgather_string(lead and M.serialize(mine) or M.serialize({}))) do
-    for i, v in pairs(M.deserialize(text, "=sweep") or {}) do out[i] = v end
+  for _, text in ipairs(dist.allgather_string(lead and serialize.serialize(mine) or serialize.serialize({}))) do
+    for i, v in pairs(serialize.deserialize(text, "=sweep") or {}) do out[i] = v end
   end
   return out
 end
@@ -397,13 +394,13 @@ function M.run_file(exp, file)
   end
   if opts.progress ~= "" then progress.mode_override = opts.progress end
   progress.override()   -- a bad --progress / OUTLIERLAB_PROGRESS value is an error now, not at the first step
-  bounds.check_profile(cfg)   -- sizes and learning rates of the settings, before any stage (outlierlab.train.bounds)
+  require("outlierlab.data.bounds").check_profile(cfg)   -- sizes and learning rates of the settings, before any stage
   if opts.text ~= "" and opts.model == "" then error("experiment " .. file .. ": --text=FILE needs --model=DIR (the model that reads it)", 0) end
   local pretrained = opts.model ~= "" and require("outlierlab.pretrained").attach(exp, opts, cfg, M.training_keys()) or nil
 
   local run = setmetatable({
     id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
-    dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name,
+    dir = report.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name,
                                             data = not pretrained and M.data_leaf(cfg) or nil }),
     results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
     sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze, refresh_curves = opts.refresh_curves,
@@ -421,7 +418,7 @@ function M.run_file(exp, file)
     if st.cache then
       -- the models the earlier stages trained or loaded are part of the key: a retrained
       -- model (new code) gives a new analysis
-      local h = fs.hash(results.canonical_json({ cfg = cfg, profile = run.profile, engine = ol.version(),
+      local h = fs.hash(canonical_json({ cfg = cfg, profile = run.profile, engine = ol.version(),
                                                 code = cache.code_hash(), file = ftext, stage = st.name,
                                                 models = model_list(run),
                                                 pretrained = pretrained and pretrained.fingerprint }))
@@ -458,7 +455,7 @@ function M.run_file(exp, file)
     write_run_json(run, s, timings, progress.now() - t_all, models, mts)
   end
   run:log("done in %.1f s: %s/summary.md — %s", progress.now() - t_all, run.dir,
-          s.no_verdict and M.NO_VERDICT or ("claim " .. verdict_word(s)))
+          s.no_verdict and report.NO_VERDICT or ("claim " .. verdict_word(s)))
   if s.reproduced then run:log("reproduced: %s", s.reproduced) end
   return run
 end
