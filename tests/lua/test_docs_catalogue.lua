@@ -1,4 +1,4 @@
--- test_results_docs — documents that are generated or must agree with the code:
+-- test_docs_catalogue — documents that are generated or must agree with the code:
 --   * the experiments table of docs/reference/experiments.md is exactly `bin/outlierlab list --markdown`
 --     (so it cannot drift from the experiment files);
 --   * the repository is self-contained: no tracked file cites a reference file outside it;

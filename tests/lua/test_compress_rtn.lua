@@ -1,4 +1,4 @@
--- test_quant — RTN, SmoothQuant and the Walsh–Hadamard rotation (docs/reference/compression.md):
+-- test_compress_rtn — RTN, SmoothQuant and the Walsh–Hadamard rotation (docs/reference/compression.md):
 --   * per-token / per-tensor symmetric RTN of activations by hand (round half to even, clamping);
 --   * the Walsh–Hadamard kernel against the explicit Sylvester matrix, its own inverse, blocks for
 --     d not a power of two, finite-difference gradients, the in-place row/column forms;

@@ -1,4 +1,4 @@
--- ptq: the W8A8 driver on tiny models — the plain-op attention switch, which tensors are
+-- test_compress_evaluate — the W8A8 driver (compress/evaluate) on tiny models — the plain-op attention switch, which tensors are
 -- quantised (scores, probabilities; not masks, not gates), high-precision round trips, restore.
 local t = require "tap"
 local ol = require "outlierlab"

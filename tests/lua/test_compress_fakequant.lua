@@ -1,4 +1,4 @@
--- Compression kernels on hand-made tensors whose answers are worked out in the comments.
+-- test_compress_fakequant — compression kernels (compress/fakequant) on hand-made tensors whose answers are worked out in the comments.
 local t = require "tap"
 local ol = require "outlierlab"
 local compress = require "outlierlab.compress.fakequant"

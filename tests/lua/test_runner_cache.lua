@@ -1,4 +1,4 @@
--- test_results_cache — the trained-model cache never returns weights trained by other code,
+-- test_runner_cache — the trained-model cache never returns weights trained by other code,
 -- and runs of different profiles keep their own results (lua/outlierlab/runner/):
 --   * a user attention variant (attention.register in a file outside the package) is part of
 --     the model's hash: editing its formula, then rerunning, trains anew under a new hash;

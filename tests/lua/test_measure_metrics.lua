@@ -1,4 +1,4 @@
--- test_analysis — every metric of docs/reference/metrics.md on hand-made tensors whose answers are
+-- test_measure_metrics — every metric of docs/reference/metrics.md on hand-made tensors whose answers are
 -- worked out by hand in the comments; merge and streaming equivalences of the accumulator.
 local ol = require "outlierlab"
 local analysis = require "outlierlab.measure.metrics"

@@ -1,4 +1,4 @@
--- test_results_plot — the gnuplot side of the results: .dat export (blocks, quoting,
+-- test_gnuplot — the gnuplot side of the results: .dat export (blocks, quoting,
 -- number format), plots/figure.gp renders every panel kind of a declared figure to a PNG and
 -- a PDF from a small hand-made input, and the same input gives a byte-identical PNG.
 local t = require "tap"

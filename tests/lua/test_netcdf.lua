@@ -1,4 +1,4 @@
--- test_results — the NetCDF writer (engine/io_netcdf.c through lua/outlierlab/figure/netcdf.lua):
+-- test_netcdf — the NetCDF writer (engine/io_netcdf.c through lua/outlierlab/figure/netcdf.lua):
 -- CF/ACDD attributes read back with ncdump, data round-trip, atomic write, clear errors,
 -- SOURCE_DATE_EPOCH honoured, and (when Debian's python3-xarray is installed) an
 -- independent read with xarray that must raise no warnings.
@@ -15,7 +15,7 @@ local path = dir .. "/run.nc"
 local cfg = { model = { n_layer = 2, d_model = 8 }, steps = 3, name = "a \"quoted\" name" }
 local R = results.new(path, { title = "test file", summary = "a tiny result file for the test",
                               id = "unit-test", profile = "quick", seed = 42, config = cfg,
-                              command = "bin/outlierlab run tests/lua/test_results.lua" })
+                              command = "bin/outlierlab run tests/lua/test_netcdf.lua" })
 R:dim("layer", 2, { 2, 3 }, { long_name = "transformer layer (0-based)" })
 R:dim("channel", 3)
 R:dim("step", 2, { 0.5, 10 }, { long_name = "training step", units = "1" })
@@ -49,7 +49,7 @@ for _, want in ipairs({ ':Conventions = "CF-1.10, ACDD-1.3"', ':title = "test fi
                         ':summary = "a tiny result file for the test"', ':experiment_id = "unit-test"',
                         ':profile = "quick"', ":seed = 42", ":mpi_ranks = 1", ':source = "outlierlab ',
                         ':blas_core = "' .. results.machine().blas_core .. '"', ":cpu = ", ":threads = ",
-                        ":history = ", "bin/outlierlab run tests/lua/test_results.lua", ":date_created = ",
+                        ":history = ", "bin/outlierlab run tests/lua/test_netcdf.lua", ":date_created = ",
                         "int layer(layer)", "int channel(channel)", "double step(step)",
                         "int count(layer, channel)", "float loss(step)", "double value(layer)",
                         'count:long_name = "outlier count"', 'loss:units = "nat"',

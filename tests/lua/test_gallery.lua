@@ -1,4 +1,4 @@
--- test_results_gallery — the results gallery (lua/outlierlab/runner/gallery.lua, make gallery) from
+-- test_gallery — the results gallery (lua/outlierlab/runner/gallery.lua, make gallery) from
 -- real runs: two experiments in their quick profile write run.json, a second profile of one of
 -- them is added (a copy with another verdict and a claim holding HTML), and the gallery must
 -- show every experiment, every run's claim, verdict, profile and run time, escape the text,
