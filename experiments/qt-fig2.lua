@@ -10,6 +10,7 @@
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local verdict = require "outlierlab.judge.verdict"
 local ffi = require "ffi"
 local batcher = require "outlierlab.data.batcher"
 local batches = require "outlierlab.measure.batches"
@@ -148,15 +149,22 @@ local ATTN_MIN = 0.8
 local function summary(run)
   local v = figure.values(FIG, run.out.analyze)
   local found = v.dim_outliers > 0
-  local holds   -- without a 6σ outlier no head owns an outlier dimension, without a delimiter key nothing to attend: nothing to test
-  if found and v.n_delimiter_keys > 0 then holds = v.delimiter_attention >= ATTN_MIN and v.value_norm_delimiter < v.value_norm_other end
+  -- without a 6σ outlier no head owns an outlier dimension, without a delimiter key nothing to
+  -- attend: nothing to test (preconditions)
+  local judged = verdict.judge{
+    { "6σ outliers in the dimension", v.dim_outliers, ">=", 1, fmt = "%d", precondition = true },
+    { "delimiter keys in the sequence", v.n_delimiter_keys, ">=", 1, fmt = "%d", precondition = true },
+    { "the head's attention on delimiters", v.delimiter_attention, ">=", ATTN_MIN, scale = 100, fmt = "%.0f", unit = " %" },
+    { "mean value norm at delimiters / elsewhere", v.value_norm_delimiter / v.value_norm_other, "<", 1, fmt = "%.3g" },
+  }
   return {
     paper = "BERT-base layer 10/11: the head owning outlier dim #180/#720 puts most of its probability on [SEP] and '.', whose values are small",
     reproduced = string.format("dim #%d (%d 6σ outliers) owned by head %d of layer %d; that head puts %.0f %% of its attention on %d delimiter keys; mean value norm %s at delimiters vs %.3g elsewhere",
       v.outlier_dim, v.dim_outliers, v.outlier_head, v.outlier_layer, 100 * v.delimiter_attention, v.n_delimiter_keys,
       v.n_delimiter_keys > 0 and string.format("%.3g", v.value_norm_delimiter) or "undefined (no delimiter key)", v.value_norm_other),
-    holds = holds,
-    notes = string.format("Criterion (with its margin): the dimension has 6σ outliers, the head puts ≥ %.0f %% of its attention on delimiters, and delimiter values are smaller than the others.", 100 * ATTN_MIN) ..
+    holds = judged.holds,
+    notes = string.format("Criterion (with its margin): the dimension has 6σ outliers, the head puts ≥ %.0f %% of its attention on delimiters, and delimiter values are smaller than the others. ", 100 * ATTN_MIN) ..
+      judged.text .. "." ..
       (found and "" or " The last layer has no 6σ outlier at the FFN output, so the dimension shown is the one with the largest |x| and no head owns an outlier (verdict inconclusive).") ..
       (v.n_delimiter_keys > 0 and "" or " The sequence shown holds no delimiter token (verdict inconclusive)."),
   }

@@ -14,6 +14,7 @@ local remedies = require "outlierlab.measure.recent"
 local quant = require "outlierlab.compress.rtn"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local verdict = require "outlierlab.judge.verdict"
 local batcher = require "outlierlab.data.batcher"
 local batches = require "outlierlab.measure.batches"
 local recipes = require "outlierlab.recipes"
@@ -173,17 +174,13 @@ local function summary(run)
   -- |h| of the last layer is at most VANISH of its peak ("vanishes in the last layers"). SO's
   -- rule finding no outlier at τ is a decided "does not hold at this scale": the outliers the
   -- claim is about are absent (the vanishing is still checked and reported).
-  local vanish = { v.last_top1 <= VANISH * v.peak_top1, string.format("last layer's top-1 = %.2f × the peak (needs ≤ %.1f)", v.last_top1 / v.peak_top1, VANISH) }
-  local checks = { { not none, string.format("outlier tokens at τ = %g: %d (needs ≥ 1)", a.attrs.tau, v.total_outlier_tokens) } }
+  local criteria = { { string.format("outlier tokens at τ = %g", a.attrs.tau), v.total_outlier_tokens, ">=", 1, fmt = "%d" } }
   if not none then
-    checks[#checks + 1] = { v.initial_weak_share >= SHARE_MIN, string.format("%.0f %% of the outlier tokens initial/weak/delimiter (needs ≥ %.0f %%)", 100 * v.initial_weak_share, 100 * SHARE_MIN) }
-    checks[#checks + 1] = { v.outlier_channels <= CHANNELS_MAX, string.format("%d outlier channel(s) (needs ≤ %d)", v.outlier_channels, CHANNELS_MAX) }
+    criteria[#criteria + 1] = { "share of the outlier tokens initial/weak/delimiter", v.initial_weak_share, ">=", SHARE_MIN, scale = 100, fmt = "%.0f", unit = " %" }
+    criteria[#criteria + 1] = { "outlier channels", v.outlier_channels, "<=", CHANNELS_MAX, fmt = "%d" }
   end
-  checks[#checks + 1] = vanish
-  local holds = true
-  for _, c in ipairs(checks) do holds = holds and c[1] end
-  local failed = {}
-  for _, c in ipairs(checks) do failed[#failed + 1] = (c[1] and "met: " or "not met: ") .. c[2] end
+  criteria[#criteria + 1] = { "last layer's top-1 / its peak", v.last_top1 / v.peak_top1, "<=", VANISH }
+  local judged = verdict.judge(criteria)
   local where = none and string.format("no outlier token at τ = %g", a.attrs.tau)
     or string.format("%d outlier tokens at τ = %g (%.0f %% initial, weak-semantic or delimiter) in %d channel(s), most in #%d",
                      v.total_outlier_tokens, a.attrs.tau, 100 * v.initial_weak_share, v.outlier_channels, v.top_channel)
@@ -191,9 +188,9 @@ local function summary(run)
     paper = "GPT-2 / LLaMA: top-1 |h| in the thousands against a median below 1 from the shallow layers on, vanishing in the last layers; outliers at the initial token and weak-semantic tokens, in a few fixed channels",
     reproduced = string.format("max over layers of top-1/median = %.1f; top-1 |h| peaks at layer %d (%.3g), last layer %.3g; %s",
       v.peak_ratio, v.peak_layer, v.peak_top1, v.last_top1, where),
-    holds = holds,
+    holds = judged.holds,
     notes = string.format("Criterion (with margins): outlier tokens at this τ, ≥ %.0f %% of them initial, weak-semantic or delimiter, in ≤ %d channels, and the last layer's top-1 ≤ %.1f × its peak. ",
-      100 * SHARE_MIN, CHANNELS_MAX, VANISH) .. (#failed > 0 and (table.concat(failed, "; ") .. ".") or "") ..
+      100 * SHARE_MIN, CHANNELS_MAX, VANISH) .. judged.text .. "." ..
       (none and " No element exceeds τ·mean|h| here: at this scale the model has none of the outliers SO's rule finds in LLMs, so the claim does not hold." or "") ..
       string.format(" At the looser τ/%d = %g (the second bars of the token and channel panels; not part of the verdict): %s.", LOOSE, a.attrs.tau_loose,
         v.total_outlier_tokens_loose == 0 and "no token either"
