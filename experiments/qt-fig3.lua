@@ -20,7 +20,8 @@
 --   * inf norm per layer (Fig. 9a): per-image max|x| of h_l and of the FFN output, averaged.
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
-local data = require "outlierlab.data"
+local images = require "outlierlab.data.images"
+local batcher = require "outlierlab.data.batcher"
 local figure = require "outlierlab.figure"
 local thresholds = require "outlierlab.judge.thresholds"
 local papers = require "outlierlab.recipes.papers"
@@ -41,8 +42,7 @@ local function measure(cfg, spec, ctx, m, thr)
   local lo = cfg.layer < 0 and L + cfg.layer or cfg.layer
   if lo < 0 or lo > L - 2 then error(string.format("qt-fig3: layer %d must leave a next layer (n_layer %d)", lo, L), 0) end
   local la = lo + 1
-  local loader = data.ImageLoader{ n = spec.data.n, size = H, classes = spec.data.classes, seed = spec.data.seed,
-                                   B = spec.batch.B, split = "val", patch = Pz, style = spec.data.style }   -- the images it was trained on
+  local loader = batcher.image_loader(spec, "val")   -- the held-out images of its data
   local function is_border(p) local r, c = math.floor(p / G), p % G; return r == 0 or c == 0 or r == G - 1 or c == G - 1 end
 
   -- accumulators
@@ -70,14 +70,8 @@ local function measure(cfg, spec, ctx, m, thr)
   P:attach("ffn_out", fstats)
   P:attach("h", function(x, _, batch)
     local B = x:size(0)
-    local n = B * T * C
     local d = x.data
-    local s = 0
-    for i = 0, n - 1 do s = s + d[i] end
-    local mu = s / n
-    local v = 0
-    for i = 0, n - 1 do v = v + (d[i] - mu) ^ 2 end
-    local lim = 6 * math.sqrt(v / (n - 1))
+    local mu, lim = analysis.sigma_limit(d, 6, B * T * C)   -- QT's 6σ over the batch
     if thr then lim = thr end
     flags, cur = {}, batch
     local po = batch.patch_object.idata
@@ -115,18 +109,7 @@ local function measure(cfg, spec, ctx, m, thr)
         end
       end
       if ex then
-        local img = batch.images.data
-        ex.rgb = {}
-        for y = 0, H - 1 do
-          for xx = 0, H - 1 do
-            local px = { xx, y }
-            for ch = 0, 2 do
-              local val = img[((b * 3 + ch) * H + y) * H + xx] * 0.25 + 0.5
-              px[#px + 1] = math.floor(255 * math.min(1, math.max(0, val)) + 0.5)
-            end
-            ex.rgb[#ex.rgb + 1] = px
-          end
-        end
+        ex.rgb = images.rgb(batch.images, b, H)
         ex.label = batch.labels.idata[b]
         example = ex
       end
@@ -217,8 +200,7 @@ end
 local function top_threshold(cfg, spec, ctx, m, lo)
   local H, Pz = spec.data.size, spec.batch.patch
   local T = (H / Pz) ^ 2 + 1
-  local loader = data.ImageLoader{ n = spec.data.n, size = H, classes = spec.data.classes, seed = spec.data.seed,
-                                   B = spec.batch.B, split = "val", patch = Pz, style = spec.data.style }   -- the images it was trained on
+  local loader = batcher.image_loader(spec, "val")   -- the held-out images of its data
   local vals = {}
   local P = probes.new{ points = { "h" }, layers = { lo } }
   P:attach("h", function(x)

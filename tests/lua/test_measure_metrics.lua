@@ -422,4 +422,31 @@ do
     "vit_lines: too few outlier patches: '**no**', then 'not testable'", l2[1] .. " / " .. l2[2])
 end
 
+-- sigma_limit: the batch-scope 6σ numbers by hand. x = 1, 2, 3, 4, 10: μ = 4, Σ(x − μ)² = 9 + 4 +
+-- 1 + 0 + 36 = 50, unbiased σ² = 50 / 4 = 12.5, so 6σ = 6 · √12.5 = 21.2132034...
+do
+  local analysis = require "outlierlab.measure.metrics"
+  local ctx = ol.Context{ seed = 1 }
+  local x = ctx:tensor({ 5 }, { persistent = true })
+  for i, v in ipairs { 1, 2, 3, 4, 10 } do x.data[i - 1] = v end
+  local mu, lim = analysis.sigma_limit(x, 6)
+  t.near(mu, 4, 1e-12, "sigma_limit: the mean")
+  t.near(lim, 6 * math.sqrt(12.5), 1e-12, "sigma_limit: 6 × the unbiased sd")
+  local mu3, lim3 = analysis.sigma_limit(x.data, 2, 4)   -- the first 4: μ 2.5, σ² = 5/3
+  t.ok(mu3 == 2.5 and math.abs(lim3 - 2 * math.sqrt(5 / 3)) < 1e-12, "sigma_limit: a data pointer, n and k", mu3 .. " " .. lim3)
+  t.throws(function() analysis.sigma_limit(x.data, 6, 1) end, "at least 2 elements", "sigma_limit: one element is an error")
+end
+
+-- images.rgb: the loader's normalisation (x − 0.5) / 0.25 undone and clamped, by hand: a 1×1
+-- image with channels 0 (grey 0.5 -> 128), 2 (1.0 -> 255) and -3 (-0.25, clamped -> 0)
+do
+  local images = require "outlierlab.data.images"
+  local ctx = ol.Context{ seed = 1 }
+  local img = ctx:tensor({ 2, 3, 1, 1 }, { persistent = true })
+  for i, v in ipairs { 9, 9, 9, 0, 2, -3 } do img.data[i - 1] = v end
+  local px = images.rgb(img, 1, 1)
+  t.is(#px, 1, "rgb: one pixel")
+  t.is(table.concat(px[1], " "), "0 0 128 255 0", "rgb: x, y, then r g b of image 1 (grey, clamped above and below)")
+end
+
 return t.done()
