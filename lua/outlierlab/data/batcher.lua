@@ -40,7 +40,7 @@ function M.corpus(d, run)
   if not corpora[key] then
     if (d.n_tokens or 0) >= M.CORPUS_FILE_TOKENS then
       -- paper scale: generated once into a token file under the cache, mapped by every rank
-      local root = run and run.cache_root or M.active_cache_root or os.getenv("OUTLIERLAB_CACHE") or (ol.root .. "/cache")
+      local root = run and run.cache_root or os.getenv("OUTLIERLAB_CACHE") or (ol.root .. "/cache")
       corpora[key] = require("outlierlab.data.corpus_file").corpus(d, root, function(fmt, ...)
         if progress.is_rank0() then io.stdout:write(string.format(fmt, ...), "\n") io.stdout:flush() end
       end)

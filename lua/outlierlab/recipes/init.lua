@@ -186,56 +186,58 @@ local function facts(res, m, track)
   return f
 end
 
--- the trainer of an image spec (a ViT on the synthetic images, outlierlab.data.images)
-local function image_trainer(run, spec)
-  return function(dir, ckpt)
-    M.check_memory(spec)
+-- The trainer of a spec, which needs no Run: trainer(dir, ckpt, o) trains the model into dir
+-- (resuming from ckpt when an interrupted run left one) and returns the training facts for
+-- done.lua. o = { cache_root = where a paper-scale corpus file goes (data/corpus_file), log =
+-- function(fmt, ...) }, both optional; the runner's cache passes them (runner/cache.lua), a
+-- script may call the trainer on a directory of its own. An image spec (batch.kind = "image",
+-- recipes.papers' image_spec) trains a ViT on the synthetic images.
+function M.trainer(spec)
+  return function(dir, ckpt, o)
+    o = o or {}
+    local log = o.log or function(fmt, ...) io.write(string.format(fmt, ...), "\n") io.flush() end
+    M.check_memory(spec)   -- training this model must fit in memory
     local models = require "outlierlab.models"
     local train = require "outlierlab.train.loop"
-    local ctx = ol.Context{ seed = spec.seed }
-    local m = models.build(ctx, model_cfg(spec))
-    local tcfg = train_cfg(spec)
-    run:log("%s, %d steps of %d images", m:describe(), spec.train.steps, spec.batch.B)
-    -- every ViT records its sinks, drains, massive activations and kurtosis as it trains
-    local track = tracked.tracker(spec, dir, function(n, first) return tracked.measure_vit_phenomena(ctx, m, spec, n, first) end)
-    local res = train.run{ ctx = ctx, model = m, loader = batcher.image_loader(spec, "train", true),
-                           val_loader = batcher.image_loader(spec, "val"), cfg = tcfg, ckpt = ckpt,
+    local b = spec.batch
+    -- (each branch builds its parts in the order they always were built)
+    local ctx, m, loader, val_loader, track
+    if b.kind == "image" then
+      ctx = ol.Context{ seed = spec.seed }
+      m = models.build(ctx, model_cfg(spec))
+      log("%s, %d steps of %d images", m:describe(), spec.train.steps, b.B)
+      -- every model records its sinks, drains, massive activations and kurtosis as it trains
+      track = tracked.tracker(spec, dir, function(n, first) return tracked.measure_vit_phenomena(ctx, m, spec, n, first) end)
+      loader, val_loader = batcher.image_loader(spec, "train", true), batcher.image_loader(spec, "val")
+    else
+      local corpus = batcher.corpus(spec.data, { cache_root = o.cache_root })
+      ctx = ol.Context{ seed = spec.seed }
+      m = models.build(ctx, model_cfg(spec))
+      loader = batcher.batcher(corpus, { B = b.B, T = b.T, kind = b.kind, seed = spec.seed, shard = true })
+      val_loader = batcher.batcher(corpus, { B = b.B, T = b.T, kind = b.kind, seed = spec.seed, split = "val" })
+      log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, b.B, b.T)
+      track = tracked.tracker(spec, dir, function(n, first) return tracked.measure_phenomena(ctx, m, corpus, spec, 16, n, first) end)
+    end
+    local res = train.run{ ctx = ctx, model = m, loader = loader, val_loader = val_loader, cfg = train_cfg(spec), ckpt = ckpt,
                            on_step = track.on_step }
     return facts(res, m, track)
   end
 end
 
 -- Train (or reuse) the model of spec = { model = {preset =, overrides = {}}, data = {seed =,
--- n_tokens =, vocab_size =}, batch = {B =, T =, kind = "lm"|"mlm"}, train = {steps =, lr =,
--- ...outlierlab.train keys}, seed = }. Returns run:model's handle (dir, ckpt, info with the
--- training losses). An image spec (batch.kind = "image", recipes.papers' image_spec) trains a ViT
--- on the synthetic images. The one trainer of the package's models.
+-- n_tokens =, vocab_size =}, batch = {B =, T =, kind = "lm"|"mlm"|"image"}, train = {steps =,
+-- lr =, ...outlierlab.train keys}, seed = } through the run's cache: its sizes and recipe are
+-- checked before the cache lock (outlierlab.train.bounds), then run:model finds the model or
+-- trains it with M.trainer(spec). Returns run:model's handle (dir, ckpt, info with the training
+-- facts). The one trainer of the package's models.
 function M.fit(run, spec)
-  M.check_run(spec)   -- sizes and recipe, before the cache lock (outlierlab.train.bounds)
-  if spec.batch.kind == "image" then return run:model(spec, image_trainer(run, spec)) end
-  return run:model(spec, function(dir, ckpt)
-    M.check_memory(spec)   -- training this model must fit in memory
-    local models = require "outlierlab.models"
-    local train = require "outlierlab.train.loop"
-    local corpus = batcher.corpus(spec.data)
-    local ctx = ol.Context{ seed = spec.seed }
-    local m = models.build(ctx, model_cfg(spec))
-    local tr = batcher.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed,
-                                   shard = true })
-    local va = batcher.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed, split = "val" })
-    local tcfg = train_cfg(spec)
-    run:log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, spec.batch.B, spec.batch.T)
-    -- every model records its sinks, drains, massive activations and kurtosis as it trains
-    local track = tracked.tracker(spec, dir, function(n, first) return tracked.measure_phenomena(ctx, m, corpus, spec, 16, n, first) end)
-    local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va, cfg = tcfg, ckpt = ckpt,
-                           on_step = track.on_step }
-    return facts(res, m, track)
-  end)
+  if not run.count_sweep then M.check_run(spec) end   -- (counting a sweep's members trains nothing)
+  return run:model(spec, M.trainer(spec))
 end
 
 -- the loaders of a model's evaluations: { val = fn() -> held-out loader, calib = fn() ->
 -- training-split loader, metric = "ppl"|"acc" } (the corpus is built on first use)
-local function eval_loaders(spec)
+local function eval_loaders(spec, cache_root)
   if spec.batch.kind == "image" then
     return { metric = "acc", val = function() return batcher.image_loader(spec, "val") end,
              calib = function() return batcher.image_loader(spec, "train") end }
@@ -243,8 +245,8 @@ local function eval_loaders(spec)
   local b = spec.batch
   return {
     metric = "ppl",
-    val = function() return batcher.batcher(batcher.corpus(spec.data), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 1, split = "val" }) end,
-    calib = function() return batcher.batcher(batcher.corpus(spec.data), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 2 }) end,
+    val = function() return batcher.batcher(batcher.corpus(spec.data, { cache_root = cache_root }), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 1, split = "val" }) end,
+    calib = function() return batcher.batcher(batcher.corpus(spec.data, { cache_root = cache_root }), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 2 }) end,
   }
 end
 
@@ -262,7 +264,7 @@ function M.load(spec, handle)
   local m = models.build(ctx, model_cfg(spec))
   checkpoint.load(handle.ckpt, ctx)
   if m.eval then m:eval() end
-  return ctx, m, eval_loaders(spec)
+  return ctx, m, eval_loaders(spec, handle.cache_root)
 end
 
 

@@ -190,18 +190,18 @@ function M.curve_stale(dir)
   return info ~= nil and not require("outlierlab.recipes.track").fresh(info)
 end
 
--- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool }
+-- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool, hash =,
+-- cache_root = } (recipes.load reads its corpus under cache_root)
 function M.model(self, spec, trainer)
-  if self.count_sweep then error({ sweep_size = 0 }, 0) end   -- M.sweep_size: a model before any sweep
+  if self.count_sweep then coroutine.yield(0) end   -- run.sweep_size: a model before any sweep
   if type(spec) ~= "table" then error("run:model: spec must be a table of the settings that determine the model", 2) end
-  if type(trainer) ~= "function" then error("run:model: trainer must be a function(dir, ckpt)", 2) end
+  if type(trainer) ~= "function" then error("run:model: trainer must be a function(dir, ckpt, o)", 2) end
   local key, code = M.model_key(spec, trainer)
   local hash = fs.hash(key)
   local dir = self.cache_root .. "/models/" .. hash
   local ckpt = dir .. "/model.safetensors"
   self.model_hashes = self.model_hashes or {}
   self.model_hashes[hash] = dir
-  require("outlierlab.data.batcher").active_cache_root = self.cache_root   -- where the trainer's corpus file goes (batcher.corpus)
   -- --retrain: this run trains the model anew (once per process), whatever the cache holds;
   -- --refresh_curves: the same for a model whose tracked curve is stale (recipes/track.lua)
   local renew = self.retrain or (self.refresh_curves and M.curve_stale(dir))
@@ -234,7 +234,7 @@ function M.model(self, spec, trainer)
       return res
     end
     if failure ~= "" then error(serialize.deserialize(failure, "=model_ranks").err, 0) end
-    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash }
+    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash, cache_root = self.cache_root }
   end
   -- Under MPI the ranks of a group train one model together (data parallel): rank 0 of the
   -- group alone takes the cache lock and decides "cached" or "train"; the others follow.
@@ -243,7 +243,7 @@ function M.model(self, spec, trainer)
   if dist.size() > 1 then decision = dist.allgather_string(decision or "")[1] end
   if decision == "cached" then
     self:log("model %s: cached (%s)", hash, dir)
-    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash }
+    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash, cache_root = self.cache_root }
   end
   -- spec.json: the key; code.txt: the files its code hash covers, one "name:content-hash" a line
   if lead then
@@ -267,7 +267,8 @@ function M.model(self, spec, trainer)
   local t0 = progress.now()
   local before = {}
   for name in pairs(package.loaded) do before[name] = true end
-  local ok, info = pcall(trainer, dir, ckpt)
+  -- the trainer's options: where a paper-scale corpus file goes, and the run's log
+  local ok, info = pcall(trainer, dir, ckpt, { cache_root = self.cache_root, log = function(...) self:log(...) end })
   -- the lock is released only after done.lua is written (a waiting run then finds the model
   -- done), or now when there will be no done.lua
   local function unlock()
@@ -296,7 +297,7 @@ function M.model(self, spec, trainer)
   if lead then save_data(dir .. "/done.lua", info) end
   unlock()
   if dist.size() > 1 then dist.barrier() end   -- done.lua is there before any rank reads it
-  return { dir = dir, ckpt = ckpt, info = info, cached = false, hash = hash }
+  return { dir = dir, ckpt = ckpt, info = info, cached = false, hash = hash, cache_root = self.cache_root }
 end
 
 -- The cache lock of one model (run by one process): "cached" when the model is done,
@@ -320,9 +321,5 @@ function M.claim(self, dir, hash)
   fs.remove_stale_temporaries(dir, { all = true })
   return "train"
 end
-
--- Sweeps: run fn(item, i) for every item of a list (variants, seeds, γ values) and return
--- the list of results, the same on every rank. Under MPI the ranks split into
--- min(#items, ranks) groups (MPI_Comm_split); group g runs items g+1, g+1+G, …, data
 
 return M

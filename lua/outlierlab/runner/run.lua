@@ -150,6 +150,9 @@ end
 -- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool } (outlierlab.runner.cache)
 function Run:model(spec, trainer) return cache.model(self, spec, trainer) end
 
+-- Sweeps: run fn(item, i) for every item of a list (variants, seeds, γ values) and return
+-- the list of results, the same on every rank. Under MPI the ranks split into
+-- min(#items, ranks) groups (MPI_Comm_split); group g runs items g+1, g+1+G, …, data
 -- parallel inside the group; results travel to every rank. fn's result must be plain data
 -- (outlierlab.util.serialize); a model trained inside fn is in the shared cache for everyone.
 --
@@ -157,7 +160,7 @@ function Run:model(spec, trainer) return cache.model(self, spec, trainer) end
 -- experiment's first sweep, then stops (exit 0); a final run without --sweep_index finds every
 -- member's model in the cache and goes on to the analysis and the figures.
 function Run:sweep(items, fn)
-  if self.count_sweep then error({ sweep_size = #items }, 0) end   -- M.sweep_size
+  if self.count_sweep then coroutine.yield(#items) end   -- M.sweep_size: the count, and nothing runs
   if self.sweep_index and self.sweep_index >= 0 then
     local i = self.sweep_index + 1
     if i > #items or i ~= math.floor(i) then
@@ -326,33 +329,24 @@ function M.sweep_size(exp, file, profile, args)
   local stages = validate(exp, file)
   local prof = exp.profiles[profile]
   if type(prof) ~= "table" then error(string.format("experiment %s: unknown profile '%s'", file, tostring(profile)), 0) end
-  local saved = config.overrides
-  config.overrides = {}
+  local overrides = {}
   for _, a in ipairs(args or {}) do
     local k, v = a:match("^%-%-([%w_%.%-]+)=(.*)$")
-    if k then config.overrides[k] = v end
+    if k then overrides[k] = v end
   end
-  local ok, cfg = pcall(config.get, prof, { strict = false })
-  config.overrides = saved
-  if not ok then error(cfg, 0) end
+  local cfg = config.get(prof, { strict = false, overrides = overrides })
   local run = setmetatable({ id = exp.id, exp = exp, file = file, profile = profile, cfg = cfg, seed = cfg.seed or 0,
                              count_sweep = true, out = {}, files = {} }, Run)
-  -- nothing is trained here: the size and memory checks of a training belong to the machine
-  -- that trains (a cluster node), not to the one that counts
-  local recipes = require "outlierlab.recipes"
-  local check_run = recipes.check_run
-  recipes.check_run = function() end
-  for _, st in ipairs(stages) do
-    local sok, v = pcall(st.fn, run)
-    if not sok then
-      recipes.check_run = check_run
-      if type(v) == "table" and v.sweep_size then return v.sweep_size end
-      error(v, 0)
-    end
-    run.out[st.name] = v
-  end
-  recipes.check_run = check_run
-  return 0
+  -- The stages run in a coroutine: the first run:sweep yields its size (run:model outside a
+  -- sweep yields 0) and nothing after it runs. Nothing is trained here: recipes.fit skips the
+  -- size and memory checks of a counting run (they belong to the machine that trains).
+  local co = coroutine.create(function()
+    for _, st in ipairs(stages) do run.out[st.name] = st.fn(run) end
+    return 0
+  end)
+  local ok, n = coroutine.resume(co)
+  if not ok then error(n, 0) end
+  return n
 end
 
 -- ---------------------------------------------------------------- entry point
