@@ -3,7 +3,7 @@
 -- Method (QT §5 metrics over training; SO Fig. 12 compares variants over training): the decoder
 -- models of qt-table2 (QT's three attention variants, vanilla softmax, clipped softmax with
 -- α = 12 (γ = −α/T) and gated attention, cfg.n_seeds seeds each: the same cached models) record
--- their outlier metrics while they train (experiment.tracker: at step 0 and every steps/20
+-- their outlier metrics while they train (train/track.lua: at step 0 and every steps/20
 -- steps, on one held-out batch): QT's max inf norm (the per-sequence max |h| averaged over
 -- sequences, largest over the layer outputs h) and average kurtosis (Pearson, per sequence,
 -- averaged, mean over the layer outputs; QT hooks the FFN outputs too). At the default

@@ -7,7 +7,7 @@
 -- the same shape, BERT-style encoder, ViT on flat-background images) it trains the default recipe (the very model the figures
 -- analyse, shared through the cache) and one-at-a-time variations of the knobs that matter
 -- (learning rate, weight decay, depth, data mix), and records during training, on held-out
--- batches (experiment.tracker, outlierlab.measure.phenomena):
+-- batches (train/track.lua, recipes/track.lua, outlierlab.measure.phenomena):
 --   the largest sink share of any head (attention of other tokens on <bos>/[CLS] or on
 --   delimiters), that head's value norm at the sink over the median value norm (the value
 --   drain), top-1/median |h| at the sink token in the layer where it is largest (massive

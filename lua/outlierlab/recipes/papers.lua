@@ -17,7 +17,7 @@ local M = {}
 -- γ·T fixed (the clipping threshold −γ/(ζ−γ) relative to the uniform probability 1/T).
 function M.qt_gamma(gamma_paper, T_paper, T) return gamma_paper * T_paper / T end
 
--- spec for an LM/MLM model (experiment.train_model): family preset, attention, data, recipe
+-- spec for an LM/MLM model (recipes.fit): family preset, attention, data, recipe
 function M.text_spec(cfg, preset, kind, attn, recipe, seed)
   local ov = { dropout = cfg.dropout or 0 }
   if attn and attn ~= "softmax" then ov.attention = attn end
@@ -164,7 +164,7 @@ end
 function M.qt_attention(cfg, family, variant)
   if variant == "vanilla" then return nil end
   if variant == "gated" then return { kind = "gated", gate = "linear", pi_init = 0.5 } end
-  if variant ~= "clipped" then error("ptq.qt_attention: unknown variant " .. tostring(variant), 2) end
+  if variant ~= "clipped" then error("papers.qt_attention: unknown variant " .. tostring(variant), 2) end
   local T = M.qt_tokens(cfg, family)
   if family == "bert" then return { kind = "clipped_softmax", gamma = M.qt_gamma(-0.025, 128, T) } end
   if family == "opt" then return { kind = "clipped_softmax", alpha = 12 } end
@@ -181,7 +181,7 @@ function M.qt_spec(cfg, family, attn, seed)
   if family == "bert" then return with_attention(recipes.bert_mlm_spec(family_cfg(cfg, "bert", seed)), attn)
   elseif family == "opt" then return with_attention(recipes.llama_lm_spec(family_cfg(cfg, "opt", seed)), attn)
   elseif family == "vit" then return M.vit_spec(family_cfg(cfg, "vit", seed), attn) end
-  error("ptq.qt_spec: unknown family " .. tostring(family), 2)
+  error("papers.qt_spec: unknown family " .. tostring(family), 2)
 end
 
 -- SO's variant runs (SO Table 2 (a)–(e), App. D.1): at the default profiles the model

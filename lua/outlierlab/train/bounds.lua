@@ -10,7 +10,7 @@
 -- The profile, batch and data checks and the batch kinds are outlierlab.data.bounds' (every
 -- batcher calls them, below the trainers): check_profile, check_batch, register_kind.
 --
--- A spec is experiment.train_model's: { model = {preset =, overrides =}, data = {n_tokens =,
+-- A spec is recipes.fit's: { model = {preset =, overrides =}, data = {n_tokens =,
 -- ...}, batch = {B =, T =, kind =}, train = {steps =, lr =, warmup =, ...}, seed = }.
 -- The memory estimate is docs/reference/reliability.md's formula; tests/lua/test_hostile_runs.lua
 -- checks it against the engine's measured step-arena peak for every text family.
