@@ -190,6 +190,6 @@ return {
   source = { paper = "BLOG (Why do transformers have outliers?, 2026)", figure = "three checks",
              claim = "A no-op head needs a score gap M = log((n − 1)p/(1 − p)); LayerNorm puts every token on a sphere of radius √d (scaled by γ), so the gap comes from W_q and W_k sharing dominant singular directions." },
   profiles = papers.so_profiles({ quick = { seed = 1 }, default = { seed = 1 }, paper = { seed = 1 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

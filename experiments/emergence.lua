@@ -131,6 +131,6 @@ return {
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Table 2 metrics over training",
              claim = "With vanilla softmax the max inf norm and kurtosis grow during training; clipped softmax and gated attention keep them much smaller." },
   profiles = papers.qt_profiles(),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -168,6 +168,6 @@ return {
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 1",
              claim = "Outliers at the FFN output of the last layers sit in a few hidden dimensions and almost only at delimiter tokens ([SEP], '.', ',')." },
   profiles = recipes.profiles_with(recipes.BERT_MLM_PROFILES, { quick = { top_tokens = 8 }, default = { top_tokens = 12 }, paper = { top_tokens = 12 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -168,6 +168,6 @@ return {
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 10–13",
              claim = "The heads that own the outlier dimensions attend almost only to delimiter tokens in the last layers (a no-op), unlike heads without outliers and unlike the early layers." },
   profiles = recipes.profiles_with(recipes.BERT_MLM_PROFILES, {}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

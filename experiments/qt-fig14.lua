@@ -138,6 +138,6 @@ return {
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 14",
              claim = "Clipped softmax pushes many attention probabilities to exactly zero, so a head can do nothing without extreme logits." },
   profiles = papers.qt_profiles({}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

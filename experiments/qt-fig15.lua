@@ -147,6 +147,6 @@ return {
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 15",
              claim = "With gated attention a head does nothing by closing its gate, instead of parking its softmax on a delimiter." },
   profiles = papers.qt_profiles({}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -184,6 +184,6 @@ return {
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 16–17",
              claim = "Across images and in both of the last layers, ViT outliers sit in background patches, the next layer's head attends to them, and their values are small." },
   profiles = papers.qt_profiles{ quick = { n_show = 2 }, default = { n_show = 8 }, paper = { n_show = 8 } },
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -176,6 +176,6 @@ return {
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 2",
              claim = "The head that owns the outlier dimension attends mostly to delimiter tokens whose values are small: it learns to do nothing." },
   profiles = recipes.profiles_with(recipes.BERT_MLM_PROFILES, {}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -428,6 +428,6 @@ return {
     default = { layer = -2, n_batches = 32, top_pct = 2, seed = 1 },
     paper = { layer = -2, n_batches = 98, top_pct = 2, seed = 1 },
   },
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

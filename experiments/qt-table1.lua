@@ -193,6 +193,6 @@ return {
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Table 1",
              claim = "Only a negative γ (clipping to exact zeros) removes the outliers and makes W8A8 work; stretching with ζ > 1 and γ = 0 stays near vanilla." },
   profiles = papers.qt_profiles(extra),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -431,6 +431,6 @@ return {
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Table 2",
              claim = "Clipped softmax and gated attention remove the outliers (lower max inf norm and kurtosis) at the same FP quality, and the models then keep their quality under W8A8 post-training quantisation, unlike vanilla softmax." },
   profiles = papers.qt_profiles({ quick = { families = FAMILIES }, default = { families = FAMILIES }, paper = { families = FAMILIES } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

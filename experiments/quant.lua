@@ -156,6 +156,6 @@ return {
              claim = "A Walsh–Hadamard rotation of the residual stream is exact in full precision, and W4A4 round-to-nearest after it keeps most of the quality that plain W4A4 loses." },
   -- so-fig3's profiles (one trained model), with SmoothQuant's calibration batches (long: default's)
   profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { n_calib = 1 }, default = { n_calib = 4 }, paper = { n_calib = 16 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

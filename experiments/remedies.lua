@@ -288,6 +288,6 @@ return {
     default = profile("default", { n_seeds = 3, n_eval = 8, n_calib = 4, variants = KEYS }),
     long = profile("long", { n_seeds = 3, n_eval = 8, n_calib = 4, variants = KEYS }),
   },
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

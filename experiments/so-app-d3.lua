@@ -132,6 +132,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "App. D.3",
              claim = "The sequence length does not affect whether attention outliers exist, only where they sit; they stay at the first token and weak-semantic tokens." },
   profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -45,6 +45,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 1 (and Fig. 13–22 with --model)",
              claim = "Outliers appear systematically in four places of one model: activation outliers in x_down and h, weight outliers in W_down, attention outliers at the initial token." },
   profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

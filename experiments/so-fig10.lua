@@ -59,6 +59,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 10",
              claim = "Attention bias (d) and context-aware scaling (e) (and sigmoid attention) prevent the activation outliers that (a) default, (b) fixed bias and (c) context-aware bias attention show." },
   profiles = papers.so_profiles({ quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -155,6 +155,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 11 (and Fig. 23)",
              claim = "Attention bias (d), context-aware scaling (e) and sigmoid attention prevent massive activations; fixed bias (b) and context-aware bias (c) do not." },
   profiles = papers.so_profiles(),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

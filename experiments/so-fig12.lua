@@ -130,6 +130,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 12",
              claim = "The context-aware scaling factor converges faster than the default attention early in training." },
   profiles = papers.so_profiles(),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -41,6 +41,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 23 (App. D.1)",
              claim = "Sigmoid attention eliminates the systematic outliers that softmax attention produces." },
   profiles = papers.so_profiles({ quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -48,6 +48,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 24 (App. D.2)",
              claim = "With the explicit context-aware scaling factor, a TinyLLaMA model has no systematic outliers." },
   profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -128,6 +128,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 4",
              claim = "Activation outliers in x_down are confined to a few shallow and deep layers, at the start token and weak-semantic tokens, in a few channels." },
   profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -158,6 +158,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 5",
              claim = "Weight outliers (columns whose largest |w| is far above the column mean) sit in the MLP down-projection W_down of a few shallow and deep layers." },
   profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau_w = 5 }, default = { tau_w = 5 }, paper = { tau_w = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -119,6 +119,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 6",
              claim = "Attention outliers (keys with a large cumulative attention) sit at the initial token and weak-semantic tokens, the same tokens as the activation outliers." },
   profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 5 }, default = { tau = 10 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

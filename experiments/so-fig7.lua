@@ -119,6 +119,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 7",
              claim = "Weight outliers make activation outliers: the outlier channel of x_down times the matching column of W_down gives the massive value of the FFN output." },
   profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

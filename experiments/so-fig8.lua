@@ -114,6 +114,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 8",
              claim = "Outlier tokens' keys align with the queries in a few dimensions, which makes the attention concentrate on them, while their values are small." },
   profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, {}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -103,6 +103,6 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 9",
              claim = "Outliers vanish in the final layers, cancelled progressively by updates of the opposite sign." },
   profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, {}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -345,6 +345,6 @@ return {
     default = { tau_h = 10, tau_x = 100, tau_att = 10, tau_w = 5 },
     paper = { tau_h = 1000, tau_x = 1000, tau_att = 1000, tau_w = 1000 },
   }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -258,6 +258,6 @@ return {
              claim = "With the context-aware scaling factor, GPT-2 keeps its perplexity under AbsMax 8-bit weight quantisation and 50 % magnitude pruning, while the default model degrades badly." },
   -- n_calib: SmoothQuant's calibration batches for the 4-bit era's settings
   profiles = papers.so_profiles({ quick = { n_calib = 1 }, default = { n_calib = 4 }, paper = { n_calib = 16 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -842,6 +842,12 @@ function M.stage(fig, from)
   end
 end
 
+-- The stages of a figure experiment, in order: train, the analysis (cached: its result is what
+-- the figure draws) and the plot of the declared figure (M.stage)
+function M.stages(train, analyze, fig)
+  return { { "train", train }, { "analyze", analyze, cache = true }, { "plot", M.stage(fig) } }
+end
+
 -- Write only the NetCDF file of a declaration (tests, tools): path, meta as results.new
 function M.write_netcdf(path, fig, data, meta)
   local nc = results.new(path, meta or { title = fig.title, summary = fig.title })
