@@ -10,6 +10,7 @@
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local verdict = require "outlierlab.judge.verdict"
 local batcher = require "outlierlab.data.batcher"
 local batches = require "outlierlab.measure.batches"
 local recipes = require "outlierlab.recipes"
@@ -120,7 +121,7 @@ local DELIM_MIN, DIMS_MAX = 0.9, 4
 local function summary(run)
   local a = run.out.analyze
   local v = figure.values(FIG, a)
-  local parts, checks = {}, {}
+  local parts, checks, n_with = {}, {}, 0
   for i, l in ipairs(a.coords.layer) do
     local n = v.outlier_count[i]
     if n > 0 then
@@ -140,23 +141,26 @@ local function summary(run)
       local top = 0
       for k = 1, math.min(DIMS_MAX, #counts) do top = top + counts[k] end
       parts[#parts] = parts[#parts] .. string.format(", %.1f %% in its top %d dims", 100 * top / n, DIMS_MAX)
-      checks[#checks + 1] = v.delimiter_share[i] >= DELIM_MIN and top / n >= DELIM_MIN
+      n_with = n_with + 1
+      checks[#checks + 1] = { string.format("layer %d: outliers at delimiters", l), v.delimiter_share[i], ">=", DELIM_MIN, scale = 100, fmt = "%.1f", unit = " %" }
+      checks[#checks + 1] = { string.format("layer %d: outliers in its top %d dims", l, DIMS_MAX), top / n, ">=", DELIM_MIN, scale = 100, fmt = "%.1f", unit = " %" }
     else
       parts[#parts + 1] = string.format("layer %d: no 6σ outlier (max |x| %.3g = %.1f σ)", l, v.max_abs[i], v.max_abs_sigma[i])
     end
   end
-  local holds   -- without an outlier (or without a delimiter token) there is nothing to locate: inconclusive
+  -- without an outlier (or without a delimiter token) there is nothing to locate: inconclusive
   local delimiters = v.tokens_by_category[2]
-  if delimiters > 0 then
-    for _, c in ipairs(checks) do if holds == nil then holds = c else holds = holds and c end end
-  end
+  table.insert(checks, 1, { "delimiter tokens in the held-out data", delimiters, ">=", 1, fmt = "%d", precondition = true })
+  table.insert(checks, 2, { "last layers with 6σ outliers", n_with, ">=", 1, fmt = "%d", precondition = true })
+  local judged = verdict.judge(checks)
   return {
     paper = "BERT-base, layers 10 and 11: > 97 % of 6σ outliers at delimiter tokens, concentrated in dims #180 and #720",
     reproduced = table.concat(parts, "; ") .. string.format(" (%d tokens analysed)", v.n_tokens),
-    holds = holds,
-    notes = string.format("Criterion used here (with margins): in each of the last two layers that has 6σ outliers, ≥ %.0f %% of them at delimiters and ≥ %.0f %% of them in at most %d hidden dimensions.", 100 * DELIM_MIN, 100 * DELIM_MIN, DIMS_MAX) ..
-      (#checks == 0 and " Neither layer has a 6σ outlier here, so there is nothing to locate (verdict inconclusive); the panels say so instead of showing empty bars." or "") ..
-      (#checks == 1 and " Only one of the two layers has 6σ outliers; the verdict rests on it." or "") ..
+    holds = judged.holds,
+    notes = string.format("Criterion used here (with margins): in each of the last two layers that has 6σ outliers, ≥ %.0f %% of them at delimiters and ≥ %.0f %% of them in at most %d hidden dimensions. ", 100 * DELIM_MIN, 100 * DELIM_MIN, DIMS_MAX) ..
+      judged.text .. "." ..
+      (n_with == 0 and " Neither layer has a 6σ outlier here, so there is nothing to locate (verdict inconclusive); the panels say so instead of showing empty bars." or "") ..
+      (n_with == 1 and " Only one of the two layers has 6σ outliers; the verdict rests on it." or "") ..
       (delimiters == 0 and " The held-out data hold no delimiter token, so the claim cannot be tested (verdict inconclusive)."
         or string.format(" %d of the %d held-out tokens are delimiters.", delimiters, v.n_tokens)),
   }
