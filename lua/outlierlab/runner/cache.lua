@@ -190,17 +190,32 @@ function M.curve_stale(dir)
   return info ~= nil and not require("outlierlab.recipes.track").fresh(info)
 end
 
--- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool, hash =,
--- cache_root = } (recipes.load reads its corpus under cache_root)
+-- ---------------------------------------------------------------- the cache object
+-- cache.Cache{ root = DIR, retrain = bool, refresh_curves = bool, model_ranks = 0|1, log =
+-- function(fmt, ...) }: the trained models under DIR/models. cache:get_or_train(spec, trainer)
+-- returns the model of spec, trained by trainer(dir, ckpt, o) when the cache does not hold it
+-- (M.model below); cache.model_hashes lists the models it handed out.
+local Cache = {}
+Cache.__index = Cache
+function M.Cache(o)
+  if type(o) ~= "table" or type(o.root) ~= "string" then error("cache.Cache: root (the cache directory) is required", 2) end
+  return setmetatable({ cache_root = o.root, retrain = o.retrain, refresh_curves = o.refresh_curves,
+                        model_ranks = o.model_ranks, model_hashes = {},
+                        log_fn = o.log or function(fmt, ...) io.write(string.format(fmt, ...), "\n") end }, Cache)
+end
+function Cache:log(fmt, ...) self.log_fn(fmt, ...) end
+function Cache:get_or_train(spec, trainer) return M.model(self, spec, trainer) end
+
+-- the model of spec from cache self, trained when missing: returns { dir =, ckpt =, info = the
+-- trainer's table, cached = bool, hash =, cache_root = } (recipes.load reads its corpus under
+-- cache_root)
 function M.model(self, spec, trainer)
-  if self.count_sweep then coroutine.yield(0) end   -- run.sweep_size: a model before any sweep
   if type(spec) ~= "table" then error("run:model: spec must be a table of the settings that determine the model", 2) end
   if type(trainer) ~= "function" then error("run:model: trainer must be a function(dir, ckpt, o)", 2) end
   local key, code = M.model_key(spec, trainer)
   local hash = fs.hash(key)
   local dir = self.cache_root .. "/models/" .. hash
   local ckpt = dir .. "/model.safetensors"
-  self.model_hashes = self.model_hashes or {}
   self.model_hashes[hash] = dir
   -- --retrain: this run trains the model anew (once per process), whatever the cache holds;
   -- --refresh_curves: the same for a model whose tracked curve is stale (recipes/track.lua)

@@ -147,8 +147,6 @@ local function start_relays(run, G)
 end
 
 
--- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool } (outlierlab.runner.cache)
-function Run:model(spec, trainer) return cache.model(self, spec, trainer) end
 
 -- Sweeps: run fn(item, i) for every item of a list (variants, seeds, γ values) and return
 -- the list of results, the same on every rank. Under MPI the ranks split into
@@ -240,9 +238,11 @@ local function set_train_key(spec, key, value)
   spec.train = tr
 end
 
--- an imported model (--model=DIR, outlierlab.pretrained) stands in for every trained one
-local train_or_cache = Run.model
+-- The model of spec: from the run's cache, trained by trainer(dir, ckpt, o) when missing
+-- (runner/cache.lua, Cache:get_or_train). An imported model (--model=DIR, outlierlab.pretrained)
+-- stands in for every trained one; counting a sweep (M.sweep_size) stops here.
 function Run:model(spec, trainer)
+  if self.count_sweep then coroutine.yield(0) end   -- a model before any sweep: no sweep
   if self.pretrained then return self.pretrained:handle() end
   -- --shards=S: rank-invariant data parallelism (train.run's cfg.shards) for every model the
   -- run trains. A spec that sets its own shards keeps them; S = 0 (the default) leaves the spec
@@ -257,7 +257,7 @@ function Run:model(spec, trainer)
   -- --flush_subnormals: every model the run trains does so with flush-to-zero (train.run's
   -- cfg.flush_subnormals, docs/reference/training.md "Subnormals")
   if self.flush_subnormals then set_train_key(spec, "flush_subnormals", true) end
-  return train_or_cache(self, spec, trainer)
+  return self.cache:get_or_train(spec, trainer)
 end
 
 function Run:meta()
@@ -400,6 +400,9 @@ function M.run_file(exp, file)
     sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze, refresh_curves = opts.refresh_curves,
     shards = opts.shards, model_ranks = opts.model_ranks, flush_subnormals = opts.flush_subnormals, out = {}, files = {},
   }, Run)
+  run.cache = cache.Cache{ root = opts.cache, retrain = opts.retrain, refresh_curves = opts.refresh_curves,
+                           model_ranks = opts.model_ranks, log = function(...) run:log(...) end }
+  run.model_hashes = run.cache.model_hashes   -- the models the run used (report.lua)
   mkdir(run.dir)
   local ftext = read_file(file) or ""
   local t_all = progress.now()
