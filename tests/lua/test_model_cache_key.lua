@@ -28,21 +28,27 @@ local function write(path, text)
   f:write(text)
   f:close()
 end
-write(tmp .. "/exp.lua", [[
+-- an experiment file that trains one quick LLaMA-style model: prelude, then the train stage's body
+-- (it has run and recipes, and returns the model's hash)
+local function experiment(path, id, prelude, body)
+  write(path, prelude .. [[
 local recipes = require "outlierlab.recipes"
-local tracked = require "outlierlab.recipes.track"
 return {
-  id = "cache-key", title = "cache key by code",
+  id = "]] .. id .. [[", title = "the model cache's key",
   source = { paper = "none", figure = "", claim = "a model is retrained only when its code changes" },
   profiles = { default = recipes.LLAMA_LM_PROFILES.quick },
   stages = { { "train", function(run)
+]] .. body .. [[
+  end } },
+  summary = function(run) return { reproduced = run.out.train } end,
+}
+]])
+end
+experiment(tmp .. "/exp.lua", "cache-key", 'local tracked = require "outlierlab.recipes.track"\n', [[
     local h = recipes.fit(run, recipes.llama_lm_spec(run.cfg))
     local fresh, why = tracked.fresh(h.info, h.hash)
     run:log("curve: %s", fresh and "fresh" or why)
     return h.hash
-  end } },
-  summary = function(run) return { reproduced = run.out.train } end,
-}
 ]])
 
 local function run(file, extra, root)
@@ -95,21 +101,11 @@ os.execute("mkdir -p " .. tmp .. "/user")
 write(tmp .. "/user/temp_helper.lua", "return { tau = 1 }\n")
 write(tmp .. "/user/temp_variant.lua", "local helper = require \"temp_helper\"\n" ..
       (t.slurp(ol.root .. "/examples/attention_example.lua"):gsub("\"softmax_temp\"", "\"user_temp\"")))
-write(tmp .. "/var.lua", [[
-package.path = "]] .. tmp .. [[/user/?.lua;" .. package.path
-dofile("]] .. tmp .. [[/user/temp_variant.lua")
-local recipes = require "outlierlab.recipes"
-return {
-  id = "cache-key-variant", title = "cache key of an outside variant",
-  source = { paper = "none", figure = "", claim = "an outside variant's code is in the key" },
-  profiles = { default = recipes.LLAMA_LM_PROFILES.quick },
-  stages = { { "train", function(run)
+experiment(tmp .. "/var.lua", "cache-key-variant", "package.path = \"" .. tmp .. "/user/?.lua;\" .. package.path\n" ..
+           "dofile(\"" .. tmp .. "/user/temp_variant.lua\")\n", [[
     local spec = recipes.llama_lm_spec(run.cfg)
     spec.model.overrides.attention = { kind = "user_temp", tau_init = 1 }
     return recipes.fit(run, spec).hash
-  end } },
-  summary = function(run) return { reproduced = run.out.train } end,
-}
 ]])
 local v1, vok1, vt1 = run("var.lua")
 t.ok(vok1 and vt1, "a model with the outside variant trains", v1)

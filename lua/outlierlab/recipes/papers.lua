@@ -30,7 +30,7 @@ function M.text_spec(cfg, preset, kind, attn, recipe, seed)
   }
 end
 
--- spec for a ViT on the synthetic images (trained by M.train)
+-- spec for a ViT on the synthetic images (trained by recipes.fit)
 -- (cfg.style = "flat": the model organism's images, a small object on a flat background)
 function M.image_spec(cfg, preset, attn, recipe, seed)
   local ov = { dropout = 0, n_classes = cfg.classes, image_size = cfg.image_size, patch_size = cfg.patch }
@@ -56,7 +56,7 @@ M.QT_POINTS = { bert = { "ffn_out", "ln1", "ln2" }, opt = { "h", "ffn_out", "att
 -- metric after post-training quantisation (o.wbits/o.abits, default W8A8).
 -- o: n_eval, n_calib (16), n_stats, weight_range, estimator, percentile, wbits, abits.
 function M.qt_row(spec, handle, family, o)
-  local ctx, m, L = M.load(spec, handle)
+  local ctx, m, L = recipes.load(spec, handle)
   local fp = quant.evaluate(ctx, m, { metric = L.metric, loader = L.val, n = o.n_eval })
   -- QT's own code's kurtosis μ₄/(σ⁴ + 1e-6) where the paper's numbers are compared (docs/reference/metrics.md)
   local st = quant.outlier_stats(ctx, m, { loader = L.val, n = o.n_stats or o.n_eval, points = M.QT_POINTS[family],
