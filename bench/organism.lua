@@ -166,7 +166,7 @@ local results = {}
 local function want(w) return cfg.which == "all" or cfg.which == w end
 if want("llama") then
   local p = recipes.LLAMA_LM_PROFILES.default
-  local mc = recipes.model_cfg(recipes.llama_lm_spec(p))
+  local mc = models.spec_cfg(recipes.llama_lm_spec(p))
   local r0 = bench("llama-organism", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "lm"))
   results[#results + 1] = r0
   -- the price of rank invariance on one rank (train.run's cfg.shards = 4, --shards=4 on a run):
@@ -193,7 +193,7 @@ if want("llama") then
 end
 if want("bert") then
   local p = recipes.BERT_MLM_PROFILES.default
-  local mc = recipes.model_cfg(recipes.bert_mlm_spec(p))
+  local mc = models.spec_cfg(recipes.bert_mlm_spec(p))
   results[#results + 1] = bench("bert-organism", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "mlm"))
 end
 if want("vit") then

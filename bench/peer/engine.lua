@@ -47,7 +47,7 @@ local out = {}
 local function want(w) return cfg.which == "all" or cfg.which == w end
 if want("llama") then
   local p = recipes.LLAMA_LM_PROFILES.default
-  out[#out + 1] = run("llama-organism", recipes.model_cfg(recipes.llama_lm_spec(p)), p.batch, p.seq_len, cfg.steps)
+  out[#out + 1] = run("llama-organism", models.spec_cfg(recipes.llama_lm_spec(p)), p.batch, p.seq_len, cfg.steps)
 end
 if want("tiny") then out[#out + 1] = run("gpt2-tiny", models.preset("gpt2-tiny", { block_size = 64 }), 32, 64, cfg.steps) end
 if want("big") then

@@ -56,7 +56,7 @@ do
                  batch = { B = 4, T = 16, kind = "lm" }, train = { steps = 20 }, seed = 1 }
   local corpus = batcher.corpus(spec.data)
   local ctx = ol.Context{ seed = 1 }
-  local m = models.build(ctx, recipes.model_cfg(spec))
+  local m = models.build(ctx, models.spec_cfg(spec))
   local dir = os.tmpname(); os.remove(dir); os.execute("mkdir -p " .. dir)
   local firsts = {}
   local tr = tracked.tracker(spec, dir, function(n, first)

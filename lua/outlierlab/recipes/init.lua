@@ -1,7 +1,7 @@
 -- recipes — the papers' and the model organism's model specs and the one way to train and load
 -- them: the shared profiles (LLAMA_LM_PROFILES, BERT_MLM_PROFILES), the spec functions,
 -- recipes.fit(run, spec) (train or reuse through run:model), recipes.load(spec, handle) and
--- recipes.model_cfg(spec). The QT / SO / ViT specs: outlierlab.recipes.papers.
+-- (the model config of a spec is models.spec_cfg). The QT / SO / ViT specs: outlierlab.recipes.papers.
 local ol = require "outlierlab"
 local config = require "outlierlab.config"
 local dist = require "outlierlab.util.dist"
@@ -13,10 +13,6 @@ local tracked = require "outlierlab.recipes.track"
 
 local M = {}
 
--- Size and recipe bounds, central for every trainer (outlierlab.train.bounds): check_run(spec)
--- the batch, the data size and the training recipe (steps >= 1, lr > 0, warmup <= steps, ...),
--- check_memory(spec) the estimated memory of training against what the machine has.
-M.check_run, M.check_memory = bounds.check_run, bounds.check_memory
 
 local function load_data(path)
   local s = fs.read_file(path)
@@ -149,7 +145,6 @@ end
 
 -- the model config of a spec: preset + overrides, vocab_size and block_size from the data
 local model_cfg = require("outlierlab.models").spec_cfg   -- one conversion (models.spec_cfg)
-M.model_cfg = model_cfg
 
 -- How often a model the runner trains writes its checkpoint (besides the end and the batch
 -- system's signal): every CKPT_PARTS-th of its steps, so that a killed run (kill -9, a lost
@@ -196,7 +191,7 @@ function M.trainer(spec)
   return function(dir, ckpt, o)
     o = o or {}
     local log = o.log or function(fmt, ...) io.write(string.format(fmt, ...), "\n") io.flush() end
-    M.check_memory(spec)   -- training this model must fit in memory
+    bounds.check_memory(spec)   -- training this model must fit in memory (outlierlab.train.bounds)
     local models = require "outlierlab.models"
     local train = require "outlierlab.train.loop"
     local b = spec.batch
@@ -231,7 +226,7 @@ end
 -- trains it with M.trainer(spec). Returns run:model's handle (dir, ckpt, info with the training
 -- facts). The one trainer of the package's models.
 function M.fit(run, spec)
-  if not run.count_sweep then M.check_run(spec) end   -- (counting a sweep's members trains nothing)
+  if not run.count_sweep then bounds.check_run(spec) end   -- (counting a sweep's members trains nothing)
   return run:model(spec, M.trainer(spec))
 end
 
