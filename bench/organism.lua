@@ -24,11 +24,12 @@ local ol = require "outlierlab"
 local models = require "outlierlab.models"
 local train = require "outlierlab.train.loop"
 local progress = require "outlierlab.util.progress"
-local E = require "outlierlab.experiment"
-local ptq = require "outlierlab.ptq"
 local C = ol.C
 
 local cfg = require("outlierlab.config").get { steps = 30, which = "all", peak_reps = 6 }
+local batcher = require "outlierlab.data.batcher"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 local now = progress.now
 
 local function median(xs)
@@ -164,8 +165,8 @@ end
 local results = {}
 local function want(w) return cfg.which == "all" or cfg.which == w end
 if want("llama") then
-  local p = E.LLAMA_LM_PROFILES.default
-  local mc = E.model_cfg(E.llama_lm_spec(p))
+  local p = recipes.LLAMA_LM_PROFILES.default
+  local mc = models.spec_cfg(recipes.llama_lm_spec(p))
   local r0 = bench("llama-organism", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "lm"))
   results[#results + 1] = r0
   -- the price of rank invariance on one rank (train.run's cfg.shards = 4, --shards=4 on a run):
@@ -191,16 +192,16 @@ if want("llama") then
                       rf.tok_s / ri.tok_s, 100 * ri.tok_s / r0.tok_s, 100 * rf.tok_s / r0.tok_s))
 end
 if want("bert") then
-  local p = E.BERT_MLM_PROFILES.default
-  local mc = E.model_cfg(E.bert_mlm_spec(p))
+  local p = recipes.BERT_MLM_PROFILES.default
+  local mc = models.spec_cfg(recipes.bert_mlm_spec(p))
   results[#results + 1] = bench("bert-organism", mc, p.batch, p.seq_len, token_loader(mc, p.batch, p.seq_len, "mlm"))
 end
 if want("vit") then
-  local p = ptq.VIT_PROFILES.default
-  local spec = ptq.vit_spec(ptq.family_cfg(ptq.QT_PROFILES.default, "vit", 1))
+  local p = papers.VIT_PROFILES.default
+  local spec = papers.vit_spec(papers.family_cfg(papers.QT_PROFILES.default, "vit", 1))
   local mc = models.preset(spec.model.preset, spec.model.overrides)
   local T = (p.image / p.patch) ^ 2 + 1
-  results[#results + 1] = bench("vit-organism", mc, p.batch, T, ptq.image_loader(spec, "train"))
+  results[#results + 1] = bench("vit-organism", mc, p.batch, T, batcher.image_loader(spec, "train"))
 end
 if want("gpt2") then
   local mc = models.preset("gpt2-tiny", { block_size = 64 })

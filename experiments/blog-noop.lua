@@ -1,7 +1,7 @@
 -- BLOG — three checks of the argument of "Why do transformers have outliers?" on one model.
 --
 -- Method: the softmax model of so-fig11's attention-variant sweep (the same spec through
--- ptq.so_spec, so the same cached model: a pre-norm decoder; with rotary embeddings, as the
+-- papers.so_spec, so the same cached model: a pre-norm decoder; with rotary embeddings, as the
 -- LLaMA-style organism profiles, q and k are taken after the rotation in (1), and (3) compares
 -- the projections before it), one held-out sequence.
 --  (1) Dynamic range. A query i that puts share p on the sink (the initial token) and the rest
@@ -17,11 +17,13 @@
 --      input directions: the principal angles between the top-2 right singular subspaces of the
 --      head's W_q and W_k rows, for sink heads (share on the initial token > 0.5) and the others,
 --      beside the chance level (the same angle between random subspace pairs of the same shape).
-local ptq = require "outlierlab.ptq"
-local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
 local inspect = require "outlierlab.measure.inspect"
 local seeds = require "outlierlab.judge.seeds"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local RANK = 2          -- dimension of the compared singular subspaces
 local SINK = 0.5        -- a head is a sink head when it puts more than this on the initial token
@@ -63,13 +65,13 @@ local FIG = figure.declare{
 }
 
 -- seed 1 is so-fig11's softmax model (the same cached model); --seed= trains another
-local function spec_of(cfg) return ptq.so_spec(cfg, "softmax", cfg.seed) end
-local function train(run) return ptq.train(run, spec_of(run.cfg)) end
+local function spec_of(cfg) return papers.so_spec(cfg, "softmax", cfg.seed) end
+local function train(run) return recipes.fit(run, spec_of(run.cfg)) end
 
 local function analyze(run)
   local spec = spec_of(run.cfg)
-  local ctx, m = ptq.load(spec, run.out.train)
-  local corpus = exp_runner.corpus(spec.data, run)
+  local ctx, m = recipes.load(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)
   local cap = inspect.capture(ctx, m, corpus, spec, { points = { "attn_probs", "q", "k", "emb", "h", "ln1" } })
   local T, L, NH = cap.T, m.cfg.n_layer, m.cfg.n_head
   local HD = m.cfg.d_model / NH
@@ -77,7 +79,7 @@ local function analyze(run)
   local req, meas, share, holds_n, pts = {}, {}, {}, 0, 0
   local nsink = 0
   local blocks = {}
-  for l, blk in exp_runner.blocks(m) do blocks[l - 1] = blk end
+  for l, blk in batches.blocks(m) do blocks[l - 1] = blk end
   local angle, ang_sink, ang_other = {}, {}, {}
   for l = 0, L - 1 do
     local A, Q, K = inspect.get(cap, "attn_probs", l), inspect.get(cap, "q", l), inspect.get(cap, "k", l)
@@ -187,7 +189,7 @@ return {
   title = "The no-op's softmax dynamic range, the LayerNorm hypersphere and W_q/W_k singular subspaces",
   source = { paper = "BLOG (Why do transformers have outliers?, 2026)", figure = "three checks",
              claim = "A no-op head needs a score gap M = log((n − 1)p/(1 − p)); LayerNorm puts every token on a sphere of radius √d (scaled by γ), so the gap comes from W_q and W_k sharing dominant singular directions." },
-  profiles = ptq.so_profiles({ quick = { seed = 1 }, default = { seed = 1 }, paper = { seed = 1 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.so_profiles({ quick = { seed = 1 }, default = { seed = 1 }, paper = { seed = 1 } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

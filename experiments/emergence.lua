@@ -3,7 +3,7 @@
 -- Method (QT §5 metrics over training; SO Fig. 12 compares variants over training): the decoder
 -- models of qt-table2 (QT's three attention variants, vanilla softmax, clipped softmax with
 -- α = 12 (γ = −α/T) and gated attention, cfg.n_seeds seeds each: the same cached models) record
--- their outlier metrics while they train (experiment.tracker: at step 0 and every steps/20
+-- their outlier metrics while they train (train/track.lua: at step 0 and every steps/20
 -- steps, on one held-out batch): QT's max inf norm (the per-sequence max |h| averaged over
 -- sequences, largest over the layer outputs h) and average kurtosis (Pearson, per sequence,
 -- averaged, mean over the layer outputs; QT hooks the FFN outputs too). At the default
@@ -11,10 +11,11 @@
 -- paper profile QT's OPT-125m. Mean ± sd over the seeds, and a difference counts only beyond
 -- the seed spread (outlierlab.judge.seeds). QT Table 2 (OPT-125m, end of training): vanilla 340 /
 -- 1778, clipped softmax 63.2 / 19728, gated attention 8.7 / 18.9 (max inf norm / avg kurtosis).
-local exp_runner = require "outlierlab.experiment"
-local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.judge.seeds"
+local tracked = require "outlierlab.recipes.track"
 local figure = require "outlierlab.figure"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local VARIANTS = {
   { name = "softmax", qt = "vanilla", label = "softmax" },
@@ -49,12 +50,14 @@ local FIG = figure.declare{
 -- one (variant, seed) model of qt-table2's decoder family; its tracked curve
 local function train(run)
   return run:sweep(seeds.members(VARIANTS, run.cfg), function(it)
-    local spec = ptq.qt_spec(run.cfg, "opt", ptq.qt_attention(run.cfg, "opt", it.variant.qt), it.seed)
-    local h = ptq.train(run, spec)
+    local spec = papers.qt_spec(run.cfg, "opt", papers.qt_attention(run.cfg, "opt", it.variant.qt), it.seed)
+    local h = recipes.fit(run, spec)
     local curve = h.info and h.info.curve or {}
     if #curve == 0 then
       error("emergence: model " .. tostring(h.hash) .. " has no tracked curve (trained before the tracker existed?); rerun with --retrain", 0)
     end
+    local fresh, why = tracked.fresh(h.info, h.hash)   -- measured by this tree's code (recipes/track.lua)
+    if not fresh then error("emergence: " .. why, 0) end
     return { name = it.variant.name, seed = it.seed, curve = curve }
   end)
 end
@@ -127,7 +130,7 @@ return {
   title = "Outlier emergence over training: max inf norm and kurtosis, vanilla softmax against clipped softmax and gated attention",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Table 2 metrics over training",
              claim = "With vanilla softmax the max inf norm and kurtosis grow during training; clipped softmax and gated attention keep them much smaller." },
-  profiles = ptq.qt_profiles(),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.qt_profiles(),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

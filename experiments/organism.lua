@@ -7,7 +7,7 @@
 -- the same shape, BERT-style encoder, ViT on flat-background images) it trains the default recipe (the very model the figures
 -- analyse, shared through the cache) and one-at-a-time variations of the knobs that matter
 -- (learning rate, weight decay, depth, data mix), and records during training, on held-out
--- batches (experiment.tracker, outlierlab.measure.phenomena):
+-- batches (train/track.lua, recipes/track.lua, outlierlab.measure.phenomena):
 --   the largest sink share of any head (attention of other tokens on <bos>/[CLS] or on
 --   delimiters), that head's value norm at the sink over the median value norm (the value
 --   drain), top-1/median |h| at the sink token in the layer where it is largest (massive
@@ -19,10 +19,12 @@
 -- the last 10 % of training (the end-of-training state the figures analyse). The summary says
 -- separately when a threshold was first met on the way ("reached on the way at step N"); a
 -- threshold met on the way and lost by the end is not reached.
-local exp_runner = require "outlierlab.experiment"
-local ptq = require "outlierlab.ptq"
 local config = require "outlierlab.config"
 local thresholds = require "outlierlab.judge.thresholds"
+local tracked = require "outlierlab.recipes.track"
+local track = require "outlierlab.train.track"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local THRESHOLDS = thresholds.THRESHOLDS
 
@@ -72,7 +74,7 @@ local ONE_FAMILY = { image = VIT_KNOB, classes = VIT_KNOB, style = VIT_KNOB, den
 -- F 256 at default): learned absolute positions, LayerNorm and GELU instead of RoPE, RMSNorm and
 -- SwiGLU; gpt2-quick is that shape with 2 layers, n_layer sets the depth
 local GPT2_PROFILES = {}
-for name, p in pairs(exp_runner.LLAMA_LM_PROFILES) do
+for name, p in pairs(recipes.LLAMA_LM_PROFILES) do
   local c = config.deep_copy(p)
   if name ~= "paper" then c.preset = "gpt2-quick"; c.n_layer = name == "quick" and 2 or 4 else c.preset = "gpt2-124m" end
   c.embed_scale = 0   -- GPT-2 has no embedding factor (the LLaMA decoder's × 20)
@@ -81,10 +83,10 @@ end
 
 -- family -> { base profile of the shared recipe, spec builder, trainer }
 local FAMILIES = {
-  llama = { profiles = exp_runner.LLAMA_LM_PROFILES, spec = exp_runner.llama_lm_spec, train = exp_runner.train_model },
-  gpt2 = { profiles = GPT2_PROFILES, spec = exp_runner.llama_lm_spec, train = exp_runner.train_model },
-  bert = { profiles = exp_runner.BERT_MLM_PROFILES, spec = exp_runner.bert_mlm_spec, train = exp_runner.train_model },
-  vit = { profiles = ptq.VIT_PROFILES, spec = ptq.vit_organism_spec, train = ptq.train },
+  llama = { profiles = recipes.LLAMA_LM_PROFILES, spec = recipes.llama_lm_spec, train = recipes.fit },
+  gpt2 = { profiles = GPT2_PROFILES, spec = recipes.llama_lm_spec, train = recipes.fit },
+  bert = { profiles = recipes.BERT_MLM_PROFILES, spec = recipes.bert_mlm_spec, train = recipes.fit },
+  vit = { profiles = papers.VIT_PROFILES, spec = papers.vit_organism_spec, train = recipes.fit },
 }
 
 -- "knob=value" strings of the profile -> member list
@@ -142,6 +144,9 @@ local function train(run)
       return { family = m.family, base = m.base, label = m.label, curve = {}, diverged = msg }
     end
     local info = h.info or {}
+    -- a curve measured by other code than this tree's is not judged (recipes/track.lua)
+    local fresh, why = tracked.fresh(info, h.hash)
+    if not fresh then error("organism: " .. why, 0) end
     return { family = m.family, base = m.base, label = m.label, curve = info.curve or {},
              steps = info.steps, val_loss = info.val_loss, seconds = info.train_seconds, hash = h.hash,
              describe = info.describe }
@@ -264,9 +269,9 @@ local function summary(run)
   table.sort(fams)
   local notes = table.concat({
     "What is judged: each model's **final measurement**, the mean of each quantity over the tracked points of the last " ..
-      string.format("%.0f %%", 100 * thresholds.FINAL_SHARE) .. " of its training (points every steps/" .. exp_runner.STABLE_POINTS_PER_RUN .. " steps there, each on " ..
-      exp_runner.TRACK_BATCHES .. " held-out batches of at most 16 sequences of its own; earlier points every steps/" ..
-      exp_runner.TRACK_POINTS .. " steps on the same batches). A threshold met at an earlier point and lost by the end is reported as \"reached on the way at step N\" and does not count. The same final means and thresholds are drawn in each model's training history (history.png).",
+      string.format("%.0f %%", 100 * thresholds.FINAL_SHARE) .. " of its training (points every steps/" .. track.STABLE_POINTS_PER_RUN .. " steps there, each on " ..
+      track.TRACK_BATCHES .. " held-out batches of at most 16 sequences of its own; earlier points every steps/" ..
+      track.TRACK_POINTS .. " steps on the same batches). A threshold met at an earlier point and lost by the end is reported as \"reached on the way at step N\" and does not count. The same final means and thresholds are drawn in each model's training history (history.png).",
     "",
     "Thresholds (judge/thresholds): sink — " .. thresholds.WHAT.sink .. "; massive — " .. thresholds.WHAT.massive ..
       "; kurtosis — " .. thresholds.WHAT.kurtosis .. ".",

@@ -7,12 +7,15 @@
 -- (Bondarenko et al. 2021). Count outliers by the token they belong to and by hidden
 -- dimension. The paper finds them in a few hidden dimensions (#180, #720 in BERT-base) and
 -- almost only at delimiter tokens ([SEP], ".", ",": > 97 %).
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local verdict = require "outlierlab.judge.verdict"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.bert_mlm_spec   -- shared with qt-fig2: one trained model
+local model_spec = recipes.bert_mlm_spec   -- shared with qt-fig2: one trained model
 local CATS = analysis.categories
 
 local FIG = figure.declare{
@@ -50,21 +53,21 @@ local FIG = figure.declare{
 
 -- 1. train the encoder (cached by its settings; an interrupted run resumes from its checkpoint)
 local function train(run)
-  return exp_runner.train_model(run, model_spec(run.cfg))
+  return recipes.fit(run, model_spec(run.cfg))
 end
 
 -- 2. 6σ outliers at the FFN output of the last two layers, streamed over held-out batches
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
+  local ctx, m = recipes.load(spec, run.out.train)
   local L, C = m.cfg.n_layer, m.cfg.d_model
   local layers = { L - 2, L - 1 }
   local stats = analysis.LayerStats{ T = cfg.seq_len, C = C, V = m.cfg.vocab_size,
                                      rule = analysis.QT_6SIGMA, category = corpus.category }
   local P = probes.new{ points = { "ffn_out" }, layers = layers }
   P:attach("ffn_out", stats)
-  exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
+  batches.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
   local res = stats:result()
   local v = { outlier_count = {}, outlier_count_by_channel = {}, outlier_count_by_category = {}, delimiter_share = {},
               top2_channel_share = {}, top_channel = {}, max_abs = {}, std = {}, max_abs_sigma = {}, avg_kurtosis = {},
@@ -82,7 +85,7 @@ local function analyze(run)
   for id in pairs(shown) do ids[#ids + 1] = id end
   table.sort(ids, function(a, b) if total[a] ~= total[b] then return total[a] > total[b] end return a < b end)
   local labels, by_token = {}, {}
-  for j, id in ipairs(ids) do labels[j] = exp_runner.token_label(corpus, id) end
+  for j, id in ipairs(ids) do labels[j] = batches.token_label(corpus, id) end
   for i, l in ipairs(layers) do
     local r = res[l]
     local o = r.outliers
@@ -118,7 +121,7 @@ local DELIM_MIN, DIMS_MAX = 0.9, 4
 local function summary(run)
   local a = run.out.analyze
   local v = figure.values(FIG, a)
-  local parts, checks = {}, {}
+  local parts, checks, n_with = {}, {}, 0
   for i, l in ipairs(a.coords.layer) do
     local n = v.outlier_count[i]
     if n > 0 then
@@ -138,23 +141,26 @@ local function summary(run)
       local top = 0
       for k = 1, math.min(DIMS_MAX, #counts) do top = top + counts[k] end
       parts[#parts] = parts[#parts] .. string.format(", %.1f %% in its top %d dims", 100 * top / n, DIMS_MAX)
-      checks[#checks + 1] = v.delimiter_share[i] >= DELIM_MIN and top / n >= DELIM_MIN
+      n_with = n_with + 1
+      checks[#checks + 1] = { string.format("layer %d: outliers at delimiters", l), v.delimiter_share[i], ">=", DELIM_MIN, scale = 100, fmt = "%.1f", unit = " %" }
+      checks[#checks + 1] = { string.format("layer %d: outliers in its top %d dims", l, DIMS_MAX), top / n, ">=", DELIM_MIN, scale = 100, fmt = "%.1f", unit = " %" }
     else
       parts[#parts + 1] = string.format("layer %d: no 6σ outlier (max |x| %.3g = %.1f σ)", l, v.max_abs[i], v.max_abs_sigma[i])
     end
   end
-  local holds   -- without an outlier (or without a delimiter token) there is nothing to locate: inconclusive
+  -- without an outlier (or without a delimiter token) there is nothing to locate: inconclusive
   local delimiters = v.tokens_by_category[2]
-  if delimiters > 0 then
-    for _, c in ipairs(checks) do if holds == nil then holds = c else holds = holds and c end end
-  end
+  table.insert(checks, 1, { "delimiter tokens in the held-out data", delimiters, ">=", 1, fmt = "%d", precondition = true })
+  table.insert(checks, 2, { "last layers with 6σ outliers", n_with, ">=", 1, fmt = "%d", precondition = true })
+  local judged = verdict.judge(checks)
   return {
     paper = "BERT-base, layers 10 and 11: > 97 % of 6σ outliers at delimiter tokens, concentrated in dims #180 and #720",
     reproduced = table.concat(parts, "; ") .. string.format(" (%d tokens analysed)", v.n_tokens),
-    holds = holds,
-    notes = string.format("Criterion used here (with margins): in each of the last two layers that has 6σ outliers, ≥ %.0f %% of them at delimiters and ≥ %.0f %% of them in at most %d hidden dimensions.", 100 * DELIM_MIN, 100 * DELIM_MIN, DIMS_MAX) ..
-      (#checks == 0 and " Neither layer has a 6σ outlier here, so there is nothing to locate (verdict inconclusive); the panels say so instead of showing empty bars." or "") ..
-      (#checks == 1 and " Only one of the two layers has 6σ outliers; the verdict rests on it." or "") ..
+    holds = judged.holds,
+    notes = string.format("Criterion used here (with margins): in each of the last two layers that has 6σ outliers, ≥ %.0f %% of them at delimiters and ≥ %.0f %% of them in at most %d hidden dimensions. ", 100 * DELIM_MIN, 100 * DELIM_MIN, DIMS_MAX) ..
+      judged.text .. "." ..
+      (n_with == 0 and " Neither layer has a 6σ outlier here, so there is nothing to locate (verdict inconclusive); the panels say so instead of showing empty bars." or "") ..
+      (n_with == 1 and " Only one of the two layers has 6σ outliers; the verdict rests on it." or "") ..
       (delimiters == 0 and " The held-out data hold no delimiter token, so the claim cannot be tested (verdict inconclusive)."
         or string.format(" %d of the %d held-out tokens are delimiters.", delimiters, v.n_tokens)),
   }
@@ -165,7 +171,7 @@ return {
   title = "6σ outliers by token and hidden dimension at the FFN output of a BERT-style encoder",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 1",
              claim = "Outliers at the FFN output of the last layers sit in a few hidden dimensions and almost only at delimiter tokens ([SEP], '.', ',')." },
-  profiles = exp_runner.profiles_with(exp_runner.BERT_MLM_PROFILES, { quick = { top_tokens = 8 }, default = { top_tokens = 12 }, paper = { top_tokens = 12 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = recipes.profiles_with(recipes.BERT_MLM_PROFILES, { quick = { top_tokens = 8 }, default = { top_tokens = 12 }, paper = { top_tokens = 12 } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

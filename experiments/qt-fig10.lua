@@ -11,14 +11,16 @@
 -- the last layer's outlier head index in every earlier layer (Fig. 13). Delimiter columns
 -- ([SEP], ".", ",") are marked. The share of attention that non-delimiter queries put on
 -- delimiter keys is given for every layer and head.
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
 local views = require "outlierlab.figure.views"
 local inspect = require "outlierlab.measure.inspect"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.bert_mlm_spec   -- shared with qt-fig1/qt-fig2: one trained model
+local model_spec = recipes.bert_mlm_spec   -- shared with qt-fig1/qt-fig2: one trained model
 
 local FIG = figure.declare{
   title = "Attention patterns of outlier heads, ordinary heads and early layers (QT Fig. 10–13, reproduced)",
@@ -55,21 +57,21 @@ local FIG = figure.declare{
   },
 }
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)
+  local ctx, m = recipes.load(spec, run.out.train)
   local L, C, NH = m.cfg.n_layer, m.cfg.d_model, m.cfg.n_head
   local HD = C / NH
   local stats = analysis.LayerStats{ T = cfg.seq_len, C = C, rule = analysis.QT_6SIGMA }
   local P = probes.new{ points = { "ffn_out" } }
   P:attach("ffn_out", stats)
-  exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
+  batches.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
   local res = stats:result()
   local wo = {}
-  for l, blk in exp_runner.blocks(m) do wo[l - 1] = blk.attn.o.weight end
+  for l, blk in batches.blocks(m) do wo[l - 1] = blk.attn.o.weight end
   local outl, odim, ohead = {}, {}, {}
   for l = 0, L - 1 do
     local r = res[l]
@@ -166,8 +168,7 @@ return {
   title = "Attention patterns (A, V, A·V) of outlier heads, ordinary heads and early layers of a BERT-style encoder",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 10–13",
              claim = "The heads that own the outlier dimensions attend almost only to delimiter tokens in the last layers (a no-op), unlike heads without outliers and unlike the early layers." },
-  profiles = exp_runner.profiles_with(exp_runner.BERT_MLM_PROFILES, {}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
-             { "views", views.stage{ spec = model_spec } } },
+  profiles = recipes.profiles_with(recipes.BERT_MLM_PROFILES, {}),
+  stages = figure.stages(train, analyze, FIG, { { "views", views.stage{ spec = model_spec } } }),
   summary = summary,
 }

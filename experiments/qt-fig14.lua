@@ -3,16 +3,17 @@
 --
 -- Method (QT §4.1, App. A.1, Fig. 14): the BERT-style encoders of qt-table2 with vanilla softmax
 -- and with clipped softmax, clip((ζ − γ)·softmax(s) + γ, 0, 1) (γ = −0.025 at T = 128, scaled to
--- keep γ·T; ζ = 1; the same specs through ptq.qt_spec, so the same cached models). On one
+-- keep γ·T; ζ = 1; the same specs through papers.qt_spec, so the same cached models). On one
 -- held-out sequence: the probabilities of every head of every layer, binned, and the share that
 -- is exactly zero (clipped softmax can output exact zeros, a softmax cannot); the attention map,
 -- values and their product for the clipped model's most delimiter-bound head of each of the last
 -- two layers (QT's three columns), delimiter columns marked.
-local ptq = require "outlierlab.ptq"
-local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
 local inspect = require "outlierlab.measure.inspect"
 local seeds = require "outlierlab.judge.seeds"
+local batcher = require "outlierlab.data.batcher"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local NBINS = 20
 local VARIANTS = { "vanilla", "clipped" }
@@ -63,8 +64,8 @@ end
 
 local function train(run)
   return run:sweep(VARIANTS, function(var)
-    local spec = ptq.qt_spec(run.cfg, "bert", ptq.qt_attention(run.cfg, "bert", var), 1)
-    return { variant = var, spec = spec, handle = ptq.train(run, spec) }
+    local spec = papers.qt_spec(run.cfg, "bert", papers.qt_attention(run.cfg, "bert", var), 1)
+    return { variant = var, spec = spec, handle = recipes.fit(run, spec) }
   end)
 end
 
@@ -72,8 +73,8 @@ local function analyze(run)
   local out = { counts = {}, zeros = {} }
   local d = { coords = {}, vars = {} }
   for _, t in ipairs(run.out.train) do
-    local ctx, m = ptq.load(t.spec, t.handle)
-    local corpus = exp_runner.corpus(t.spec.data, run)
+    local ctx, m = recipes.load(t.spec, t.handle)
+    local corpus = batcher.corpus(t.spec.data, run)
     local cap = inspect.capture(ctx, m, corpus, t.spec, { points = { "attn_probs", "v" } })
     local T, L = cap.T, m.cfg.n_layer
     local all, counts = {}, {}
@@ -102,7 +103,7 @@ local function analyze(run)
       for i, c in ipairs(cap.cats) do isd[i] = c == "delimiter" and 1 or 0 end
       d.coords = { shown = shown, query = cap.labels, key = cap.labels, head_dim = HD }
       for k, x in pairs({ attention = att, values = val, product = prod, is_delimiter = isd, delimiter_share_clipped = best < 0 and 0 / 0 or best,
-                          gamma = ptq.qt_attention(run.cfg, "bert", "clipped").gamma }) do d.vars[k] = x end
+                          gamma = papers.qt_attention(run.cfg, "bert", "clipped").gamma }) do d.vars[k] = x end
     end
   end
   local centres = {}
@@ -136,7 +137,7 @@ return {
   title = "Clipped softmax: attention patterns, the distribution of probabilities and its exact zeros",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 14",
              claim = "Clipped softmax pushes many attention probabilities to exactly zero, so a head can do nothing without extreme logits." },
-  profiles = ptq.qt_profiles({}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.qt_profiles({}),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

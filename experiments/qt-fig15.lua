@@ -3,16 +3,17 @@
 --
 -- Method (QT §4.2, App. A.1, Fig. 15): the BERT-style encoders of qt-table2 with vanilla softmax
 -- and with gated attention, out_h = π_h(x)·softmax(s_h)·V_h with π_h = sigmoid(G_h(x)) a linear
--- gate per head on that head's slice of the input (the same specs through ptq.qt_spec, so the
+-- gate per head on that head's slice of the input (the same specs through papers.qt_spec, so the
 -- same cached models). On one held-out sequence: the gate probabilities of every token and head
 -- of the last two layers; for the head of the last layer whose gates close most (lowest mean π),
 -- its gates, softmax output, values and gated product (QT's four columns). A gate is closed when
 -- π < 0.1. The vanilla model's heads park their attention on delimiters instead: the largest
 -- delimiter share over heads is compared between the two models.
-local ptq = require "outlierlab.ptq"
-local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
 local inspect = require "outlierlab.measure.inspect"
+local batcher = require "outlierlab.data.batcher"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local VARIANTS = { "vanilla", "gated" }
 local CLOSED = 0.1
@@ -54,8 +55,8 @@ local FIG = figure.declare{
 
 local function train(run)
   return run:sweep(VARIANTS, function(var)
-    local spec = ptq.qt_spec(run.cfg, "bert", ptq.qt_attention(run.cfg, "bert", var), 1)
-    return { variant = var, spec = spec, handle = ptq.train(run, spec) }
+    local spec = papers.qt_spec(run.cfg, "bert", papers.qt_attention(run.cfg, "bert", var), 1)
+    return { variant = var, spec = spec, handle = recipes.fit(run, spec) }
   end)
 end
 
@@ -74,8 +75,8 @@ end
 local function analyze(run)
   local d = { coords = { model = VARIANTS, category = { "initial", "delimiter", "weak", "other" } }, vars = { delimiter_share = {} } }
   for k, t in ipairs(run.out.train) do
-    local ctx, m = ptq.load(t.spec, t.handle)
-    local corpus = exp_runner.corpus(t.spec.data, run)
+    local ctx, m = recipes.load(t.spec, t.handle)
+    local corpus = batcher.corpus(t.spec.data, run)
     local L, NH = m.cfg.n_layer, m.cfg.n_head
     local HD = m.cfg.d_model / NH
     local points = t.variant == "gated" and { "attn_probs", "v", "gates" } or { "attn_probs" }
@@ -145,7 +146,7 @@ return {
   title = "Gated attention: gate probabilities, softmax output, values and their product",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 15",
              claim = "With gated attention a head does nothing by closing its gate, instead of parking its softmax on a delimiter." },
-  profiles = ptq.qt_profiles({}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.qt_profiles({}),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

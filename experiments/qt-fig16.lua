@@ -4,22 +4,23 @@
 -- patches.
 --
 -- Method (QT App. A.2, Fig. 16–17; as qt-fig3 for one image): the vanilla ViT of qt-table2 and
--- qt-fig3 (the same spec through ptq.qt_spec, so the same cached model), on the first held-out
+-- qt-fig3 (the same spec through papers.qt_spec, so the same cached model), on the first held-out
 -- batch of synthetic images (an object on a background; outlierlab.data.images). For each of the
 -- first n_show images and each of two layers l (the third- and second-to-last, QT's #10 and #11
 -- of 12): 6σ outliers at h_l (μ, σ over the batch's whole tensor, QT_6SIGMA) counted per patch; in
 -- layer l + 1 the head with the most concentrated cumulative attention Â_j = Σ_i A_ij (largest
 -- max_j Â_j, chosen without looking at the outliers); its Â per patch and its attention matrix;
 -- the mean ‖v_j‖ of that head over outlier patches and over the other patches.
-local ptq = require "outlierlab.ptq"
 local data = require "outlierlab.data"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
 local thresholds = require "outlierlab.judge.thresholds"
 local inspect = require "outlierlab.measure.inspect"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local MODEL_SEED = 1   -- qt-table2's first seed: the same cached vanilla ViT as qt-fig3
-local function model_spec(cfg) return ptq.qt_spec(cfg, "vit", ptq.qt_attention(cfg, "vit", "vanilla"), MODEL_SEED) end
+local function model_spec(cfg) return papers.qt_spec(cfg, "vit", papers.qt_attention(cfg, "vit", "vanilla"), MODEL_SEED) end
 
 local FIG = figure.declare{
   title = "ViT outlier summaries for several images and two layers (QT Fig. 16–17, reproduced)",
@@ -54,7 +55,7 @@ local FIG = figure.declare{
   },
 }
 
-local function train(run) return ptq.train(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
@@ -62,7 +63,7 @@ local function analyze(run)
   if run.pretrained then
     ctx, m = run.pretrained:load()
     spec.data.size, spec.batch.patch = m.cfg.image_size, m.cfg.patch_size
-  else ctx, m = ptq.load(spec, run.out.train) end
+  else ctx, m = recipes.load(spec, run.out.train) end
   local L = m.cfg.n_layer
   local H, Pz = spec.data.size, spec.batch.patch
   local G = H / Pz
@@ -182,7 +183,7 @@ return {
   title = "ViT outlier summaries for several images and two layers: outliers, next-layer attention, value magnitudes",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 16–17",
              claim = "Across images and in both of the last layers, ViT outliers sit in background patches, the next layer's head attends to them, and their values are small." },
-  profiles = ptq.qt_profiles{ quick = { n_show = 2 }, default = { n_show = 8 }, paper = { n_show = 8 } },
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.qt_profiles{ quick = { n_show = 2 }, default = { n_show = 8 }, paper = { n_show = 8 } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -7,13 +7,16 @@
 -- sequence show that head's attention probabilities A (T×T), its values V (T×HD) and their
 -- product A·V. QT finds the head puts most of its probability on delimiter tokens whose
 -- values are small, so the product is near zero: a learned "no-op".
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local verdict = require "outlierlab.judge.verdict"
 local ffi = require "ffi"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.bert_mlm_spec   -- shared with qt-fig1: one trained model
+local model_spec = recipes.bert_mlm_spec   -- shared with qt-fig1: one trained model
 
 local FIG = figure.declare{
   title = "Head {=outlier_head} of layer {=outlier_layer}, owner of dim #{=outlier_dim} ({=dim_outliers} 6σ outliers): attention, values, product (QT Fig. 2, reproduced)",
@@ -51,12 +54,12 @@ local FIG = figure.declare{
   },
 }
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
+  local ctx, m = recipes.load(spec, run.out.train)
   local L, C, NH = m.cfg.n_layer, m.cfg.d_model, m.cfg.n_head
   local HD = C / NH
   local last = L - 1
@@ -64,7 +67,7 @@ local function analyze(run)
   local stats = analysis.LayerStats{ T = cfg.seq_len, C = C, rule = analysis.QT_6SIGMA }
   local P = probes.new{ points = { "ffn_out" }, layers = { last } }
   P:attach("ffn_out", stats)
-  exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
+  batches.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
   local r = stats:result()[last]
   local dim, best = 0, -1
   for c = 1, C do
@@ -107,7 +110,7 @@ local function analyze(run)
       ids[i + 1] = batch.ids.idata[i]
     end
   end)
-  exp_runner.probe_batches(ctx, m, P2, corpus, spec, 1)
+  batches.probe_batches(ctx, m, P2, corpus, spec, 1)
   local O = {}
   for i = 1, T do
     O[i] = {}
@@ -127,7 +130,7 @@ local function analyze(run)
     for j = 1, HD do vn = vn + V[k][j] ^ 2 end
     vn = math.sqrt(vn)
     local d = corpus.category(ids[k]) == "delimiter"
-    recv[k], vnorm[k], isd[k], labels[k] = r, vn, d and 1 or 0, exp_runner.token_label(corpus, ids[k])
+    recv[k], vnorm[k], isd[k], labels[k] = r, vn, d and 1 or 0, batches.token_label(corpus, ids[k])
     if d then delim_mass, vn_delim, nd = delim_mass + r, vn_delim + vn, nd + 1
     else vn_other, no = vn_other + vn, no + 1 end
   end
@@ -146,15 +149,22 @@ local ATTN_MIN = 0.8
 local function summary(run)
   local v = figure.values(FIG, run.out.analyze)
   local found = v.dim_outliers > 0
-  local holds   -- without a 6σ outlier no head owns an outlier dimension, without a delimiter key nothing to attend: nothing to test
-  if found and v.n_delimiter_keys > 0 then holds = v.delimiter_attention >= ATTN_MIN and v.value_norm_delimiter < v.value_norm_other end
+  -- without a 6σ outlier no head owns an outlier dimension, without a delimiter key nothing to
+  -- attend: nothing to test (preconditions)
+  local judged = verdict.judge{
+    { "6σ outliers in the dimension", v.dim_outliers, ">=", 1, fmt = "%d", precondition = true },
+    { "delimiter keys in the sequence", v.n_delimiter_keys, ">=", 1, fmt = "%d", precondition = true },
+    { "the head's attention on delimiters", v.delimiter_attention, ">=", ATTN_MIN, scale = 100, fmt = "%.0f", unit = " %" },
+    { "mean value norm at delimiters / elsewhere", v.value_norm_delimiter / v.value_norm_other, "<", 1, fmt = "%.3g" },
+  }
   return {
     paper = "BERT-base layer 10/11: the head owning outlier dim #180/#720 puts most of its probability on [SEP] and '.', whose values are small",
     reproduced = string.format("dim #%d (%d 6σ outliers) owned by head %d of layer %d; that head puts %.0f %% of its attention on %d delimiter keys; mean value norm %s at delimiters vs %.3g elsewhere",
       v.outlier_dim, v.dim_outliers, v.outlier_head, v.outlier_layer, 100 * v.delimiter_attention, v.n_delimiter_keys,
       v.n_delimiter_keys > 0 and string.format("%.3g", v.value_norm_delimiter) or "undefined (no delimiter key)", v.value_norm_other),
-    holds = holds,
-    notes = string.format("Criterion (with its margin): the dimension has 6σ outliers, the head puts ≥ %.0f %% of its attention on delimiters, and delimiter values are smaller than the others.", 100 * ATTN_MIN) ..
+    holds = judged.holds,
+    notes = string.format("Criterion (with its margin): the dimension has 6σ outliers, the head puts ≥ %.0f %% of its attention on delimiters, and delimiter values are smaller than the others. ", 100 * ATTN_MIN) ..
+      judged.text .. "." ..
       (found and "" or " The last layer has no 6σ outlier at the FFN output, so the dimension shown is the one with the largest |x| and no head owns an outlier (verdict inconclusive).") ..
       (v.n_delimiter_keys > 0 and "" or " The sequence shown holds no delimiter token (verdict inconclusive)."),
   }
@@ -165,7 +175,7 @@ return {
   title = "Attention probabilities, values and their product for the head behind the top outlier dimension",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 2",
              claim = "The head that owns the outlier dimension attends mostly to delimiter tokens whose values are small: it learns to do nothing." },
-  profiles = exp_runner.profiles_with(exp_runner.BERT_MLM_PROFILES, {}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = recipes.profiles_with(recipes.BERT_MLM_PROFILES, {}),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -2,7 +2,7 @@
 -- layer's head attends to them and their values are small; the inf norm rises in the last layers.
 --
 -- Method (QT §3, Fig. 3; App. A.2, Fig. 9): the vanilla ViT of qt-table2 (same spec through
--- ptq.qt_spec, so one trained model; --seed=S the one of seed S), on held-out synthetic images (one object in the centre
+-- papers.qt_spec, so one trained model; --seed=S the one of seed S), on held-out synthetic images (one object in the centre
 -- on a textured background; outlierlab.data.images gives the per-patch object mask: a patch is
 -- an object patch when >= 50 % of its pixels are object).
 --   * chosen layer l = n_layer + cfg.layer (cfg.layer = -2: the second-to-last layer, QT's layer
@@ -18,17 +18,19 @@
 --   * value magnitudes ‖v_j‖ of the next layer's heads for outlier vs other patches
 --     (analysis.value_magnitudes, [CLS] masked out).
 --   * inf norm per layer (Fig. 9a): per-image max|x| of h_l and of the FFN output, averaged.
-local ptq = require "outlierlab.ptq"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
-local data = require "outlierlab.data"
+local images = require "outlierlab.data.images"
+local batcher = require "outlierlab.data.batcher"
 local figure = require "outlierlab.figure"
 local thresholds = require "outlierlab.judge.thresholds"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 -- --seed=S (default 1): the vanilla ViT of qt-table2's seed S, the same cached model
-local function model_spec(cfg) return ptq.qt_spec(cfg, "vit", ptq.qt_attention(cfg, "vit", "vanilla"), cfg.seed) end
+local function model_spec(cfg) return papers.qt_spec(cfg, "vit", papers.qt_attention(cfg, "vit", "vanilla"), cfg.seed) end
 
-local function train(run) return ptq.train(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 -- One pass over the held-out images. thr == nil: outlier elements are 6σ (QT); thr = a
 -- number: a patch token is flagged when its max |x| >= thr (one count per token).
@@ -40,8 +42,7 @@ local function measure(cfg, spec, ctx, m, thr)
   local lo = cfg.layer < 0 and L + cfg.layer or cfg.layer
   if lo < 0 or lo > L - 2 then error(string.format("qt-fig3: layer %d must leave a next layer (n_layer %d)", lo, L), 0) end
   local la = lo + 1
-  local loader = data.ImageLoader{ n = spec.data.n, size = H, classes = spec.data.classes, seed = spec.data.seed,
-                                   B = spec.batch.B, split = "val", patch = Pz, style = spec.data.style }   -- the images it was trained on
+  local loader = batcher.image_loader(spec, "val")   -- the held-out images of its data
   local function is_border(p) local r, c = math.floor(p / G), p % G; return r == 0 or c == 0 or r == G - 1 or c == G - 1 end
 
   -- accumulators
@@ -69,14 +70,8 @@ local function measure(cfg, spec, ctx, m, thr)
   P:attach("ffn_out", fstats)
   P:attach("h", function(x, _, batch)
     local B = x:size(0)
-    local n = B * T * C
     local d = x.data
-    local s = 0
-    for i = 0, n - 1 do s = s + d[i] end
-    local mu = s / n
-    local v = 0
-    for i = 0, n - 1 do v = v + (d[i] - mu) ^ 2 end
-    local lim = 6 * math.sqrt(v / (n - 1))
+    local mu, lim = analysis.sigma_limit(d, 6, B * T * C)   -- QT's 6σ over the batch
     if thr then lim = thr end
     flags, cur = {}, batch
     local po = batch.patch_object.idata
@@ -114,18 +109,7 @@ local function measure(cfg, spec, ctx, m, thr)
         end
       end
       if ex then
-        local img = batch.images.data
-        ex.rgb = {}
-        for y = 0, H - 1 do
-          for xx = 0, H - 1 do
-            local px = { xx, y }
-            for ch = 0, 2 do
-              local val = img[((b * 3 + ch) * H + y) * H + xx] * 0.25 + 0.5
-              px[#px + 1] = math.floor(255 * math.min(1, math.max(0, val)) + 0.5)
-            end
-            ex.rgb[#ex.rgb + 1] = px
-          end
-        end
+        ex.rgb = images.rgb(batch.images, b, H)
         ex.label = batch.labels.idata[b]
         example = ex
       end
@@ -216,8 +200,7 @@ end
 local function top_threshold(cfg, spec, ctx, m, lo)
   local H, Pz = spec.data.size, spec.batch.patch
   local T = (H / Pz) ^ 2 + 1
-  local loader = data.ImageLoader{ n = spec.data.n, size = H, classes = spec.data.classes, seed = spec.data.seed,
-                                   B = spec.batch.B, split = "val", patch = Pz, style = spec.data.style }   -- the images it was trained on
+  local loader = batcher.image_loader(spec, "val")   -- the held-out images of its data
   local vals = {}
   local P = probes.new{ points = { "h" }, layers = { lo } }
   P:attach("h", function(x)
@@ -355,7 +338,7 @@ local function analyze(run)
   if run.pretrained then   -- --model=DIR: a pretrained ViT on synthetic images of its own size
     ctx, m = run.pretrained:load()
     spec.data.size, spec.batch.patch = m.cfg.image_size, m.cfg.patch_size
-  else ctx, m = ptq.load(spec, run.out.train) end
+  else ctx, m = recipes.load(spec, run.out.train) end
   local a = measure(cfg, spec, ctx, m, nil)
   run:log("layer %d: %d 6σ outlier elements in patches (%d at [CLS]); LayerStats counts %d in all tokens",
           a.layer, a.total, a.el.cls, a.layers[a.layer + 1].out_h)
@@ -440,11 +423,11 @@ return {
   title = "ViT outliers in background patches: outlier map, next-layer attention, value magnitudes, inf norm per layer",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 3 and Fig. 9",
              claim = "In ViT the 6σ outliers sit in uninformative background patches (at the image border); the next layer's attention head concentrates its attention on these patches, whose values are small (a no-op); the outliers are strongest in the last layers." },
-  profiles = ptq.qt_profiles{
+  profiles = papers.qt_profiles{
     quick = { layer = -2, n_batches = 2, top_pct = 2, seed = 1 },
     default = { layer = -2, n_batches = 32, top_pct = 2, seed = 1 },
     paper = { layer = -2, n_batches = 98, top_pct = 2, seed = 1 },
   },
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -4,14 +4,16 @@
 -- clip((ζ−γ)·softmax(s) + γ, 0, 1) for several stretch factors (γ, ζ), ζ = 1, γ = 0 being the
 -- vanilla softmax, and report the FP perplexity, max inf norm, avg kurtosis and the W8A8
 -- perplexity (as in qt-table2). The paper's γ are for T = 128; here each γ is scaled to the
--- sequence length used (γ·T fixed, outlierlab.ptq.qt_gamma); ζ is used as is. QT finds that
+-- sequence length used (γ·T fixed, outlierlab.recipes.papers.qt_gamma); ζ is used as is. QT finds that
 -- only γ < 0 matters: γ = −0.03, ζ = 1 removes the outliers, ζ > 1 with γ = 0 stays near
 -- vanilla. The vanilla and the γ = −0.025 models are shared with qt-table2 (same specs). Every
 -- row is trained with cfg.n_seeds seeds; a difference counts only beyond the seed spread
 -- (outlierlab.judge.seeds).
-local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
+local evaluate = require "outlierlab.compress.evaluate"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 -- rows (γ at T = 128, ζ) and the paper's numbers where QT Table 1 gives them (docs/reference/experiments.md)
 -- (FP ppl / max inf norm / avg kurtosis / W8A8 ppl)
@@ -23,7 +25,7 @@ local ROWS = {
   { gamma = -0.003, zeta = 1 },
   { gamma = 0, zeta = 1.03 },
 }
--- the per-seed quantities: key of ptq.qt_row (or derived), NetCDF name, long name, panel title
+-- the per-seed quantities: key of papers.qt_row (or derived), NetCDF name, long name, panel title
 local QUANTITIES = {
   { key = "fp", name = "fp_ppl", long = "MLM perplexity in full precision", title = "FP perplexity" },
   { key = "max_inf_norm", name = "max_inf_norm", long = "max over hooked tensors of the per-sequence max |x|, averaged over sequences", title = "max inf norm" },
@@ -67,8 +69,8 @@ local FIG = figure.declare{
 local function attn(cfg, row)
   if row.gamma == 0 and row.zeta == 1 then return nil end
   -- the Table 2 setting is built by the same function as in qt-table2 (shared model)
-  if row.gamma == -0.025 and row.zeta == 1 then return ptq.qt_attention(cfg, "bert", "clipped") end
-  local a = { kind = "clipped_softmax", gamma = ptq.qt_gamma(row.gamma, 128, cfg.bert_T) }
+  if row.gamma == -0.025 and row.zeta == 1 then return papers.qt_attention(cfg, "bert", "clipped") end
+  local a = { kind = "clipped_softmax", gamma = papers.qt_gamma(row.gamma, 128, cfg.bert_T) }
   if row.zeta ~= 1 then a.zeta = row.zeta end
   return a
 end
@@ -87,8 +89,8 @@ local function train(run)
     for _, seed in ipairs(seeds.list(run.cfg)) do members[#members + 1] = { row = i, seed = seed } end
   end
   return run:sweep(members, function(it)
-    local spec = ptq.qt_spec(run.cfg, "bert", attn(run.cfg, ROWS[it.row]), it.seed)
-    return { row = it.row, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
+    local spec = papers.qt_spec(run.cfg, "bert", attn(run.cfg, ROWS[it.row]), it.seed)
+    return { row = it.row, seed = it.seed, spec = spec, handle = recipes.fit(run, spec) }
   end)
 end
 
@@ -96,7 +98,7 @@ local function analyze(run)
   local cfg = run.cfg
   local res = {}
   for _, t in ipairs(run.out.train) do
-    local r = ptq.qt_row(t.spec, t.handle, "bert", { n_eval = cfg.n_eval, n_calib = cfg.n_calib, n_stats = cfg.n_stats,
+    local r = papers.qt_row(t.spec, t.handle, "bert", { n_eval = cfg.n_eval, n_calib = cfg.n_calib, n_stats = cfg.n_stats,
                                                      weight_range = "minmax", estimator = "running_minmax" })
     r.row, r.seed, r.deg = t.row, t.seed, r.q - r.fp
     run:log("γ %g ζ %g seed %d: FP %.4g, max inf norm %.4g, kurtosis %.4g, W8A8 %.4g", ROWS[t.row].gamma, ROWS[t.row].zeta,
@@ -108,14 +110,14 @@ local function analyze(run)
   local labels = {}
   for i, r in ipairs(rows) do
     labels[i] = label(r)
-    v.gamma_paper[i], v.zeta[i], v.gamma_used[i] = r.gamma, r.zeta, ptq.qt_gamma(r.gamma, 128, cfg.bert_T)
+    v.gamma_paper[i], v.zeta[i], v.gamma_used[i] = r.gamma, r.zeta, papers.qt_gamma(r.gamma, 128, cfg.bert_T)
     v.paper_value[i] = { (r.paper or {})[1] or 0 / 0, (r.paper or {})[2] or 0 / 0, (r.paper or {})[3] or 0 / 0, (r.paper or {})[4] or 0 / 0 }
   end
   for _, q in ipairs(QUANTITIES) do
     local per, mu, sd = {}, {}, {}
     for i = 1, #rows do
       per[i] = {}
-      for k, s in ipairs(sl) do per[i][k] = (ptq.values(res, { row = i, seed = s }, q.key))[1] end
+      for k, s in ipairs(sl) do per[i][k] = (evaluate.values(res, { row = i, seed = s }, q.key))[1] end
       mu[i], sd[i] = seeds.stats(per[i])
     end
     v[q.name], v[q.name .. "_mean"], v[q.name .. "_sd"] = per, mu, sd
@@ -190,7 +192,7 @@ return {
   title = "Clipped softmax γ/ζ ablation on the BERT-style encoder",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Table 1",
              claim = "Only a negative γ (clipping to exact zeros) removes the outliers and makes W8A8 work; stretching with ζ > 1 and γ = 0 stays near vanilla." },
-  profiles = ptq.qt_profiles(extra),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.qt_profiles(extra),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -7,7 +7,7 @@
 -- γ = −1e−4 at 197 tokens; ζ = 1) and gated attention (a linear gate per head, π_init = 0.5).
 -- For each model report the FP metric (perplexity; top-1 accuracy for ViT), the max inf norm
 -- and the average kurtosis over QT's hooked tensors (docs/reference/metrics.md), and the metric after
--- static W8A8 post-training quantisation (outlierlab.ptq: symmetric per-tensor weights with
+-- static W8A8 post-training quantisation (outlierlab.compress.evaluate: symmetric per-tensor weights with
 -- min-max ranges — MSE for OPT —, asymmetric per-tensor activations from 16 calibration
 -- batches with running min-max — the 99.999th percentile for OPT —, attention scores and
 -- softmax outputs included, head and gates in full precision). Mean ± sd over the seeds; a
@@ -18,11 +18,13 @@
 -- (the llama family's RMSNorm decoder only: not applicable to post-LN BERT, the LayerNorm ViT and
 -- QT's per-head gate) and W4A4 after SmoothQuant (α = 0.5, n_calib calibration batches); and
 -- where the W8A8 loss comes from: W8 alone, A8 alone and A8 at one kind of op at a time
--- (ptq.W8A8_PARTS), the rest in full precision.
-local ptq = require "outlierlab.ptq"
+-- (evaluate.W8A8_PARTS), the rest in full precision.
 local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
 local quant = require "outlierlab.compress.rtn"
+local evaluate = require "outlierlab.compress.evaluate"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local FAMILIES = { "bert", "opt", "vit" }
 local VARIANTS = { "vanilla", "clipped", "gated" }
@@ -85,7 +87,7 @@ for _, q in ipairs({
 }) do
   vars[#vars + 1] = { q[1], dims = q[2], long_name = q[3] .. QUANT_NA, units = "1" }
 end
--- the parts of the W8A8 error one at a time (ptq.W8A8_PARTS), not in the paper
+-- the parts of the W8A8 error one at a time (evaluate.W8A8_PARTS), not in the paper
 for _, q in ipairs({
   { "part_degradation", { "family", "variant", "w8a8_part", "seed" }, "degradation when only this part of W8A8 is quantised (the rest in full precision), per seed; same units as w8a8_degradation" },
   { "part_degradation_mean", { "family", "variant", "w8a8_part" }, "degradation when only this part of W8A8 is quantised, mean over seeds" },
@@ -109,7 +111,7 @@ local FIG = figure.declare{
     { "seed", long_name = "training seed" },
     { "quantity", long_name = "quantity of QT Table 2", labels = true },
     { "quant_setting", long_name = "4-bit era post-training quantisation setting, not in the paper: RTN per-channel weights and per-token dynamic activations, with a Walsh-Hadamard rotation or SmoothQuant", labels = true },
-    { "w8a8_part", long_name = "the part of W8A8 quantised alone, the rest in full precision (ptq.W8A8_PARTS): the weights, the activations, or the activations of one kind of op", labels = true },
+    { "w8a8_part", long_name = "the part of W8A8 quantised alone, the rest in full precision (evaluate.W8A8_PARTS): the weights, the activations, or the activations of one kind of op", labels = true },
   },
   vars = vars,
   panels = panels,
@@ -126,8 +128,8 @@ local function train(run)
     end
   end
   return run:sweep(members, function(it)
-    local spec = ptq.qt_spec(run.cfg, it.family, ptq.qt_attention(run.cfg, it.family, it.variant), it.seed)
-    return { family = it.family, variant = it.variant, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
+    local spec = papers.qt_spec(run.cfg, it.family, papers.qt_attention(run.cfg, it.family, it.variant), it.seed)
+    return { family = it.family, variant = it.variant, seed = it.seed, spec = spec, handle = recipes.fit(run, spec) }
   end)
 end
 
@@ -146,7 +148,7 @@ local function analyze(run)
   local rows = {}
   for _, t in ipairs(run.out.train) do
     local ranges = w8a8_ranges(t.family)
-    local r = ptq.qt_row(t.spec, t.handle, t.family, {
+    local r = papers.qt_row(t.spec, t.handle, t.family, {
       n_eval = cfg.n_eval, n_calib = cfg.n_calib, n_stats = cfg.n_stats,
       weight_range = ranges.weight_range, estimator = ranges.estimator, percentile = ranges.percentile })
     r.family, r.variant, r.seed = t.family, t.variant, t.seed
@@ -154,16 +156,16 @@ local function analyze(run)
     run:log("%s %-8s seed %d: FP %.4g, max inf norm %.4g, kurtosis %.4g, W8A8 %.4g (%d sites)", t.family, t.variant,
             t.seed, r.fp, r.max_inf_norm, r.avg_kurtosis, r.q, r.sites)
     -- the 4-bit era's settings on the same model and held-out batches (a fresh copy of the model)
-    local ctx, m, L = ptq.load(t.spec, t.handle)
+    local ctx, m, L = recipes.load(t.spec, t.handle)
     -- QT's statistics of x_down alone (the parts table's largest kind on the decoder)
-    local xd = ptq.outlier_stats(ctx, m, { loader = L.val, n = cfg.n_stats, points = { "x_down" }, kurtosis = "qt_code" })
+    local xd = evaluate.outlier_stats(ctx, m, { loader = L.val, n = cfg.n_stats, points = { "x_down" }, kurtosis = "qt_code" })
     r.xd_max, r.xd_kurt = xd.max_inf_norm, xd.avg_kurtosis
     -- where the W8A8 loss comes from: one part quantised at a time, the rest in full precision
     -- (W8A8 restores the model after each)
     r.parts = {}
     local pw = {}
-    for pi, part in ipairs(ptq.W8A8_PARTS) do
-      local q = ptq.w8a8(ctx, m, { metric = L.metric, loader = L.val, n = cfg.n_eval, calib_loader = L.calib,
+    for pi, part in ipairs(evaluate.W8A8_PARTS) do
+      local q = evaluate.w8a8(ctx, m, { metric = L.metric, loader = L.val, n = cfg.n_eval, calib_loader = L.calib,
                                    n_calib = cfg.n_calib, wbits = part.wbits, abits = 8, kinds = part.kinds,
                                    weight_range = ranges.weight_range, estimator = ranges.estimator, percentile = ranges.percentile })
       r.parts[pi] = degradation(t.family, r.fp, q.value)
@@ -181,8 +183,8 @@ local function analyze(run)
   local v = { paper_value = {}, n_seeds = #sl, clipped_gamma = {}, tokens = {} }
   local fams = families(cfg)
   for fi, fam in ipairs(fams) do
-    v.tokens[fi] = ptq.qt_tokens(cfg, fam)
-    local c = ptq.qt_attention(cfg, fam, "clipped")
+    v.tokens[fi] = papers.qt_tokens(cfg, fam)
+    local c = papers.qt_attention(cfg, fam, "clipped")
     v.clipped_gamma[fi] = c.gamma or -c.alpha / v.tokens[fi]
     v.paper_value[fi] = {}
     for vi, var in ipairs(VARIANTS) do v.paper_value[fi][vi] = PAPER[fam][var] end
@@ -193,7 +195,7 @@ local function analyze(run)
       per[fi], mu[fi], sd[fi] = {}, {}, {}
       for vi, var in ipairs(VARIANTS) do
         per[fi][vi] = {}
-        for k, s in ipairs(sl) do per[fi][vi][k] = (ptq.values(rows, { family = fam, variant = var, seed = s }, q.key))[1] end
+        for k, s in ipairs(sl) do per[fi][vi][k] = (evaluate.values(rows, { family = fam, variant = var, seed = s }, q.key))[1] end
         mu[fi][vi], sd[fi][vi] = seeds.stats(per[fi][vi])
       end
     end
@@ -207,7 +209,7 @@ local function analyze(run)
   for fi, fam in ipairs(fams) do
     for _, k in ipairs(QV) do v[k][fi] = {} end
     for vi, var in ipairs(VARIANTS) do
-      local ms = ptq.values(rows, { family = fam, variant = var }, "quant")
+      local ms = evaluate.values(rows, { family = fam, variant = var }, "quant")
       local c = quant.over_seeds(ms, function(fp, q) return degradation(fam, fp, q) end)
       v.quant_metric[fi][vi], v.quant_metric_mean[fi][vi], v.quant_metric_sd[fi][vi] = c.value, c.mean, c.sd
       v.quant_degradation[fi][vi], v.quant_degradation_mean[fi][vi], v.quant_degradation_sd[fi][vi] = c.change, c.change_mean, c.change_sd
@@ -226,8 +228,8 @@ local function analyze(run)
     for vi, var in ipairs(VARIANTS) do
       local per, mu, sd = {}, {}, {}
       local by_seed = {}   -- each seed's parts, looked up once
-      for k, s in ipairs(sl) do by_seed[k] = (ptq.values(rows, { family = fam, variant = var, seed = s }, "parts"))[1] end
-      for pi = 1, #ptq.W8A8_PARTS do
+      for k, s in ipairs(sl) do by_seed[k] = (evaluate.values(rows, { family = fam, variant = var, seed = s }, "parts"))[1] end
+      for pi = 1, #evaluate.W8A8_PARTS do
         per[pi] = {}
         for k = 1, #sl do per[pi][k] = by_seed[k][pi] end
         mu[pi], sd[pi] = seeds.stats(per[pi])
@@ -236,7 +238,7 @@ local function analyze(run)
     end
   end
   local pn = {}
-  for i, part in ipairs(ptq.W8A8_PARTS) do pn[i] = part.short end
+  for i, part in ipairs(evaluate.W8A8_PARTS) do pn[i] = part.short end
   local fn, vn, qn = {}, {}, {}
   for i, f in ipairs(fams) do fn[i] = FAMILY_NAME[f] end
   for i, x in ipairs(VARIANTS) do vn[i] = VARIANT_NAME[x] end
@@ -277,18 +279,18 @@ end
 local function parts_table(v, fams)
   local ns = v.n_seeds
   local head = { "model", "attention", "W8A8 (all)" }
-  for _, part in ipairs(ptq.W8A8_PARTS) do head[#head + 1] = part.label end
+  for _, part in ipairs(evaluate.W8A8_PARTS) do head[#head + 1] = part.label end
   head[#head + 1] = "x_down: max inf norm"
   head[#head + 1] = "x_down: avg kurtosis"
   local out = { "### Where the W8A8 loss comes from, not in the paper", "",
-    "The same models, batches and quantisers as the W8A8 column, with one part quantised and the rest in full precision: the weights alone, the activations alone, or the activations at the outputs of one kind of op (ptq.W8A8_PARTS; the final head stays in full precision). Each cell: the degradation (perplexity; ViT: top-1 points), mean ± sd over " .. ns .. " seed(s). The parts do not add up: rounding errors compound through the layers. The last two columns: QT's max inf norm and kurtosis of the tensor x_down alone (the input of W_down) on the held-out batches, mean ± sd over the seeds.",
+    "The same models, batches and quantisers as the W8A8 column, with one part quantised and the rest in full precision: the weights alone, the activations alone, or the activations at the outputs of one kind of op (evaluate.W8A8_PARTS; the final head stays in full precision). Each cell: the degradation (perplexity; ViT: top-1 points), mean ± sd over " .. ns .. " seed(s). The parts do not add up: rounding errors compound through the layers. The last two columns: QT's max inf norm and kurtosis of the tensor x_down alone (the input of W_down) on the held-out batches, mean ± sd over the seeds.",
     "", "| " .. table.concat(head, " | ") .. " |", "|" .. string.rep("---|", #head) }
   local largest = {}
   for fi, fam in ipairs(fams) do
     for vi, var in ipairs(VARIANTS) do
       local cells = { FAMILY_NAME[fam], VARIANT_NAME[var], seeds.pm_of(v.w8a8_degradation_mean(fi, vi), v.w8a8_degradation_sd(fi, vi), ns, "%+.3g") }
       local best, bi = -math.huge, nil
-      for pi, part in ipairs(ptq.W8A8_PARTS) do
+      for pi, part in ipairs(evaluate.W8A8_PARTS) do
         local mu = v.part_degradation_mean(fi, vi, pi)
         cells[#cells + 1] = seeds.pm_of(mu, v.part_degradation_sd(fi, vi, pi), ns, "%+.3g")
         -- the largest single kind of activation (not the weights or all activations together)
@@ -300,7 +302,7 @@ local function parts_table(v, fams)
       if vi == 1 and bi then
         local all = v.w8a8_degradation_mean(fi, vi)
         largest[#largest + 1] = string.format("%s vanilla: W8 alone %+.3g, A8 alone %+.3g of the full %+.3g; the largest single kind: %s (%+.3g)",
-          FAMILY_NAME[fam], v.part_degradation_mean(fi, vi, 1), v.part_degradation_mean(fi, vi, 2), all, ptq.W8A8_PARTS[bi].label, best)
+          FAMILY_NAME[fam], v.part_degradation_mean(fi, vi, 1), v.part_degradation_mean(fi, vi, 2), all, evaluate.W8A8_PARTS[bi].label, best)
       end
     end
   end
@@ -428,7 +430,7 @@ return {
   title = "W8A8 quantisation of vanilla, clipped-softmax and gated-attention BERT, OPT and ViT models",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Table 2",
              claim = "Clipped softmax and gated attention remove the outliers (lower max inf norm and kurtosis) at the same FP quality, and the models then keep their quality under W8A8 post-training quantisation, unlike vanilla softmax." },
-  profiles = ptq.qt_profiles({ quick = { families = FAMILIES }, default = { families = FAMILIES }, paper = { families = FAMILIES } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.qt_profiles({ quick = { families = FAMILIES }, default = { families = FAMILIES }, paper = { families = FAMILIES } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -14,15 +14,15 @@
 -- from n_calib calibration batches: the organism's training split, or the text's sequences after
 -- the evaluated ones). The rotation needs the llama family's RMSNorm pre-norm blocks: for a
 -- GPT-2 or OPT model those settings are reported as not applicable, with the reason.
-local E = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
 local quant = require "outlierlab.compress.rtn"
 local text = require "outlierlab.data.text"
+local recipes = require "outlierlab.recipes"
 
 -- this experiment analyses imported decoders too (--model=DIR --text=FILE; outlierlab.pretrained's
 -- list of analysis experiments: the next-token loss on a text needs no masking)
 
-local model_spec = E.llama_lm_spec   -- so-fig3's decoder: one trained model
+local model_spec = recipes.llama_lm_spec   -- so-fig3's decoder: one trained model
 
 -- the rotation alone (no bits: nothing quantised), then the leaderboard's settings, the formats and the KV cache
 local ROTATION = { name = "hadamard", label = "Hadamard rotation alone", hadamard = true }
@@ -56,7 +56,7 @@ local FIG = figure.declare{
   },
 }
 
-local function train(run) return E.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 -- the held-out and calibration batches: an imported model reads the text (the first eval_batches
 -- batches evaluated, the next n_calib calibrate), the organism its validation and training splits
@@ -74,7 +74,7 @@ end
 
 local function analyze(run)
   local cfg = run.cfg
-  local ctx, m, L = E.load_model(model_spec(cfg), run.out.train)
+  local ctx, m, L = recipes.load(model_spec(cfg), run.out.train)
   if m.streamed then
     error("experiment quant: the model is run layer by layer (--stream, or its fp32 weights exceed half the available memory); " ..
       "quantisation changes its weights in memory and needs the whole model: --stream=no on a machine with enough memory", 0)
@@ -157,7 +157,7 @@ return {
   source = { paper = "QuaRot (Ashkboos et al. 2024), SmoothQuant (Xiao et al. 2023)", figure = "baselines on one model (or --model=DIR)",
              claim = "A Walsh–Hadamard rotation of the residual stream is exact in full precision, and W4A4 round-to-nearest after it keeps most of the quality that plain W4A4 loses." },
   -- so-fig3's profiles (one trained model), with SmoothQuant's calibration batches (long: default's)
-  profiles = E.profiles_with(E.LLAMA_LM_PROFILES, { quick = { n_calib = 1 }, default = { n_calib = 4 }, paper = { n_calib = 16 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { n_calib = 1 }, default = { n_calib = 4 }, paper = { n_calib = 16 } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -18,7 +18,6 @@
 -- and the peak |h| (the Qwen team's "peak activation"); and the loss after RTN W8A8, W4A8, W4A4, W4A4 + Walsh–Hadamard rotation and W4A4 +
 -- SmoothQuant (outlierlab.compress.rtn; per-channel weights, per-token activations). Mean ± sd over
 -- seeds; a difference against vanilla counts only beyond the seed spread (outlierlab.seeds).
-local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
 local views = require "outlierlab.figure.views"
@@ -26,7 +25,9 @@ local quant = require "outlierlab.compress.rtn"
 local analysis = require "outlierlab.measure.metrics"
 local AR = require "outlierlab.measure.recent"
 local residual = require "outlierlab.measure.residual"
-local E = require "outlierlab.experiment"
+local config = require "outlierlab.config"
+local evaluate = require "outlierlab.compress.evaluate"
+local recipes = require "outlierlab.recipes"
 
 -- key, short (the figure's bar label), label (the table's), attention spec (nil: softmax), optimizer,
 -- norm_gain, the paper's claim
@@ -128,11 +129,11 @@ local FIG = figure.declare{
 }
 
 local function spec_of(cfg, v, seed)
-  local c = ptq.copy(cfg)
+  local c = config.deep_copy(cfg)
   c.seed = seed
   c.optimizer, c.norm_gain, c.embed_proj = v.optimizer, v.norm_gain, v.embed_proj
   for k, x in pairs(v.model or {}) do c[k] = x end
-  local spec = E.llama_lm_spec(c)
+  local spec = recipes.llama_lm_spec(c)
   if v.attention then spec.model.overrides.attention = type(v.attention) == "string" and { kind = v.attention } or v.attention end
   return spec
 end
@@ -145,7 +146,7 @@ local function train(run)
   end
   return run:sweep(list, function(it)
     local spec = spec_of(run.cfg, BY_KEY[it.key], it.seed)
-    local h = ptq.train(run, spec)
+    local h = recipes.fit(run, spec)
     return { key = it.key, seed = it.seed, spec = spec, handle = h }
   end)
 end
@@ -184,7 +185,7 @@ local function analyze(run)
   local cfg = run.cfg
   local rows = {}
   for _, t in ipairs(run.out.train) do
-    local ctx, m, L = ptq.load(t.spec, t.handle)
+    local ctx, m, L = recipes.load(t.spec, t.handle)
     local val = quant.batches(ctx, L.val(), cfg.n_eval)
     local calib = quant.batches(ctx, L.calib(), cfg.n_calib)
     local r = { key = t.key, seed = t.seed }
@@ -210,17 +211,17 @@ local function analyze(run)
     v.metric_value[vi], v.metric_mean[vi], v.metric_sd[vi] = {}, {}, {}
     v.quant_loss[vi], v.quant_delta_mean[vi], v.quant_delta_sd[vi] = {}, {}, {}
     local fp = {}
-    for si, s in ipairs(sl) do fp[si] = (ptq.values(rows, { key = key, seed = s }, "val_loss"))[1] end
+    for si, s in ipairs(sl) do fp[si] = (evaluate.values(rows, { key = key, seed = s }, "val_loss"))[1] end
     for mi, mk in ipairs(METRICS) do
       local xs = {}
-      for si, s in ipairs(sl) do xs[si] = (ptq.values(rows, { key = key, seed = s }, mk))[1] end
+      for si, s in ipairs(sl) do xs[si] = (evaluate.values(rows, { key = key, seed = s }, mk))[1] end
       v.metric_value[vi][mi] = xs
       v.metric_mean[vi][mi], v.metric_sd[vi][mi] = seeds.stats(xs)
     end
     v.sink_rate_mean[vi], v.sink_rate_sd[vi] = v.metric_mean[vi][2], v.metric_sd[vi][2]
     for qi, q in ipairs(QUANT) do
       local xs = {}
-      for si, s in ipairs(sl) do xs[si] = (ptq.values(rows, { key = key, seed = s }, q))[1] end
+      for si, s in ipairs(sl) do xs[si] = (evaluate.values(rows, { key = key, seed = s }, q))[1] end
       v.quant_loss[vi][qi] = xs
       v.quant_delta_mean[vi][qi], v.quant_delta_sd[vi][qi] = seeds.stats(seeds.map(xs, function(x, si) return x - fp[si] end))
     end
@@ -295,7 +296,7 @@ local function summary(run)
 end
 
 local function profile(name, extra)
-  local c = ptq.copy(E.LLAMA_LM_PROFILES[name])
+  local c = config.deep_copy(recipes.LLAMA_LM_PROFILES[name])
   for k, val in pairs(extra) do c[k] = val end
   return c
 end
@@ -314,8 +315,7 @@ return {
     default = profile("default", { n_seeds = 3, n_eval = 8, n_calib = 4, variants = KEYS }),
     long = profile("long", { n_seeds = 3, n_eval = 8, n_calib = 4, variants = KEYS }),
   },
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
-             { "views", views.stage{ key = function(it) return it.key end, label = function(it) return BY_KEY[it.key].label end,
-                                   keep = function(it, run) return it.seed == run.cfg.seed end } } },
+  stages = figure.stages(train, analyze, FIG, { { "views", views.stage{ key = function(it) return it.key end, label = function(it) return BY_KEY[it.key].label end,
+                                   keep = function(it, run) return it.seed == run.cfg.seed end } } }),
   summary = summary,
 }

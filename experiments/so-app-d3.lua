@@ -8,12 +8,14 @@
 -- attention outlier keys (SO's code rule: head-averaged cumulative attention Â_j >= 0.1·n, any
 -- layer), counted by position and by token category. SO finds the outliers at every length, at
 -- the first token and weak-semantic tokens, their positions shifting with the text.
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig3: one trained model
 local CATS = analysis.categories
 
 local FIG = figure.declare{
@@ -43,12 +45,12 @@ local FIG = figure.declare{
   },
 }
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)
+  local ctx, m = recipes.load(spec, run.out.train)
   local T = cfg.seq_len
   -- the ids of the first held-out batch
   local rows, B
@@ -59,7 +61,7 @@ local function analyze(run)
     rows = {}
     for i = 0, B * T - 1 do rows[i + 1] = batch.ids.idata[i] end
   end)
-  exp_runner.probe_batches(ctx, m, P0, corpus, spec, 1)
+  batches.probe_batches(ctx, m, P0, corpus, spec, 1)
   local lengths = {}
   for _, n in ipairs({ math.floor(T / 4), math.floor(T / 2), T }) do if n >= 4 then lengths[#lengths + 1] = n end end
   local apos, tpos, acat, tcat, na, nt, iw = {}, {}, {}, {}, {}, {}, {}
@@ -129,7 +131,7 @@ return {
   title = "Outliers at several sequence lengths: their positions shift, their presence does not",
   source = { paper = "SO (An et al. 2025)", figure = "App. D.3",
              claim = "The sequence length does not affect whether attention outliers exist, only where they sit; they stay at the first token and weak-semantic tokens." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

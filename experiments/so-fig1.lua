@@ -8,20 +8,21 @@
 -- share on the initial token. Outlier counts use SO's rule |x| > τ·mean|x|. With --model=DIR
 -- --text=FILE the same view of an imported model reproduces SO Fig. 13–22 (other model families
 -- and fine-tuned models).
-local exp_runner = require "outlierlab.experiment"
 local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
 local views = require "outlierlab.figure.views"
+local batcher = require "outlierlab.data.batcher"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig3: one trained model
 local FIG = overview.declare("Systematic outliers in x_down, W_down, h and A (SO Fig. 1, reproduced)")
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)
+  local ctx, m = recipes.load(spec, run.out.train)
   local label = run.pretrained and run.pretrained.name or "LLaMA-style (" .. cfg.preset .. ")"
   return overview.data({ { label = label, o = overview.measure(ctx, m, corpus, spec, cfg.tau) } }, cfg.tau)
 end
@@ -44,8 +45,7 @@ return {
   title = "Systematic outliers in one model: x_down, W_down, h and the attention map",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 1 (and Fig. 13–22 with --model)",
              claim = "Outliers appear systematically in four places of one model: activation outliers in x_down and h, weight outliers in W_down, attention outliers at the initial token." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
-             { "views", views.stage{ spec = model_spec } } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
+  stages = figure.stages(train, analyze, FIG, { { "views", views.stage{ spec = model_spec } } }),
   summary = summary,
 }

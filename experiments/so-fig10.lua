@@ -2,17 +2,17 @@
 -- so-fig11's top-3 magnitudes per layer.
 --
 -- Method (SO §5.2, Table 2, Fig. 10): the six GPT-2-style models of so-fig11 (the same specs
--- through ptq.so_spec, so the same cached models): (a) default softmax, (b) fixed bias v′,
+-- through papers.so_spec, so the same cached models): (a) default softmax, (b) fixed bias v′,
 -- (c) context-aware bias p′·v′, (d) attention bias (a learned key/value every query sees),
 -- (e) context-aware scaling, and sigmoid attention. For each, |h_l| over the tokens and channels
 -- of one held-out sequence, at the layer where its top-1/median |h| is largest
 -- (outlierlab.figure.overview), with the elements above τ·mean|h|. SO finds massive activations in
 -- (a)–(c) and none in (d), (e) and sigmoid attention.
-local ptq = require "outlierlab.ptq"
-local exp_runner = require "outlierlab.experiment"
 local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
 local views = require "outlierlab.figure.views"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local FIG = overview.declare("Activation outliers per attention variant (SO Fig. 10, reproduced)", {
   { kind = "bars", x = "model", y = "h_ratio", logy = true, title = "top-1 / median |h| at each variant's most massive layer" },
@@ -22,14 +22,14 @@ local FIG = overview.declare("Activation outliers per attention variant (SO Fig.
 })
 
 local function train(run)
-  return run:sweep(ptq.SO_VARIANTS, function(var)
-    local spec = ptq.so_spec(run.cfg, var, 1)
-    return { variant = var, spec = spec, handle = ptq.train(run, spec) }
+  return run:sweep(papers.SO_VARIANTS, function(var)
+    local spec = papers.so_spec(run.cfg, var, 1)
+    return { variant = var, spec = spec, handle = recipes.fit(run, spec) }
   end)
 end
 
 local function analyze(run)
-  return overview.analyze_sweep(run, function(v) return ptq.SO_LABELS[v] end)
+  return overview.analyze_sweep(run, function(v) return papers.SO_LABELS[v] end)
 end
 
 local function summary(run)
@@ -39,7 +39,7 @@ local function summary(run)
   local parts, ok = {}, true
   for k, label in ipairs(a.coords.model) do
     parts[#parts + 1] = string.format("%s %.3g (%d > τ·mean)", label, v.h_ratio[k], v.h_outliers[k])
-    local var = ptq.SO_VARIANTS[k]
+    local var = papers.SO_VARIANTS[k]
     local prevents = v.h_ratio[k] < 0.5 * base
     if var == "attn_bias" or var == "ca_scale" or var == "sigmoid" then ok = ok and prevents
     elseif var ~= "softmax" then ok = ok and not prevents end
@@ -59,8 +59,7 @@ return {
   title = "Activation outliers in h for each attention variant (a)–(e) and sigmoid attention",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 10",
              claim = "Attention bias (d) and context-aware scaling (e) (and sigmoid attention) prevent the activation outliers that (a) default, (b) fixed bias and (c) context-aware bias attention show." },
-  profiles = ptq.so_profiles({ quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
-             { "views", views.stage{ key = function(it) return it.variant end, label = function(it) return ptq.SO_LABELS[it.variant] end } } },
+  profiles = papers.so_profiles({ quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
+  stages = figure.stages(train, analyze, FIG, { { "views", views.stage{ key = function(it) return it.variant end, label = function(it) return papers.SO_LABELS[it.variant] end } } }),
   summary = summary,
 }

@@ -10,10 +10,12 @@
 -- averaged over sequences (docs/reference/metrics.md, "Top-k and median per layer"); report mean ± sd
 -- over the seeds. SO finds (d), (e) and sigmoid attention free of the massive activations,
 -- while (b) and (c) keep them. The models are shared with so-fig12 and (softmax, ca_scale)
--- so-table3 (ptq.so_spec).
-local ptq = require "outlierlab.ptq"
+-- so-table3 (papers.so_spec).
 local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
+local evaluate = require "outlierlab.compress.evaluate"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local FIG = figure.declare{
   title = "Top-3 and median |h| per layer by attention variant (SO Fig. 11, reproduced; mean ± sd over {=n_seeds} seed(s))",
@@ -47,9 +49,9 @@ local FIG = figure.declare{
 
 -- one model per (variant, seed); under MPI the models spread over groups of ranks (run:sweep)
 local function train(run)
-  return run:sweep(seeds.members(ptq.SO_VARIANTS, run.cfg), function(it)
-    local spec = ptq.so_spec(run.cfg, it.variant, it.seed)
-    return { variant = it.variant, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
+  return run:sweep(seeds.members(papers.SO_VARIANTS, run.cfg), function(it)
+    local spec = papers.so_spec(run.cfg, it.variant, it.seed)
+    return { variant = it.variant, seed = it.seed, spec = spec, handle = recipes.fit(run, spec) }
   end)
 end
 
@@ -57,9 +59,9 @@ local function analyze(run)
   local per = {}   -- per[variant][seed] = { top = {{3}...}, median = {...}, ratio, max_top1 }
   local layers
   for _, t in ipairs(run.out.train) do
-    local ctx, m, L = ptq.load(t.spec, t.handle)
+    local ctx, m, L = recipes.load(t.spec, t.handle)
     -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/reference/metrics.md)
-    local s = ptq.outlier_stats(ctx, m, { loader = L.val, n = run.cfg.n_eval, points = { "h" }, topk = 3, median = "lower" })
+    local s = evaluate.outlier_stats(ctx, m, { loader = L.val, n = run.cfg.n_eval, points = { "h" }, topk = 3, median = "lower" })
     local r = { top = {}, median = {}, ratio = 0, max_top1 = s.max_inf_norm }
     layers = {}
     for i, p in ipairs(s.per) do
@@ -75,8 +77,8 @@ local function analyze(run)
   local v = { topk_abs = {}, topk_abs_sd = {}, median_abs = {}, median_abs_sd = {}, top1_over_median_per_seed = {},
               top1_over_median = {}, top1_over_median_sd = {}, max_top1 = {}, max_top1_sd = {}, n_seeds = #sl }
   local labels = {}
-  for vi, var in ipairs(ptq.SO_VARIANTS) do
-    labels[vi] = ptq.SO_LABELS[var]
+  for vi, var in ipairs(papers.SO_VARIANTS) do
+    labels[vi] = papers.SO_LABELS[var]
     local function over_seeds(f) local xs = {} for k, s in ipairs(sl) do xs[k] = f(per[var][s]) end return xs end
     v.topk_abs[vi], v.topk_abs_sd[vi], v.median_abs[vi], v.median_abs_sd[vi] = {}, {}, {}, {}
     for li = 1, #layers do
@@ -96,7 +98,7 @@ local function summary(run)
   local v = figure.values(FIG, run.out.analyze)
   local ns = v.n_seeds
   local idx = {}
-  for i, var in ipairs(ptq.SO_VARIANTS) do idx[var] = i end
+  for i, var in ipairs(papers.SO_VARIANTS) do idx[var] = i end
   local function ratios(var)
     local xs = {}
     for s = 1, ns do xs[s] = v.top1_over_median_per_seed(idx[var], s) end
@@ -106,8 +108,8 @@ local function summary(run)
   local lines = { "| variant | max top-1 \\|h\\| | max over layers of top-1 / median | SO finds |", "|---|---|---|---|" }
   local expect = { softmax = "massive activations", fixed_bias = "massive activations", ca_bias = "massive activations",
                    attn_bias = "none", ca_scale = "none", sigmoid = "none" }
-  for _, var in ipairs(ptq.SO_VARIANTS) do
-    lines[#lines + 1] = string.format("| %s | %s | %s | %s |", ptq.SO_LABELS[var], pm("max_top1", var), pm("top1_over_median", var), expect[var])
+  for _, var in ipairs(papers.SO_VARIANTS) do
+    lines[#lines + 1] = string.format("| %s | %s | %s | %s |", papers.SO_LABELS[var], pm("max_top1", var), pm("top1_over_median", var), expect[var])
   end
   -- "prevents" = ratio below half the default model's, "keeps" = above half of it, both beyond the seed spread
   local half = seeds.scale(ratios("softmax"), 0.5)
@@ -115,13 +117,13 @@ local function summary(run)
   for _, var in ipairs({ "attn_bias", "ca_scale", "sigmoid" }) do
     local c = seeds.compare(ratios(var), half)
     outcomes[#outcomes + 1] = seeds.outcome(c, -1)
-    checks[#checks + 1] = string.format("- %s: ratio %s vs half the default's %s — %s", ptq.SO_LABELS[var], pm("top1_over_median", var),
+    checks[#checks + 1] = string.format("- %s: ratio %s vs half the default's %s — %s", papers.SO_LABELS[var], pm("top1_over_median", var),
       seeds.pm_of(v.half_default_ratio, v.half_default_ratio_sd, ns, "%.4g"), seeds.word(c, "prevents (as SO)", "does NOT prevent"))
   end
   for _, var in ipairs({ "fixed_bias", "ca_bias" }) do
     local c = seeds.compare(ratios(var), half)
     outcomes[#outcomes + 1] = seeds.outcome(c, 1)
-    checks[#checks + 1] = string.format("- %s: ratio %s vs half the default's %s — %s", ptq.SO_LABELS[var], pm("top1_over_median", var),
+    checks[#checks + 1] = string.format("- %s: ratio %s vs half the default's %s — %s", papers.SO_LABELS[var], pm("top1_over_median", var),
       seeds.pm_of(v.half_default_ratio, v.half_default_ratio_sd, ns, "%.4g"), seeds.word(c, "does NOT keep them", "keeps them (as SO)"))
   end
   -- SO's massive activations are ~10³ × the median; below 20 × nothing is there to prevent
@@ -133,7 +135,7 @@ local function summary(run)
     paper = "GPT-2: (a) default, (b) fixed bias and (c) context-aware bias show massive activations (top-1 |h| in the thousands in the middle layers); (d) attention bias, (e) context-aware scaling and sigmoid attention do not",
     reproduced = string.format("top-1/median (max over layers, mean ± sd over %d seed(s)): %s", ns, (function()
       local p = {}
-      for _, var in ipairs(ptq.SO_VARIANTS) do p[#p + 1] = string.format("%s %s", var, pm("top1_over_median", var, "%.3g")) end
+      for _, var in ipairs(papers.SO_VARIANTS) do p[#p + 1] = string.format("%s %s", var, pm("top1_over_median", var, "%.3g")) end
       return table.concat(p, ", ") end)()),
     holds = holds,
     notes = table.concat({ table.concat(lines, "\n"), "",
@@ -152,7 +154,7 @@ return {
   title = "Top-3 activation magnitudes per layer for the attention variants (a)–(e) and sigmoid attention",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 11 (and Fig. 23)",
              claim = "Attention bias (d), context-aware scaling (e) and sigmoid attention prevent massive activations; fixed bias (b) and context-aware bias (c) do not." },
-  profiles = ptq.so_profiles(),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.so_profiles(),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -7,9 +7,10 @@
 -- context-aware scaling factor converges faster early in training. Checked here: mean
 -- training loss over the first 20 % of the steps, and over the last 10 %, mean ± sd over the
 -- seeds; a difference counts only beyond the seed spread (outlierlab.judge.seeds).
-local ptq = require "outlierlab.ptq"
 local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local FIG = figure.declare{
   title = "Training loss by attention variant (SO Fig. 12, reproduced; mean over {=n_seeds} seed(s))",
@@ -43,8 +44,8 @@ local FIG = figure.declare{
 
 -- one model per (variant, seed); under MPI the models spread over groups of ranks (run:sweep)
 local function train(run)
-  return run:sweep(seeds.members(ptq.SO_VARIANTS, run.cfg), function(it)
-    local h = ptq.train(run, ptq.so_spec(run.cfg, it.variant, it.seed))
+  return run:sweep(seeds.members(papers.SO_VARIANTS, run.cfg), function(it)
+    local h = recipes.fit(run, papers.so_spec(run.cfg, it.variant, it.seed))
     return { variant = it.variant, seed = it.seed, losses = h.info.losses, seconds = h.info.train_seconds }
   end)
 end
@@ -68,8 +69,8 @@ local function analyze(run)
   local v = { train_loss = {}, train_loss_per_seed = {}, running_mean_loss = {}, early_loss = {}, early_loss_sd = {},
               early_loss_per_seed = {}, late_loss = {}, late_loss_sd = {}, late_loss_per_seed = {}, window = w, n_seeds = #sl }
   local labels = {}
-  for vi, var in ipairs(ptq.SO_VARIANTS) do
-    labels[vi] = ptq.SO_LABELS[var]
+  for vi, var in ipairs(papers.SO_VARIANTS) do
+    labels[vi] = papers.SO_LABELS[var]
     local curves, early, late = {}, {}, {}
     for k, s in ipairs(sl) do
       local l = per[var][s]
@@ -100,7 +101,7 @@ local function summary(run)
   local v = figure.values(FIG, run.out.analyze)
   local ns = v.n_seeds
   local idx = {}
-  for i, var in ipairs(ptq.SO_VARIANTS) do idx[var] = i end
+  for i, var in ipairs(papers.SO_VARIANTS) do idx[var] = i end
   local function pm(name, var) return seeds.pm_of(v[name][idx[var]], v[name .. "_sd"][idx[var]], ns, "%.4f") end
   local function per_seed(name, var)
     local xs = {}
@@ -108,8 +109,8 @@ local function summary(run)
     return xs
   end
   local lines = { "| variant | mean loss, first 20 % of steps | mean loss, last 10 % |", "|---|---|---|" }
-  for _, var in ipairs(ptq.SO_VARIANTS) do
-    lines[#lines + 1] = string.format("| %s | %s | %s |", ptq.SO_LABELS[var], pm("early_loss", var), pm("late_loss", var))
+  for _, var in ipairs(papers.SO_VARIANTS) do
+    lines[#lines + 1] = string.format("| %s | %s | %s |", papers.SO_LABELS[var], pm("early_loss", var), pm("late_loss", var))
   end
   local c = seeds.compare(per_seed("early_loss", "ca_scale"), per_seed("early_loss", "softmax"))
   return {
@@ -128,7 +129,7 @@ return {
   title = "Training loss of GPT-2 with the attention variants (a)–(e) and sigmoid attention",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 12",
              claim = "The context-aware scaling factor converges faster than the default attention early in training." },
-  profiles = ptq.so_profiles(),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.so_profiles(),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

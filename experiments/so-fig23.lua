@@ -1,26 +1,26 @@
 -- SO Fig. 23 — no systematic outliers with sigmoid attention (SO App. D.1).
 --
 -- Method: the GPT-2-style models of so-fig11 with default softmax attention and with sigmoid
--- attention, sigmoid(s + b)·V with b = −log T (the same specs through ptq.so_spec, so the same
+-- attention, sigmoid(s + b)·V with b = −log T (the same specs through papers.so_spec, so the same
 -- cached models); SO Fig. 1's four views of each (outlierlab.figure.overview) side by side on the same
 -- held-out sequence. SO finds the sigmoid model free of the outliers the softmax model has.
-local ptq = require "outlierlab.ptq"
-local exp_runner = require "outlierlab.experiment"
 local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local VARIANTS = { "softmax", "sigmoid" }
 local FIG = overview.declare("Softmax against sigmoid attention: x_down, W_down, h and A (SO Fig. 23, reproduced)")
 
 local function train(run)
   return run:sweep(VARIANTS, function(var)
-    local spec = ptq.so_spec(run.cfg, var, 1)
-    return { variant = var, spec = spec, handle = ptq.train(run, spec) }
+    local spec = papers.so_spec(run.cfg, var, 1)
+    return { variant = var, spec = spec, handle = recipes.fit(run, spec) }
   end)
 end
 
 local function analyze(run)
-  return overview.analyze_sweep(run, function(v) return ptq.SO_LABELS[v] end)
+  return overview.analyze_sweep(run, function(v) return papers.SO_LABELS[v] end)
 end
 
 local function summary(run)
@@ -40,7 +40,7 @@ return {
   title = "Sigmoid attention against softmax: x_down, W_down, h and the attention map",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 23 (App. D.1)",
              claim = "Sigmoid attention eliminates the systematic outliers that softmax attention produces." },
-  profiles = ptq.so_profiles({ quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.so_profiles({ quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

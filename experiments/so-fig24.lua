@@ -5,9 +5,9 @@
 -- only its attention changed to (e) context-aware scaling, S_c(x)·softmax(s)·V with
 -- S_c(x) = 2·sigmoid(W_s x + b_s) per token and head (SO Table 2); SO Fig. 1's four views of each
 -- (outlierlab.figure.overview) side by side on the same held-out sequence.
-local exp_runner = require "outlierlab.experiment"
 local overview = require "outlierlab.figure.overview"
 local figure = require "outlierlab.figure"
+local recipes = require "outlierlab.recipes"
 
 local FIG = overview.declare("TinyLLaMA-style, default against context-aware scaling (SO Fig. 24, reproduced)")
 local VARIANTS = { "softmax", "ca_scale" }
@@ -15,7 +15,7 @@ local LABELS = { softmax = "(a) default softmax", ca_scale = "(e) context-aware 
 
 -- the shared spec, with only the attention changed
 local function spec_of(cfg, var)
-  local spec = exp_runner.llama_lm_spec(cfg)
+  local spec = recipes.llama_lm_spec(cfg)
   if var ~= "softmax" then spec.model.overrides.attention = { kind = var } end
   return spec
 end
@@ -23,12 +23,12 @@ end
 local function train(run)
   return run:sweep(VARIANTS, function(var)
     local spec = spec_of(run.cfg, var)
-    return { variant = var, spec = spec, handle = exp_runner.train_model(run, spec) }
+    return { variant = var, spec = spec, handle = recipes.fit(run, spec) }
   end)
 end
 
 local function analyze(run)
-  return overview.analyze_sweep(run, function(v) return LABELS[v] end, exp_runner.load_model)
+  return overview.analyze_sweep(run, function(v) return LABELS[v] end, recipes.load)
 end
 
 local function summary(run)
@@ -47,7 +47,7 @@ return {
   title = "TinyLLaMA-style model with context-aware scaling against the default: x_down, W_down, h and A",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 24 (App. D.2)",
              claim = "With the explicit context-aware scaling factor, a TinyLLaMA model has no systematic outliers." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

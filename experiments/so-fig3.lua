@@ -9,17 +9,20 @@
 -- weak-semantic, other) and outlier elements by channel. The paper finds outliers from the
 -- shallow layers on, persisting through the middle and vanishing in the last layers, at the
 -- initial token and weak-semantic tokens, in a few fixed channels.
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local remedies = require "outlierlab.measure.recent"
 local quant = require "outlierlab.compress.rtn"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
 local views = require "outlierlab.figure.views"
+local verdict = require "outlierlab.judge.verdict"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig6: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig6: one trained model
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local CATS = analysis.categories   -- initial, delimiter, weak, other
 -- the verdict's margins (SO §3: outliers at the initial and weak-semantic tokens, a few channels,
@@ -98,8 +101,8 @@ end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
-  local ctx, m, loaders = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
+  local ctx, m, loaders = recipes.load(spec, run.out.train)
   local C = m.cfg.d_model
   local function layer_stats(tau)
     -- median |h| as SO's code takes it (torch.median, the lower middle value; docs/reference/metrics.md)
@@ -110,7 +113,7 @@ local function analyze(run)
   local P = probes.new{ points = { "h" } }
   P:attach("h", stats)
   P:attach("h", loose)
-  exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
+  batches.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
   local res = stats:result()
   local t, tl = tally(res, C), tally(loose:result(), C)
   local layers, top, med = {}, {}, {}
@@ -172,17 +175,13 @@ local function summary(run)
   -- |h| of the last layer is at most VANISH of its peak ("vanishes in the last layers"). SO's
   -- rule finding no outlier at τ is a decided "does not hold at this scale": the outliers the
   -- claim is about are absent (the vanishing is still checked and reported).
-  local vanish = { v.last_top1 <= VANISH * v.peak_top1, string.format("last layer's top-1 = %.2f × the peak (needs ≤ %.1f)", v.last_top1 / v.peak_top1, VANISH) }
-  local checks = { { not none, string.format("outlier tokens at τ = %g: %d (needs ≥ 1)", a.attrs.tau, v.total_outlier_tokens) } }
+  local criteria = { { string.format("outlier tokens at τ = %g", a.attrs.tau), v.total_outlier_tokens, ">=", 1, fmt = "%d" } }
   if not none then
-    checks[#checks + 1] = { v.initial_weak_share >= SHARE_MIN, string.format("%.0f %% of the outlier tokens initial/weak/delimiter (needs ≥ %.0f %%)", 100 * v.initial_weak_share, 100 * SHARE_MIN) }
-    checks[#checks + 1] = { v.outlier_channels <= CHANNELS_MAX, string.format("%d outlier channel(s) (needs ≤ %d)", v.outlier_channels, CHANNELS_MAX) }
+    criteria[#criteria + 1] = { "share of the outlier tokens initial/weak/delimiter", v.initial_weak_share, ">=", SHARE_MIN, scale = 100, fmt = "%.0f", unit = " %" }
+    criteria[#criteria + 1] = { "outlier channels", v.outlier_channels, "<=", CHANNELS_MAX, fmt = "%d" }
   end
-  checks[#checks + 1] = vanish
-  local holds = true
-  for _, c in ipairs(checks) do holds = holds and c[1] end
-  local failed = {}
-  for _, c in ipairs(checks) do failed[#failed + 1] = (c[1] and "met: " or "not met: ") .. c[2] end
+  criteria[#criteria + 1] = { "last layer's top-1 / its peak", v.last_top1 / v.peak_top1, "<=", VANISH }
+  local judged = verdict.judge(criteria)
   local where = none and string.format("no outlier token at τ = %g", a.attrs.tau)
     or string.format("%d outlier tokens at τ = %g (%.0f %% initial, weak-semantic or delimiter) in %d channel(s), most in #%d",
                      v.total_outlier_tokens, a.attrs.tau, 100 * v.initial_weak_share, v.outlier_channels, v.top_channel)
@@ -190,9 +189,9 @@ local function summary(run)
     paper = "GPT-2 / LLaMA: top-1 |h| in the thousands against a median below 1 from the shallow layers on, vanishing in the last layers; outliers at the initial token and weak-semantic tokens, in a few fixed channels",
     reproduced = string.format("max over layers of top-1/median = %.1f; top-1 |h| peaks at layer %d (%.3g), last layer %.3g; %s",
       v.peak_ratio, v.peak_layer, v.peak_top1, v.last_top1, where),
-    holds = holds,
+    holds = judged.holds,
     notes = string.format("Criterion (with margins): outlier tokens at this τ, ≥ %.0f %% of them initial, weak-semantic or delimiter, in ≤ %d channels, and the last layer's top-1 ≤ %.1f × its peak. ",
-      100 * SHARE_MIN, CHANNELS_MAX, VANISH) .. (#failed > 0 and (table.concat(failed, "; ") .. ".") or "") ..
+      100 * SHARE_MIN, CHANNELS_MAX, VANISH) .. judged.text .. "." ..
       (none and " No element exceeds τ·mean|h| here: at this scale the model has none of the outliers SO's rule finds in LLMs, so the claim does not hold." or "") ..
       string.format(" At the looser τ/%d = %g (the second bars of the token and channel panels; not part of the verdict): %s.", LOOSE, a.attrs.tau_loose,
         v.total_outlier_tokens_loose == 0 and "no token either"
@@ -207,8 +206,7 @@ return {
   title = "Activation outliers in the layer outputs h of a LLaMA-style model: layers, tokens, channels",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 3",
              claim = "Activation outliers in h appear in shallow layers, persist through the middle layers and vanish in the last ones; they sit at the initial token and weak-semantic tokens, in a few fixed channels." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
-             { "views", views.stage{ spec = model_spec } } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
+  stages = figure.stages(train, analyze, FIG, { { "views", views.stage{ spec = model_spec } } }),
   summary = summary,
 }

@@ -9,13 +9,15 @@
 -- layers with the largest top-1/median are shown in detail: |x_down| of one held-out sequence
 -- over tokens and channels. SO finds the outliers confined to a few shallow and deep layers, at
 -- the start token and weak-semantic tokens, in a few channels.
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
 local inspect = require "outlierlab.measure.inspect"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig3: one trained model
 local CATS = analysis.categories
 
 local FIG = figure.declare{
@@ -54,19 +56,19 @@ local FIG = figure.declare{
   },
 }
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)
+  local ctx, m = recipes.load(spec, run.out.train)
   local rule = analysis.rule{ kind = "tau_mean", tau = cfg.tau, scope = "sequence" }
   local F = m.cfg.d_ff
   local stats = analysis.LayerStats{ T = cfg.seq_len, C = F, V = m.cfg.vocab_size, topk = 3, rule = rule,
                                      category = corpus.category }
   local P = probes.new{ points = { "x_down" } }
   P:attach("x_down", stats)
-  exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
+  batches.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
   local res = stats:result()
   local layers, top, top1, med, ntok, nch = {}, {}, {}, {}, {}, {}
   local bycat = { 0, 0, 0, 0 }
@@ -125,7 +127,7 @@ return {
   title = "Activation outliers in the down-projection inputs x_down: layers, tokens, two layers in detail",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 4",
              claim = "Activation outliers in x_down are confined to a few shallow and deep layers, at the start token and weak-semantic tokens, in a few channels." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -11,11 +11,12 @@
 -- models' ratios are O(10), so quick/default use τ_w = 5). The paper (LLaMA2-7B) finds the
 -- weight outliers concentrated in the down-projections W_down of the second layer and the
 -- last two layers; Fig. 5(b, c) show the per-column detail of those layers.
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local figure = require "outlierlab.figure"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3/so-fig6/so-table1: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig3/so-fig6/so-table1: one trained model
 
 -- the verdict's "clear factor": the largest down-projection ratio over the median of the
 -- other modules' ratios (all layers)
@@ -27,7 +28,7 @@ local function module_weight(blk, name)
   return blk.mlp[name].weight
 end
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function median(xs)
   local s = {}
@@ -81,9 +82,9 @@ local FIG = figure.declare{
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local _, m = exp_runner.load_model(spec, run.out.train)
+  local _, m = recipes.load(spec, run.out.train)
   local layers, col, row, ext, nout, down = {}, {}, {}, {}, {}, {}
-  for l, blk in exp_runner.blocks(m) do   -- a streamed model loads each layer in turn
+  for l, blk in batches.blocks(m) do   -- a streamed model loads each layer in turn
     layers[l] = l - 1
     col[l], row[l], ext[l], nout[l] = {}, {}, {}, {}
     for k, name in ipairs(MODULES) do
@@ -156,7 +157,7 @@ return {
   title = "Weight outliers: extremal ratio per layer and module of a LLaMA-style model",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 5",
              claim = "Weight outliers (columns whose largest |w| is far above the column mean) sit in the MLP down-projection W_down of a few shallow and deep layers." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau_w = 5 }, default = { tau_w = 5 }, paper = { tau_w = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau_w = 5 }, default = { tau_w = 5 }, paper = { tau_w = 1000 } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

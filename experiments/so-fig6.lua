@@ -9,15 +9,17 @@
 -- Count outliers per layer, per key token category and per (layer, head). The paper finds
 -- attention outliers at the same tokens as the activation outliers: the initial token and
 -- weak-semantic tokens.
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
 local views = require "outlierlab.figure.views"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig3: one trained model
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local CATS = analysis.categories
 
@@ -54,13 +56,13 @@ local FIG = figure.declare{
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
+  local ctx, m = recipes.load(spec, run.out.train)
   local la = analysis.LayerAttn{ T = cfg.seq_len, NH = m.cfg.n_head, rule = "tau_mean", tau = cfg.tau,
                                  frac = 0.1, category = corpus.category }
   local P = probes.new{ points = { "attn_probs" } }
   P:attach("attn_probs", la)
-  exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
+  batches.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
   local res = la:result()
   if #res.layers == 0 then error("so-fig6: the model reported no attn_probs probe", 0) end
   local NH = m.cfg.n_head
@@ -117,8 +119,7 @@ return {
   title = "Attention outliers per layer, key token category and head in a LLaMA-style model",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 6",
              claim = "Attention outliers (keys with a large cumulative attention) sit at the initial token and weak-semantic tokens, the same tokens as the activation outliers." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 5 }, default = { tau = 10 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) },
-             { "views", views.stage{ spec = model_spec } } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 5 }, default = { tau = 10 }, paper = { tau = 1000 } }),
+  stages = figure.stages(train, analyze, FIG, { { "views", views.stage{ spec = model_spec } } }),
   summary = summary,
 }

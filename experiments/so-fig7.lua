@@ -9,13 +9,15 @@
 -- share, and how extreme column c of W_down is (its max/mean, against the median column). The
 -- SwiGLU inputs of the element, gate and up, are shown with the layer's medians: SO finds weight
 -- outliers in the gate and up projections amplified by SiLU and the GLU product.
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local figure = require "outlierlab.figure"
 local inspect = require "outlierlab.measure.inspect"
 local overview = require "outlierlab.figure.overview"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig3: one trained model
 
 local FIG = figure.declare{
   title = "From a weight outlier to an activation outlier in one MLP (SO Fig. 7, reproduced)",
@@ -48,12 +50,12 @@ local FIG = figure.declare{
   },
 }
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)
+  local ctx, m = recipes.load(spec, run.out.train)
   local cap = inspect.capture(ctx, m, corpus, spec, { points = { "x_down", "ffn_out", "mlp_gate", "mlp_up" } })
   local best, layer = -1, 0
   for l, x in pairs(cap.t.x_down) do
@@ -72,7 +74,7 @@ local function analyze(run)
   for j = 1, Cd do out[j] = fo.data[(t - 1) * Cd + j] end
   local j = inspect.argmax_abs(out)
   local blk
-  for l, b in exp_runner.blocks(m) do if l - 1 == layer then blk = b break end end
+  for l, b in batches.blocks(m) do if l - 1 == layer then blk = b break end end
   local w = blk.mlp.down.weight
   local W = {}
   for k = 0, Cd * F - 1 do W[k + 1] = w.data[k] end
@@ -116,7 +118,7 @@ return {
   title = "From a weight outlier to an activation outlier: x_down channel times W_down column in one MLP",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 7",
              claim = "Weight outliers make activation outliers: the outlier channel of x_down times the matching column of W_down gives the massive value of the FFN output." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, { quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -9,11 +9,12 @@
 -- layer 3), against the same split for the other keys; and the value norms ‖v_j‖, the sink's
 -- against the median of the others. q and k are taken after the rotary embedding (what the
 -- score multiplies).
-local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
 local inspect = require "outlierlab.measure.inspect"
+local batcher = require "outlierlab.data.batcher"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig3: one trained model
 
 local FIG = figure.declare{
   title = "Q/K alignment and small values at the outlier token (SO Fig. 8, reproduced)",
@@ -46,12 +47,12 @@ local FIG = figure.declare{
   },
 }
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)
+  local ctx, m = recipes.load(spec, run.out.train)
   local cap = inspect.capture(ctx, m, corpus, spec, { points = { "attn_probs", "q", "k", "v" } })
   local T = cap.T
   local best = { s = -1 }
@@ -112,7 +113,7 @@ return {
   title = "Q/K alignment in a few dimensions at the outlier token, and its small value",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 8",
              claim = "Outlier tokens' keys align with the queries in a few dimensions, which makes the attention concentrate on them, while their values are small." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, {}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, {}),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

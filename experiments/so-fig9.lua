@@ -8,11 +8,12 @@
 -- shrinks where the updates have the sign opposite to h. Report the peak, the last layer's
 -- value, the share cancelled, and how many layers after the peak bring an opposite update (SO:
 -- the neutralisation is progressive rather than abrupt).
-local exp_runner = require "outlierlab.experiment"
 local figure = require "outlierlab.figure"
 local inspect = require "outlierlab.measure.inspect"
+local batcher = require "outlierlab.data.batcher"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig3: one trained model
 
 local FIG = figure.declare{
   title = "Cancellation of the massive activation in the final layers (SO Fig. 9, reproduced)",
@@ -38,12 +39,12 @@ local FIG = figure.declare{
   },
 }
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function analyze(run)
   local spec = model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)
+  local ctx, m = recipes.load(spec, run.out.train)
   local cap = inspect.capture(ctx, m, corpus, spec, { points = { "h", "attn_out", "ffn_out" } })
   local layers = {}
   for l in pairs(cap.t.h) do layers[#layers + 1] = l end
@@ -101,7 +102,7 @@ return {
   title = "Cancellation of the massive activation in the final layers by updates of the opposite sign",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 9",
              claim = "Outliers vanish in the final layers, cancelled progressively by updates of the opposite sign." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, {}),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, {}),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -27,12 +27,14 @@
 -- for rows, (3) fraction of tokens that are h outliers, (4) fraction of keys that are
 -- attention outliers: what random positions/channels would give.
 -- SO (LLaMA2-7B, 100 RedPajama samples of 2048 tokens): 100 %, 100 %, 100 %, 95 %.
-local exp_runner = require "outlierlab.experiment"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local figure = require "outlierlab.figure"
+local batcher = require "outlierlab.data.batcher"
+local batches = require "outlierlab.measure.batches"
+local recipes = require "outlierlab.recipes"
 
-local model_spec = exp_runner.llama_lm_spec   -- shared with so-fig3/so-fig5/so-fig6: one trained model
+local model_spec = recipes.llama_lm_spec   -- shared with so-fig3/so-fig5/so-fig6: one trained model
 
 -- activation τ values of the sweep (the paper's 1000 down to 2)
 local TAU_GRID = { 1000, 500, 200, 100, 50, 20, 10, 5, 3, 2 }
@@ -50,7 +52,7 @@ local ROWS = {
 }
 local PAPER_ROWS = 4   -- rows 1..4 are Table 1's; row 5 is row 4 with the code's rule, 6-7 extra
 
-local function train(run) return exp_runner.train_model(run, model_spec(run.cfg)) end
+local function train(run) return recipes.fit(run, model_spec(run.cfg)) end
 
 local function tau_rule(tau) return analysis.rule{ kind = "tau_mean", tau = tau, scope = "sequence" } end
 local function nan_if_nil(v) if v == nil then return 0 / 0 end return v end
@@ -122,13 +124,13 @@ end
 
 local function analyze(run)
   local cfg, spec = run.cfg, model_spec(run.cfg)
-  local corpus = exp_runner.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
-  local ctx, m = exp_runner.load_model(spec, run.out.train)
+  local corpus = batcher.corpus(spec.data, run)   -- --text with --model: the text in the model's tokens
+  local ctx, m = recipes.load(spec, run.out.train)
   local L, C, F, NH, T = m.cfg.n_layer, m.cfg.d_model, m.cfg.d_ff, m.cfg.n_head, cfg.seq_len
 
   -- weights: outlier columns and rows of every W_down
   local wcols, wrows, col_ratio, row_ratio = {}, {}, {}, {}
-  for l, blk in exp_runner.blocks(m) do   -- a streamed model loads each layer in turn
+  for l, blk in batches.blocks(m) do   -- a streamed model loads each layer in turn
     local r = analysis.weight_stats(blk.mlp.down.weight, { tau = cfg.tau_w })
     wcols[l], wrows[l], col_ratio[l], row_ratio[l] = r.outlier_cols, r.outlier_rows, r.col_ratio, r.row_ratio
   end
@@ -191,7 +193,7 @@ local function analyze(run)
       x_h.h_tokens, x_h.tokens = x_h.h_tokens + nh, x_h.tokens + T
     end
   end)
-  exp_runner.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
+  batches.probe_batches(ctx, m, P, corpus, spec, cfg.eval_batches)
   local nseq = cfg.eval_batches * cfg.batch
 
   local out = { L = L, C = C, F = F, NH = NH, T = T, nseq = nseq, tau_h = cfg.tau_h, tau_x = cfg.tau_x,
@@ -338,11 +340,11 @@ return {
   title = "Consistency between weight, activation and attention outliers in a LLaMA-style model",
   source = { paper = "SO (An et al. 2025)", figure = "Table 1",
              claim = "The three types of outliers coincide: weight outliers in W_down align with activation outliers of x_down and h in the feature dimension (100 %, 100 %), x_down and h outliers sit at the same tokens (100 %), and 95 % of the activation outliers in h overlap with attention outliers in the sequence dimension." },
-  profiles = exp_runner.profiles_with(exp_runner.LLAMA_LM_PROFILES, {
+  profiles = recipes.profiles_with(recipes.LLAMA_LM_PROFILES, {
     quick = { tau_h = 5, tau_x = 20, tau_att = 5, tau_w = 5 },
     default = { tau_h = 10, tau_x = 100, tau_att = 10, tau_w = 5 },
     paper = { tau_h = 1000, tau_x = 1000, tau_att = 1000, tau_w = 1000 },
   }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

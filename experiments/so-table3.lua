@@ -10,18 +10,21 @@
 -- pruning of the weights of all transformer layers (per layer; global pruning as an extra
 -- column). The compressed weights are the linear layers of the blocks (q, k, v, o, MLP up and
 -- down); the tied embedding / head and the scaling weights stay in full precision
--- (outlierlab.ptq). Mean ± sd over the seeds; a difference counts only beyond the seed spread
+-- (outlierlab.compress.evaluate). Mean ± sd over the seeds; a difference counts only beyond the seed spread
 -- (outlierlab.judge.seeds). The models are shared with so-fig11 and so-fig12 (same specs).
 -- Beside the paper's columns (not in the paper): the 4-bit era's settings of
 -- outlierlab.compress.rtn on the same models and held-out batches — RTN W8A8, W4A8, W4A4
 -- (per-channel weights, per-token dynamic activations), W4A4 after a Walsh–Hadamard rotation
 -- (the llama family's RMSNorm decoder of the default profiles; not applicable to the paper
 -- profile's GPT-2, a LayerNorm model) and W4A4 after SmoothQuant (α = 0.5, n_calib batches).
-local ptq = require "outlierlab.ptq"
 local compress = require "outlierlab.compress.fakequant"
 local seeds = require "outlierlab.judge.seeds"
 local figure = require "outlierlab.figure"
 local quant = require "outlierlab.compress.rtn"
+local config = require "outlierlab.config"
+local evaluate = require "outlierlab.compress.evaluate"
+local papers = require "outlierlab.recipes.papers"
+local recipes = require "outlierlab.recipes"
 
 local VARIANTS = { "softmax", "ca_scale" }
 local PAPER = { softmax = { 27.24, 93.44, 7235.68 }, ca_scale = { 26.95, 29.22, 39.47 } }
@@ -90,8 +93,8 @@ local FIG = figure.declare{
 -- over the members of a job array (run:sweep)
 local function train(run)
   return run:sweep(seeds.members(VARIANTS, run.cfg), function(it)
-    local spec = ptq.so_spec(run.cfg, it.variant, it.seed)
-    return { variant = it.variant, seed = it.seed, spec = spec, handle = ptq.train(run, spec) }
+    local spec = papers.so_spec(run.cfg, it.variant, it.seed)
+    return { variant = it.variant, seed = it.seed, spec = spec, handle = recipes.fit(run, spec) }
   end)
 end
 
@@ -99,15 +102,15 @@ local function analyze(run)
   local cfg = run.cfg
   local rows = {}
   for _, t in ipairs(run.out.train) do
-    local ctx, m, L = ptq.load(t.spec, t.handle)
-    local base = { metric = "ppl", loader = L.val, n = cfg.n_eval, only = ptq.LINEAR_ONLY }
+    local ctx, m, L = recipes.load(t.spec, t.handle)
+    local base = { metric = "ppl", loader = L.val, n = cfg.n_eval, only = evaluate.LINEAR_ONLY }
     local function with(fn)
-      local o = ptq.copy(base)
+      local o = config.deep_copy(base)
       o.loader, o.fn = L.val, fn
-      return ptq.weight_only(ctx, m, o).value
+      return evaluate.weight_only(ctx, m, o).value
     end
     local r = { variant = t.variant, seed = t.seed }
-    r.fp = ptq.evaluate(ctx, m, base).value
+    r.fp = evaluate.evaluate(ctx, m, base).value
     r.absmax = with(function(ps) compress.absmax(ps, { bits = 8 }) end)
     r.absmax_ch = with(function(ps) compress.absmax(ps, { bits = 8, per_channel = true }) end)
     r.prune = with(function(ps) compress.prune(ps, { sparsity = 0.5 }) end)
@@ -131,7 +134,7 @@ local function analyze(run)
     local per = {}
     for ci, k in ipairs(COLS) do
       per[k] = {}
-      for si, s in ipairs(sl) do per[k][si] = (ptq.values(rows, { variant = var, seed = s }, k))[1] end
+      for si, s in ipairs(sl) do per[k][si] = (evaluate.values(rows, { variant = var, seed = s }, k))[1] end
       v["ppl_" .. k][vi] = per[k]
       v.ppl_mean[vi][ci], v.ppl_sd[vi][ci] = seeds.stats(per[k])
     end
@@ -145,18 +148,18 @@ local function analyze(run)
   local na = {}
   for _, k in ipairs({ "quant_ppl", "quant_ppl_mean", "quant_ppl_sd", "quant_ratio_to_fp", "quant_ratio_mean", "quant_ratio_sd", "quant_applicable" }) do v[k] = {} end
   for vi, var in ipairs(VARIANTS) do
-    local ms = ptq.values(rows, { variant = var }, "quant")
+    local ms = evaluate.values(rows, { variant = var }, "quant")
     local c = quant.over_seeds(ms, function(fp, q) return q / fp end)
     v.quant_ppl[vi], v.quant_ppl_mean[vi], v.quant_ppl_sd[vi] = c.value, c.mean, c.sd
     v.quant_ratio_to_fp[vi], v.quant_ratio_mean[vi], v.quant_ratio_sd[vi] = c.change, c.change_mean, c.change_sd
     v.quant_applicable[vi] = c.applicable
     for si, st in ipairs(quant.SETTINGS) do
-      if c.applicable[si] == 0 then na[#na + 1] = { who = "GPT-2 " .. ptq.SO_LABELS[var], label = st.label, reason = ms[1].reason[st.name] } end
+      if c.applicable[si] == 0 then na[#na + 1] = { who = "GPT-2 " .. papers.SO_LABELS[var], label = st.label, reason = ms[1].reason[st.name] } end
     end
   end
   local names, comp, labels, qn = {}, {}, {}, {}
   for i, k in ipairs(COLS) do names[i] = COL_NAME[k] if i > 1 then comp[i - 1] = COL_NAME[k] end end
-  for i, var in ipairs(VARIANTS) do labels[i] = ptq.SO_LABELS[var] end
+  for i, var in ipairs(VARIANTS) do labels[i] = papers.SO_LABELS[var] end
   for i, st in ipairs(quant.SETTINGS) do qn[i] = st.label end
   return { coords = { variant = labels, seed = sl, setting = names, compression = comp,
                       quantity = { "FP16", "AbsMax W8", "50 % sparse" }, paper_compression = { "AbsMax W8", "50 % sparse" },
@@ -169,7 +172,7 @@ local function quant_table(run, v, a)
   local ns = v.n_seeds
   local rows = {}
   for vi, var in ipairs(VARIANTS) do
-    rows[vi] = { cells = { "GPT-2 " .. ptq.SO_LABELS[var], seeds.pm_of(v.ppl_mean(vi, 1), v.ppl_sd(vi, 1), ns, "%.4g") },
+    rows[vi] = { cells = { "GPT-2 " .. papers.SO_LABELS[var], seeds.pm_of(v.ppl_mean(vi, 1), v.ppl_sd(vi, 1), ns, "%.4g") },
       cell = function(si)
         local xs = {}
         for k = 1, ns do xs[k] = v.quant_ratio_to_fp(vi, si, k) end
@@ -208,7 +211,7 @@ local function summary(run)
   local lines = { "| model | FP16 (paper) | FP | AbsMax W8 (paper) | AbsMax W8 per tensor | AbsMax W8 per channel | 50 % sparse (paper) | 50 % sparse per layer | 50 % sparse global |",
                   "|---|---|---|---|---|---|---|---|---|" }
   for vi, var in ipairs(VARIANTS) do
-    lines[#lines + 1] = string.format("| GPT-2 %s | %.2f | %s | %.2f | %s | %s | %.2f | %s | %s |", ptq.SO_LABELS[var], v.paper_ppl(vi, 1),
+    lines[#lines + 1] = string.format("| GPT-2 %s | %.2f | %s | %.2f | %s | %s | %.2f | %s | %s |", papers.SO_LABELS[var], v.paper_ppl(vi, 1),
       pm(vi, 1), v.paper_ppl(vi, 2), pm(vi, 2), pm(vi, 3), v.paper_ppl(vi, 3), pm(vi, 4), pm(vi, 5))
   end
   -- relative degradation (compressed / FP perplexity of the same model), per seed; CA = 2, softmax = 1
@@ -254,7 +257,7 @@ return {
   source = { paper = "SO (An et al. 2025)", figure = "Table 3",
              claim = "With the context-aware scaling factor, GPT-2 keeps its perplexity under AbsMax 8-bit weight quantisation and 50 % magnitude pruning, while the default model degrades badly." },
   -- n_calib: SmoothQuant's calibration batches for the 4-bit era's settings
-  profiles = ptq.so_profiles({ quick = { n_calib = 1 }, default = { n_calib = 4 }, paper = { n_calib = 16 } }),
-  stages = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", figure.stage(FIG) } },
+  profiles = papers.so_profiles({ quick = { n_calib = 1 }, default = { n_calib = 4 }, paper = { n_calib = 16 } }),
+  stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

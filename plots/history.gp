@@ -3,7 +3,8 @@
 # thresholds (lua/outlierlab/judge/thresholds.lua, written into the data) and the final window.
 # usage: gnuplot -c plots/history.gp history.dat out.png|out.pdf
 # history.dat: index 0 = which panels have data ("train" "val" "curve" "phenomena" "sink_rate"
-#   "max_kurtosis" "lr_varies", 1 or 0), index 1 = "step" "loss" "lr" "grad_norm",
+#   "max_kurtosis" "lr_varies" "max_inf_norm" "stale", 1 or 0; stale: the tracked curve was measured by
+#   other code than the tree's, recipes/track.lua), index 1 = "step" "loss" "lr" "grad_norm",
 #   index 2 = "step" "val_loss", index 3 = "step" "max_inf_norm" "avg_kurtosis" "sink_share"
 #   "value_ratio" "massive_ratio" "sink_rate" "max_kurtosis", index 4 = the thresholds, the final
 #   window (from, to) and its means, the last learning rate (one row)
@@ -32,6 +33,8 @@ stats in index 0 using 7 nooutput
 lr_varies = (STATS_max > 0.5)
 stats in index 0 using 8 nooutput
 has_inf = (STATS_max > 0.5)
+stats in index 0 using 9 nooutput
+stale = (STATS_max > 0.5)
 set datafile missing "NaN"
 # index 4 is one row: a value recorded as NaN (e.g. no sink, so no sink value) leaves stats without a
 # valid point and STATS_max undefined; it is kept as NaN
@@ -93,7 +96,9 @@ verdict(v, th, above) = (v != v) ? "" : ((above ? v >= th : v <= th) ? " — rea
 ttl(base, fmt, v, th, above) = (v != v) ? base : sprintf("%s (final %s%s)", base, sprintf(fmt, v), verdict(v, th, above))
 set grid
 set key top right
-set multiplot layout 3,2 title "Training history: loss, gradient norm and the phenomena (dashed: threshold; grey band: the final window, the last 10 % of tracked steps, whose mean is judged)"
+mtitle = "Training history: loss, gradient norm and the phenomena (dashed: threshold; grey band: the final window, the last 10 % of tracked steps, whose mean is judged)"
+if (stale) { mtitle = "STALE: the phenomena were measured by older code; rerun the experiment with --refresh_curves\n" . mtitle }
+set multiplot layout 3,2 title mtitle
 
 set style rect fc rgb "#e8e8e8" fs solid 1.0 noborder
 

@@ -5,7 +5,7 @@
 --   bin/outlierlab run scripts/organism-heads.lua --model=cache/models/<hash> [--batches=16]
 --
 -- On `batches` held-out batches of 16 sequences of the model's own validation stream (the
--- stream and the measurement of the training history: recipes.measure_phenomena,
+-- stream and the measurement of the training history: tracked.measure_phenomena,
 -- measure/phenomena.lua), per layer: top-1/median |h| at the first token in the layer's input
 -- (the previous layer's output; "—" for layer 0, whose input is the embedding) and, per head,
 -- Gu et al.'s α (the mean attention on the first key), its share (the largest weight on one
@@ -16,6 +16,7 @@
 -- massive threshold, judge/thresholds.lua) or not. Nothing is trained or written.
 local cache = require "outlierlab.runner.cache"
 local recipes = require "outlierlab.recipes"
+local tracked = require "outlierlab.recipes.track"
 local batcher = require "outlierlab.data.batcher"
 local phenomena = require "outlierlab.measure.phenomena"
 local thresholds = require "outlierlab.judge.thresholds"
@@ -32,7 +33,7 @@ local n = tonumber(cfg.batches)
 if not n or n < 1 or n % 1 ~= 0 then fail("--batches must be a positive integer, got " .. tostring(cfg.batches)) end
 
 local ctx, m = recipes.load(spec, { ckpt = cfg.model .. "/model.safetensors" })
-local ok, r = pcall(recipes.measure_phenomena, ctx, m, batcher.corpus(spec.data), spec, 16, n)
+local ok, r = pcall(tracked.measure_phenomena, ctx, m, batcher.corpus(spec.data), spec, 16, n)
 if not ok then fail(cfg.model .. ": " .. tostring(r)) end
 
 local MASSIVE, EPS, DRAIN = thresholds.THRESHOLDS.massive_ratio, phenomena.SINK_EPS, thresholds.THRESHOLDS.value_ratio

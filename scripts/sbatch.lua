@@ -8,7 +8,8 @@
 -- (submitted with --dependency=afterok:<array job>).
 local config = require "outlierlab.config"
 local slurm = require "outlierlab.runner.slurm"
-local E = require "outlierlab.experiment"
+local report = require "outlierlab.runner.report"
+local runner = require "outlierlab.runner.run"
 local cfg = config.get{
   id = "", profile = "default", nodes = 1, tasks_per_node = 1, cpus_per_task = 1,
   time = "01:00:00", grace = 300, launcher = "srun", partition = "", account = "",
@@ -36,10 +37,10 @@ end
 local extra = {}
 for a in cfg.extra:gmatch("%S+") do extra[#extra + 1] = a end
 if cfg.array > 0 then
-  slurm.check_array(cfg.id, cfg.profile, cfg.array, E.sweep_size(exp, file, cfg.profile, extra))
+  slurm.check_array(cfg.id, cfg.profile, cfg.array, runner.sweep_size(dofile(root .. "/" .. file), file, cfg.profile, extra))
 end
 
-local log_dir = cfg.log_dir ~= "" and cfg.log_dir or E.results_dir("results", cfg.id, { profile = cfg.profile })
+local log_dir = cfg.log_dir ~= "" and cfg.log_dir or report.results_dir("results", cfg.id, { profile = cfg.profile })
 local function write(path, text)
   os.execute("mkdir -p '" .. path:match("^(.*)/") .. "'")
   local tmp = path .. ".tmp"

@@ -7,10 +7,10 @@
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
 local train = require "outlierlab.train.loop"
-local E = require "outlierlab.experiment"
 local json = require "outlierlab.util.json"
 local C = ol.C
 local cfg = require("outlierlab.config").get { steps = 10, big_steps = 3, out = "build/bench/peer.json", which = "all" }
+local recipes = require "outlierlab.recipes"
 
 local function median(xs)
   table.sort(xs)
@@ -46,8 +46,8 @@ end
 local out = {}
 local function want(w) return cfg.which == "all" or cfg.which == w end
 if want("llama") then
-  local p = E.LLAMA_LM_PROFILES.default
-  out[#out + 1] = run("llama-organism", E.model_cfg(E.llama_lm_spec(p)), p.batch, p.seq_len, cfg.steps)
+  local p = recipes.LLAMA_LM_PROFILES.default
+  out[#out + 1] = run("llama-organism", models.spec_cfg(recipes.llama_lm_spec(p)), p.batch, p.seq_len, cfg.steps)
 end
 if want("tiny") then out[#out + 1] = run("gpt2-tiny", models.preset("gpt2-tiny", { block_size = 64 }), 32, 64, cfg.steps) end
 if want("big") then

@@ -114,7 +114,8 @@ M.deep_copy = deep_copy
 
 -- Merge the command-line overrides into a copy of defaults. prefix limits which overrides
 -- apply (e.g. only keys under "train."), nil takes them all. strict: an override that
--- names no key of defaults is an error.
+-- names no key of defaults is an error. opts.overrides: these key -> raw string settings
+-- instead of the command line's (and none is marked consumed).
 function M.get(defaults, opts)
   opts = opts or {}
   local cfg = deep_copy(defaults)
@@ -122,14 +123,14 @@ function M.get(defaults, opts)
   table.sort(valid)
   local set = {}
   for _, k in ipairs(valid) do set[k], M.known[k] = true, true end
-  for key, raw in pairs(M.overrides) do
+  for key, raw in pairs(opts.overrides or M.overrides) do
     if set[key] then
       local node, parts = cfg, {}
       for p in key:gmatch("[^%.]+") do parts[#parts + 1] = p end
       local dnode = defaults
       for i = 1, #parts - 1 do node = node[parts[i]]; dnode = dnode[parts[i]] end
       node[parts[#parts]] = parse_as(key, raw, dnode[parts[#parts]])
-      M.consumed[key] = true
+      if not opts.overrides then M.consumed[key] = true end
     elseif opts.strict ~= false and not (opts.ignore and opts.ignore[key]) then
       -- the keys the caller handles elsewhere (opts.ignore: the runner's --profile, --out, …) are
       -- valid too, so they may be suggested

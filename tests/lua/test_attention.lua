@@ -7,7 +7,7 @@
 -- determinism, probes, the training memory bound and spec errors. The knobs' own semantics
 -- (hand-computed masks, neutral settings, model plumbing): tests/lua/test_attention_knobs.lua.
 local ol = require "outlierlab"
-local t = require "outlierlab.tap"
+local t = require "tap"
 local gradcheck = require "outlierlab.nn.gradcheck"
 local attention = require "outlierlab.nn.attention"
 -- the documented user-defined variant "softmax_temp" lives outside the library

@@ -6,7 +6,7 @@
 -- Loss starts at ln 8 ≈ 2.08 and must fall below 0.25 within 300 AdamW steps. The same model
 -- with the fused built-in "attn_bias" must learn too (a built-in as a control).
 local ol = require "outlierlab"
-local t = require "outlierlab.tap"
+local t = require "tap"
 local attention = require "outlierlab.nn.attention"
 -- the documented user-defined variant "softmax_temp" lives outside the library
 if not attention.registry.softmax_temp then dofile(require("outlierlab").root .. "/examples/attention_example.lua") end

@@ -7,7 +7,7 @@
 -- step and layer: deterministic and resumable). Fused = reference and the finite-difference
 -- checks of every knob are in tests/lua/test_attention.lua.
 local ol = require "outlierlab"
-local t = require "outlierlab.tap"
+local t = require "tap"
 local attention = require "outlierlab.nn.attention"
 local models = require "outlierlab.models"
 local bit = require "bit"

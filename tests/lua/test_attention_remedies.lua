@@ -10,7 +10,7 @@
 --   * softpick against hand-computed rows (masked entries 0, an all-negative row gives 0);
 --   * the sigmoid forms' biases; spec errors; thread-count determinism.
 local ol = require "outlierlab"
-local t = require "outlierlab.tap"
+local t = require "tap"
 local gradcheck = require "outlierlab.nn.gradcheck"
 local attention = require "outlierlab.nn.attention"
 

@@ -5,7 +5,7 @@
 -- works; a script runs without mpirun (MPI singleton). Also: the README's example is
 -- examples/mlp.lua verbatim, and it runs and learns.
 -- Each case runs the host as a subprocess on a small temporary script.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 local exe = root .. "/bin/outlierlab"
 

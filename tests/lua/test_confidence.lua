@@ -6,7 +6,7 @@
 -- exactly at the even-id positions, writes nothing W_U can read (fraction 1), raises the entropy
 -- only through the final RMSNorm, and its mean ablation lowers the entropy there and changes
 -- nothing elsewhere.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local ffi = require "ffi"
 local CR = require "outlierlab.measure.confidence"

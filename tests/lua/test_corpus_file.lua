@@ -2,10 +2,10 @@
 -- token file holds exactly the tokens of data.corpus (generated slice by slice of documents),
 -- is written once (a second open maps it, two processes at once write it once), is a valid
 -- llm.c token file, and experiment.corpus switches to it above CORPUS_FILE_TOKENS.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local cf = require "outlierlab.data.corpus_file"
 local data = require "outlierlab.data"
-local E = require "outlierlab.experiment"
+local batcher = require "outlierlab.data.batcher"
 local sh = t.sh
 
 local tmp = os.tmpname()
@@ -48,12 +48,12 @@ local gens = select(2, out:gsub("generating 200000 tokens", ""))
 t.ok(#sums == 2 and sums[1] == sums[2] and gens == 1, "two processes: written once, the same tokens for both", out)
 
 -- the experiment runner's corpus switches to the file above the threshold
-local saved = E.CORPUS_FILE_TOKENS
-E.CORPUS_FILE_TOKENS = 50000
-local ec = E.corpus(d, { cache_root = cache })
-E.CORPUS_FILE_TOKENS = saved
+local saved = batcher.CORPUS_FILE_TOKENS
+batcher.CORPUS_FILE_TOKENS = 50000
+local ec = batcher.corpus(d, { cache_root = cache })
+batcher.CORPUS_FILE_TOKENS = saved
 t.ok(ec.file and ec.file:find(cache, 1, true) and ec.tokens[777] == ref.tokens[777], "experiment.corpus maps the file from the threshold on")
-local b = E.batcher(ec, { B = 2, T = 16, kind = "lm", seed = 1 })
+local b = batcher.batcher(ec, { B = 2, T = 16, kind = "lm", seed = 1 })
 local ctx = require("outlierlab").Context{ seed = 1 }
 local batch = b:next(ctx)
 t.ok(batch.ids:size()[1] == 2, "batches are cut from the mapped tokens")

@@ -1,6 +1,6 @@
 -- test_data — the synthetic corpus (determinism, grammar, Zipf-like frequencies, structure),
 -- the LM and MLM loaders (shapes, sharding, resume, masking rates) and the ViT images.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local data = require "outlierlab.data"
 local json = require "outlierlab.util.json"

@@ -1,7 +1,7 @@
 -- test_data_files — token files (nanoGPT raw uint16, llm.c v1/v2), their validation (errors
 -- name the file and the problem), the LM loader on a mapped file, the byte-level tokenizer
 -- and vocabulary files.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local data = require "outlierlab.data"
 local ffi = ol.ffi

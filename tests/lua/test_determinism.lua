@@ -60,7 +60,7 @@ if os.getenv("OL_DET_CHILD") == "1" then
   return 0
 end
 
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ctx1, l1 = train(4)
 local ctx2, l2 = train(4)
 local n = tonumber(ol.C.ol_params_numel(ctx1.raw))
@@ -135,7 +135,7 @@ for _, family in ipairs { "llama", "gpt2", "bert" } do
     t.ok(r1 ~= nil and m2 == r1, family .. "-tiny, shards 4: mpirun -np 2 gives the same bits as 1 rank (" .. tostring(m2) ..
          " vs " .. tostring(r1) .. ")", out)
   else
-    t.ok(true, family .. ": mpirun -np 2 vs 1 rank # SKIP mpirun is not installed")
+    t.skip("mpirun is not installed", family .. ": mpirun -np 2 vs 1 rank")
   end
 end
 
@@ -191,9 +191,9 @@ if have_mpi then
        string.format("so-fig10 quick, --model_ranks=1: a sweep of %d models on 2 ranks gives the single-process hashes and bits", n1 or 0),
        (sw1 == nil and so1 or "") .. (sw2 ~= sw1 and so2 or ""))
 else
-  t.ok(true, "so-fig3 --shards=4 on 1 and 2 ranks # SKIP mpirun is not installed")
-  t.ok(true, "--model_ranks=1 on 2 ranks # SKIP mpirun is not installed")
-  t.ok(true, "--model_ranks=1 sweep on 2 ranks # SKIP mpirun is not installed")
+  t.skip("mpirun is not installed", "so-fig3 --shards=4 on 1 and 2 ranks")
+  t.skip("mpirun is not installed", "--model_ranks=1 on 2 ranks")
+  t.skip("mpirun is not installed", "--model_ranks=1 sweep on 2 ranks")
 end
 local _, badm = exp_tensors("", "--model_ranks=2")
 t.ok(badm:find("--model_ranks=2", 1, true) and badm:find("must be 0", 1, true), "--model_ranks=2: a clear error naming the option", badm)

@@ -22,7 +22,7 @@
 --   .md file names one of its headings (GitHub's rule: lower case, punctuation dropped, spaces to
 --   hyphens).
 -- Repository paths named in backticks in README.md, docs/reference/architecture.md and the guides exist.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 local slurp, sh = t.slurp, t.sh
 

@@ -6,7 +6,7 @@
 --     whose values are smaller than the others (QT Fig. 2);
 --   * qt-fig10: the outlier heads put ≥ 80 % of their attention on delimiters, more than the
 --     ordinary head and than the early layers (QT Fig. 10).
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 
 -- ---------------------------------------------------------------- qt-fig1

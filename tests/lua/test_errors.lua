@@ -1,7 +1,7 @@
 -- test_errors — bad input gives a Lua error with the op and the shapes in the message,
 -- never a crash: shape mismatches in every op family, impossible allocations, tensors used
 -- after ctx:reset(), out-of-range ids and targets, misuse of backward.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 
 local ctx = ol.Context{ params = 2^16, step_bytes = 2^22 }

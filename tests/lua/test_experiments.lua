@@ -3,7 +3,7 @@
 -- the NetCDF file holds the expected dims/variables with CF attributes, the PNG is a real
 -- PNG of non-trivial size, summary.md states the claim and a verdict. Also: a rerun reuses
 -- the cached model, a changed setting retrains, an unknown key is an error.
-local t = require "outlierlab.tap"
+local t = require "tap"
 
 local sh = t.sh
 local slurp = t.slurp

@@ -2,7 +2,7 @@
 -- quick profile: the variables of each NetCDF file, the papers' numbers beside the
 -- reproduced ones in summary.md, and shared models trained once (so-table3 after so-fig11).
 -- (tests/lua/test_experiments.lua checks the generic parts for every experiment.)
-local t = require "outlierlab.tap"
+local t = require "tap"
 local sh = t.sh
 local function slurp(path) return t.slurp(path) or "" end
 local tmp = os.tmpname()

@@ -1,7 +1,7 @@
 -- test_figure_tick_labels — a categorical axis with more labels than fit is thinned to every n-th
 -- label, and its title says so (issue 52: so-fig1's token axes labelled every second token of 64
 -- without saying so): "token (every 2nd labelled)"; an axis that shows every label says nothing.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local figure = require "outlierlab.figure"
 
 local function heat(n)

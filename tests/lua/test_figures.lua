@@ -6,7 +6,7 @@
 --   qt-fig10/14/15, so-fig1/8/23/24 category_share; blog-noop required_gap, score_gap, normalized,
 --   principal_angles; so-fig7 channel_contribution; so-fig8 score_by_dim, top_share, row_norms;
 --   so-fig1/10/23/24 ratio_count, pool_abs; qt-fig10 owner_head, matmul; qt-fig16 received.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local figure = require "outlierlab.figure"
 local inspect = require "outlierlab.measure.inspect"
 local overview = require "outlierlab.figure.overview"

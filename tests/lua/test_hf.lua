@@ -5,7 +5,7 @@
 -- the logits with the original model's (to fp32 rounding; for F16/BF16 files the original's
 -- weights are rounded the same way first). Then hf.export must write the same tensors as this
 -- independent writer, and export -> import must give back every parameter bit for bit.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local hf = require "outlierlab.pretrained.hf"
 local json = require "outlierlab.util.json"

@@ -2,7 +2,7 @@
 -- that name the directory and the first tensor, shard, file or config key at fault; PyTorch
 -- pickles are refused with the conversion command; and an analysis experiment runs end to end
 -- on a generated model directory (--model=DIR --text=FILE) and rejects what it cannot analyse.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local hf = require "outlierlab.pretrained.hf"
 local json = require "outlierlab.util.json"

@@ -21,7 +21,7 @@
 --            fused projections' outputs, as modeling_phi3.py does.
 -- Each: one file and shards, F32 and BF16; logits and every layer's output h equal the
 -- reference to fp32 rounding; so-fig1 and so-fig3 run end to end on the Mistral directory.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local ffi = require "ffi"
 local hf = require "outlierlab.pretrained.hf"

@@ -10,7 +10,7 @@
 -- without one of the family's features) must differ, so the check can fail. Then bad config
 -- values refused naming config.json and the key, the token categories of the family's tokenizer,
 -- and so-fig1 end to end on one directory.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local json = require "outlierlab.util.json"
 local hf = require "outlierlab.pretrained.hf"

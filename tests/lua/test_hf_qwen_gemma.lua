@@ -10,7 +10,7 @@
 -- the Gemma 2 directory, so-fig3 streamed = in memory on the Qwen3 BF16 shards, the token
 -- categories of a Qwen2-style byte-level tokenizer (no BOS: <|endoftext|> starts the
 -- sequences) and of Gemma's, and bad config values refused naming file and key.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local json = require "outlierlab.util.json"
 local hf = require "outlierlab.pretrained.hf"

@@ -5,7 +5,7 @@
 --   a Unigram tokenizer.json            (was: "'model.vocab' must be an object")
 --   a list weight_map                   (was: an error about the first tensor)
 --   bos_token_id beyond vocab_size      (was: an embedding error in the forward, naming neither)
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local hf = require "outlierlab.pretrained.hf"
 local tokenizers = require "outlierlab.pretrained.tokenizers"

@@ -7,7 +7,7 @@
 --     used to build 21,481 layers for 34 s and end in "buffer full");
 --   * hostile directories: every message names the file (config.json, the shard) and the key
 --     or tensor, on one line without a Lua source position.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local hf = require "outlierlab.pretrained.hf"
 local json = require "outlierlab.util.json"

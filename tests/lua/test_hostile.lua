@@ -2,7 +2,7 @@
 -- token file is refused with one message that names the file and the defect; the valid files
 -- load. The committed files must be exactly what tests/hostile/cases.lua describes (they are
 -- also the fuzzers' seed corpus: tests/fuzz/).
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local ffi = require "ffi"
 local checkpoint = require "outlierlab.train.checkpoint"

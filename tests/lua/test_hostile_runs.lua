@@ -13,7 +13,7 @@
 --   * a results directory that cannot be created names the path and the reason; under MPI a
 --     non-string error prints its value.
 -- Each run trains a 2-layer GPT-2 of d 64 for 3 steps (well under a second).
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local ffi = require "ffi"
 local sh, slurp = t.sh, t.slurp
@@ -29,7 +29,7 @@ local function write(path, text)
 end
 
 write(tmp .. "/exp.lua", [[
-local E = require "outlierlab.experiment"
+local recipes = require "outlierlab.recipes"
 local function spec(cfg, kind)
   return { model = { preset = kind == "mlm" and "bert-quick" or "gpt2-quick", overrides = { dropout = 0 } },
            data = { seed = 1, n_tokens = cfg.n_tokens, vocab_size = 256 },
@@ -45,7 +45,7 @@ return {
   id = "hostile", title = "hostile settings",
   source = { paper = "none", figure = "", claim = "bad settings are refused up front" },
   profiles = { default = base, mlm = mlm },
-  stages = { { "train", function(run) return { hash = E.train_model(run, spec(run.cfg, run.cfg.kind)).hash } end } },
+  stages = { { "train", function(run) return { hash = recipes.fit(run, spec(run.cfg, run.cfg.kind)).hash } end } },
   summary = function(run) return { reproduced = "model " .. run.out.train.hash, holds = true } end,
 }
 ]])
@@ -91,9 +91,9 @@ t.ok(out:find("needs about", 1, true) and out:find("$OUTLIERLAB_MEMORY leaves 64
 -- the estimate against the engine's measured step-arena peak (one training micro-batch)
 do
   local models = require "outlierlab.models"
-  local E = require "outlierlab.experiment"
+  local batcher = require "outlierlab.data.batcher"
   local bounds = require "outlierlab.train.bounds"
-  local corpus = E.corpus{ seed = 1, n_tokens = 40000, vocab_size = 256 }
+  local corpus = batcher.corpus{ seed = 1, n_tokens = 40000, vocab_size = 256 }
   local worst_lo, worst_hi = math.huge, 0
   for _, preset in ipairs { "gpt2-quick", "opt-quick", "llama-quick", "bert-quick" } do
     for _, bt in ipairs { { 4, 64 }, { 2, 128 } } do
@@ -104,7 +104,7 @@ do
       local m = models.build(ctx, cfg)
       ctx:reset()
       ol.C.ol_step_reset_peak(ctx.raw)
-      m:loss(E.batcher(corpus, { B = B, T = T, kind = kind, seed = 1 }):next(ctx), { train = true, step = 1 }):backward()
+      m:loss(batcher.batcher(corpus, { B = B, T = T, kind = kind, seed = 1 }):next(ctx), { train = true, step = 1 }):backward()
       local est = bounds.estimate_memory { model = { preset = preset, overrides = {} }, data = { vocab_size = 256 },
                                            batch = { B = B, T = T, kind = kind } }
       local r = est.activations / ctx:step_peak()

@@ -5,15 +5,18 @@
 -- functions, not in comments) and fails on
 --   * a module of no layer (a new top-level file or folder must be placed below),
 --   * an edge to a module that does not exist,
---   * an upward edge (to a higher layer), and
---   * a cycle (also within a layer).
-local t = require "outlierlab.tap"
+--   * an upward edge (to a higher layer),
+--   * a cycle (also within a layer), and
+--   * a re-export outside a folder's init.lua: a module whose table takes another package
+--     module's functions under its own names (M.x = other.y, M.x = require("outlierlab.y").z,
+--     or for k, v in pairs(other) do M[k] = v end), so that every function has one name.
+local t = require "tap"
 local ol = require "outlierlab"
 
 -- The layers, lowest first. A name stands for the module and everything under it
 -- ("outlierlab.util" = outlierlab.util.*); "outlierlab" is the engine binding alone.
 local LAYERS = {
-  { "base",       { "outlierlab", "outlierlab.config", "outlierlab.tap", "outlierlab.util" } },
+  { "base",       { "outlierlab", "outlierlab.config", "outlierlab.util" } },
   { "nn",         { "outlierlab.nn", "outlierlab.optim" } },
   { "models",     { "outlierlab.models" } },
   { "data",       { "outlierlab.data" } },
@@ -25,8 +28,8 @@ local LAYERS = {
   { "recipes",    { "outlierlab.recipes" } },
   { "figure",     { "outlierlab.figure" } },
   { "runner",     { "outlierlab.runner" } },
-  -- the experiment files' vocabulary (facades over the layers) and the command line
-  { "top",        { "outlierlab.experiment", "outlierlab.ptq", "outlierlab.cli" } },
+  -- the command line
+  { "top",        { "outlierlab.cli" } },
 }
 
 local function layer_of(mod)
@@ -84,6 +87,55 @@ t.diag(string.format("%d modules, %d require edges, %d layers", #order, n_edges,
 t.ok(#unplaced == 0, "every module belongs to a layer", table.concat(unplaced, ", "))
 t.ok(#missing == 0, "every required module exists", table.concat(missing, "\n"))
 t.ok(#upward == 0, "no upward edge (a module requires only its own layer and the ones below)", table.concat(upward, "\n"))
+
+-- re-exports: in a module that is not a folder's init.lua, an assignment into the module table
+-- whose value is a field of another package module (a local bound to its require, or the
+-- require itself), or a loop copying another module's table into it
+local function reexports(file)
+  local out, bound = {}, {}
+  local n = 0
+  for line in io.lines(root .. file) do
+    n = n + 1
+    local code = line:gsub("^%s*%-%-.*$", ""):gsub("%s%-%-%s.*$", "")
+    local v, m = code:match("^local%s+([%w_]+)%s*=%s*require%s*%(?%s*[\"'](outlierlab[%w_.]*)[\"']%s*%)?%s*$")
+    if v then bound[v] = m end
+    local lhs, rhs = code:match("^(M%.[%w_]+[%w_%s,.M]*)=%s*(.-)%s*$")
+    if lhs and not rhs:match("^=") then
+      for item in (rhs .. ","):gmatch("%s*([^,]+),") do
+        local var = item:match("^([%w_]+)%.[%w_]+$")
+        if (var and bound[var]) or item:match("^require%s*%(?%s*[\"']outlierlab") then
+          out[#out + 1] = string.format("%s:%d: %s", file, n, code)
+          break
+        end
+      end
+    end
+    local copied = code:match("for%s+([%w_]+)%s*,%s*[%w_]+%s+in%s+pairs%(%s*([%w_]+)%s*%)%s*do%s+M%[")
+    if copied then
+      local src = code:match("pairs%(%s*([%w_]+)%s*%)")
+      if bound[src] then out[#out + 1] = string.format("%s:%d: %s", file, n, code) end
+    end
+  end
+  return out
+end
+local reexp = {}
+for _, m in ipairs(order) do
+  if not mods[m]:match("/init%.lua$") and mods[m] ~= "outlierlab/init.lua" then
+    for _, r in ipairs(reexports(mods[m])) do reexp[#reexp + 1] = r end
+  end
+end
+t.ok(#reexp == 0, "no re-export outside a folder's init.lua (one name per function)", table.concat(reexp, "\n"))
+do   -- the check finds what it is meant to find
+  local tmpf = os.tmpname()
+  local f = assert(io.open(tmpf, "w"))
+  f:write('local a = require "outlierlab.util.fs"\nlocal M = {}\nM.h = a.hash\nfor k, v in pairs(a) do M[k] = v end\nM.ok = 1\nreturn M\n')
+  f:close()
+  local saved = root
+  root = ""
+  local found = reexports(tmpf)
+  root = saved
+  os.remove(tmpf)
+  t.is(#found, 2, "the re-export check finds an assignment and a copying loop, and nothing else", table.concat(found, "\n"))
+end
 
 -- cycles: depth-first search, a back edge closes a cycle (reported with its path)
 local state, stack, cycles = {}, {}, {}

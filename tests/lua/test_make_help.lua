@@ -2,7 +2,7 @@
 -- the rule lines of the Makefile and mk/*.mk: every .PHONY target (as make itself expands the
 -- .PHONY lists) has a line, each line has a text, and no target is listed twice. A new phony
 -- target without a `## …` on its rule line fails here.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 
 local help, ok = t.sh("cd " .. root .. " && make -s --no-print-directory help")

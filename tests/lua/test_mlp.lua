@@ -5,7 +5,7 @@
 -- logits); after training the loss is < 0.15 and the training accuracy > 95 %.
 -- A linear model (no hidden layer) is trained the same way as a control: it stays above
 -- loss 0.6, which shows the problem needs the hidden layer (and that the bound can fail).
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
 local optim = require "outlierlab.optim"

@@ -5,7 +5,7 @@
 -- of the decoders, padding invariance of BERT, dropout train/eval, config errors, ViT
 -- patch layout, RoPE values, relative-position property and gradient check.
 local ol = require "outlierlab"
-local t = require "outlierlab.tap"
+local t = require "tap"
 local models = require "outlierlab.models"
 local optim = require "outlierlab.optim"
 local gradcheck = require "outlierlab.nn.gradcheck"

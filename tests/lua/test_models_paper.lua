@@ -2,7 +2,7 @@
 -- the known numbers of the published models, and the real GPT-2 124M built once (about
 -- 500 MB of parameters; a few seconds) with its init and a small forward.
 local ol = require "outlierlab"
-local t = require "outlierlab.tap"
+local t = require "tap"
 local models = require "outlierlab.models"
 local now = require("outlierlab.util.progress").now
 

@@ -3,7 +3,7 @@
 -- different order than one rank's rows, so bits may differ; the bound is 1e-5 relative).
 -- Also: an error on one rank stops the job with its message; a sweep's rank that is done waits
 -- for the others asleep (dist.quiet_barrier), not in an MPI collective's busy poll.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 
 local run = t.sh   -- output, exited 0

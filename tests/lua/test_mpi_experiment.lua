@@ -6,7 +6,7 @@
 --    identical, every float within 2 float32 ulps (2.5e-7 relative; the double moment sums are
 --    re-associated across ranks, which can flip the last bit of the stored float);
 --  * sweeps: variants spread over groups of ranks give the 1-rank numbers.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 local run = t.sh
 local tmp = os.tmpname()

@@ -10,7 +10,7 @@
 --   * a run where both ranks train prints both ranks' steps on rank 0; --progress=off (the quiet
 --     mode) prints no step line and still finishes; the relay directory is removed afterwards;
 --   * a Slurm array task (--sweep_index=i, one member per task) prints its member's lines itself.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 local tmp = os.tmpname()
 os.remove(tmp)

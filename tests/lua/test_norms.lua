@@ -4,7 +4,7 @@
 --   differences (nn.gradcheck; bounds as test_ops: 2e-3 for the normalisations, 1e-3 smooth);
 --   every family × variant builds with the formula's parameter count and trains a step;
 --   the defaults build the plain model (same parameters, same loss bits); config errors.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
 local norms = require "outlierlab.nn.norms"

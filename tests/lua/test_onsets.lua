@@ -3,7 +3,7 @@
 -- residual-sink share in a tracked curve point; and a checkpoint series of three exported Hugging
 -- Face directories in which a residual sink is planted from the third on (series_point, then
 -- scripts/checkpoint-series.lua on the folder).
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local onsets = require "outlierlab.judge.onsets"
 local R = require "outlierlab.measure.residual"

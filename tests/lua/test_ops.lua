@@ -8,7 +8,7 @@
 -- smooth nonlinear ops (truncation error O(h²)), 2e-3 for the normalisations (their
 -- third derivatives are larger at C = 4..5).
 -- Also: no-grad records no tape, dropout seeding, gradient accumulation across backward calls.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local gradcheck = require "outlierlab.nn.gradcheck"
 

@@ -1,6 +1,6 @@
 -- test_optim — AdamW (groups, the update against a hand computation in double), gradient
 -- clipping by global norm, learning-rate schedules, and the optimizer state round trip.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local optim = require "outlierlab.optim"
 local ffi = require "ffi"

@@ -9,7 +9,7 @@
 --     is orthogonal and the first step equals Qaᵀ·(G̃/(|G̃| + ε))·Qb computed by hand in double;
 --   * single-scale RMSNorm: one gain, y = g·x/rms(x), finite-difference gradients, a llama model
 --     built with it; train.run with optimizer = muon / orthoadam lowers the loss.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local optim = require "outlierlab.optim"
 local ox = require "outlierlab.nn.optim_extra"

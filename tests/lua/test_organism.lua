@@ -1,7 +1,7 @@
 -- test_organism — the model organism's data (outlierlab.data.organism: the Bigram-Backcopy
 -- task, LM and MLM batches, flat-background images) and the phenomena metrics (sink share,
 -- value drain, top-1/median at a token category, kurtosis) on hand-computed cases.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local org = require "outlierlab.data.organism"
 local phenomena = require "outlierlab.measure.phenomena"

@@ -8,7 +8,7 @@
 --     their printed value ratios, and layer 0's the plain group;
 --   * errors name the flag or the file: no --model, no spec.json, a spec without a language-model
 --     batch, --batches=0.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local fs = require "outlierlab.util.fs"
 local json = require "outlierlab.util.json"

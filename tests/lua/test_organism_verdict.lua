@@ -8,7 +8,7 @@
 --   * the summary names the quantity each verdict judges, and so-fig3's (SO's tau rule);
 --   * live, quick profile: the recipe map and so-fig3 analyse the same cached LLaMA model (one
 --     hash in both run.json files) and the map's summary speaks of the final measurement.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 local exp = dofile(root .. "/experiments/organism.lua")
 local stage = {}

@@ -7,7 +7,7 @@
 -- The script must name neuron J at position 0, with cosines 1.00 and that x_down; and refuse a
 -- missing --model, a directory without spec.json and a spec that is not a language model's;
 -- analysis.writers refuses a model without a SwiGLU MLP.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local fs = require "outlierlab.util.fs"
 local json = require "outlierlab.util.json"

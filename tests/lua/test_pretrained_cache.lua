@@ -3,7 +3,7 @@
 -- the text changed with size and modification time kept (as `cp -p` and `rsync -a` keep them)
 -- is analysed again, and a changed copy of the model in another directory is not answered
 -- from the original's cache. An unchanged rerun is answered from the cache.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local hf = require "outlierlab.pretrained.hf"
 local json = require "outlierlab.util.json"

@@ -3,7 +3,7 @@
 -- with one line naming the file and the field; the valid files of versions 0, 1 and 2 load, and
 -- hold the values the cases file wrote (wq and wk rows permuted from interleaved to rotate-half;
 -- version 2 within half a quantisation step). Also the directory-level refusals.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local ffi = require "ffi"
 local l2c = require "outlierlab.pretrained.llama2c"

@@ -2,7 +2,7 @@
 -- and what was run (issue 22, defect 8): the figure's title names the model; summary.md's
 -- Settings line gives the model, the text and the analysis settings, and no training settings
 -- (data = organism, steps, lr …) since nothing was trained.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local hf = require "outlierlab.pretrained.hf"
 local json = require "outlierlab.util.json"

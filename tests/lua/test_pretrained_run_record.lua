@@ -2,7 +2,7 @@
 --   the summary names the model's own family, not the project's model it runs as ("this mistral
 --   model", not "this llama model"), and run.json's settings are the analysis settings the
 --   summary lists — none of the training recipe, since nothing was trained.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local json = require "outlierlab.util.json"
 local tiny = dofile(ol.root .. "/tests/lua/lib/tiny_llama_dir.lua")

@@ -8,7 +8,7 @@
 --     sink is the first token, not when it is token 5; keeping the largest token helps in both;
 --     without the sink, keeping the first token changes little.
 -- (The round-trip tests of every representable value are tests/c/test_formats.c.)
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
 local quant = require "outlierlab.compress.rtn"

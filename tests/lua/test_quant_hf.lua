@@ -12,7 +12,7 @@
 --     model (quantisation needs the whole model in memory).
 -- No ordering of the settings' losses is asserted (W8A8 below W4A4 and the like are likely, not
 -- guaranteed: rounding noise can lower a loss); only what holds by construction is.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local ffi = require "ffi"
 local hf = require "outlierlab.pretrained.hf"

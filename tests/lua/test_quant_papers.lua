@@ -15,7 +15,7 @@
 -- linears; the KV-cache setting runs.
 -- The project's earlier variants (smooth_scope = "per_linear", hadamard = "down_only") must fail
 -- the same reference on o_proj, so the test can tell the definitions apart.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
 local quant = require "outlierlab.compress.rtn"

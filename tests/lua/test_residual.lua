@@ -4,7 +4,7 @@
 -- both on an imported model: a LLaMA with a planted residual sink (one embedding column large on
 -- every token, that dimension's gain 0.004 in every norm) exported as a Hugging Face directory and
 -- read back with hf.load.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local R = require "outlierlab.measure.residual"
 local models = require "outlierlab.models"

@@ -2,7 +2,7 @@
 -- process hard (SIGKILL, no cleanup) and resuming to N, give bit-identical parameters and
 -- AdamW moments. The run is a small GPT-2 with dropout (so the dropout masks must resume
 -- too), trained by bin/outlierlab in a subprocess.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 
 local root = ol.root

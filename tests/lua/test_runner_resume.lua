@@ -5,7 +5,7 @@
 -- that was never stopped, bit for bit. (test_resume checks the same of train.run alone.)
 -- The model: a 2-layer GPT-2 of d 64 (gpt2-quick), 1,000 steps of 2×16 tokens (a few seconds).
 -- Also: the runner's --flush_subnormals puts the mode into the spec (a model of its own).
-local t = require "outlierlab.tap"
+local t = require "tap"
 local recipes = require "outlierlab.recipes"
 local cache = require "outlierlab.runner.cache"
 local sh, slurp = t.sh, t.slurp
@@ -21,7 +21,7 @@ os.remove(tmp)
 os.execute("mkdir -p " .. tmp)
 local f = assert(io.open(tmp .. "/exp.lua", "w"))
 f:write([[
-local E = require "outlierlab.experiment"
+local recipes = require "outlierlab.recipes"
 local function spec(cfg)
   return { model = { preset = "gpt2-quick", overrides = { dropout = 0 } },
            data = { seed = 1, n_tokens = 4000, vocab_size = 256 },
@@ -33,7 +33,7 @@ return {
   id = "resume", title = "a runner-trained model killed and resumed",
   source = { paper = "none", figure = "", claim = "a killed training resumes from its checkpoint" },
   profiles = { default = { steps = 1000 } },
-  stages = { { "train", function(run) return { hash = E.train_model(run, spec(run.cfg)).hash } end } },
+  stages = { { "train", function(run) return { hash = recipes.fit(run, spec(run.cfg)).hash } end } },
   summary = function(run) return { reproduced = "model " .. run.out.train.hash, holds = true } end,
 }
 ]])

@@ -1,6 +1,6 @@
 -- test_seeds — outlierlab.judge.seeds, the rule by which a difference between variants counts
 -- (|mean_a − mean_b| > sd_a + sd_b over at least 2 seeds each), on hand-computed cases.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local seeds = require "outlierlab.judge.seeds"
 
 local function near(a, b, msg) t.ok(math.abs(a - b) <= 1e-12, string.format("%s: %.15g vs %.15g", msg, a, b)) end

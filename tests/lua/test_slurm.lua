@@ -1,7 +1,8 @@
 -- The Slurm batch script for an experiment holds the lines a cluster run needs, is valid
 -- bash, and bad settings are refused with a message naming them.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local slurm = require "outlierlab.runner.slurm"
+local runner = require "outlierlab.runner.run"
 
 local s = slurm.script{ id = "so-fig11", file = "experiments/so-fig11.lua", profile = "paper", nodes = 4,
   tasks_per_node = 8, cpus_per_task = 6, time = "12:00:00", grace = 600, root = "/proj/outlierlab" }
@@ -135,17 +136,16 @@ if not pinged and ping:find("configuration source", 1, true) then
   t.ok(okr and or_:find("not configured", 1, true) and or_:find("  sbatch " .. tmp .. "/real.sbatch", 1, true),
        "this machine's unconfigured slurm-wlm: make sbatch-so-fig3 prints the commands and succeeds", or_)
 else
-  t.ok(true, "# SKIP this machine's Slurm is not an installed-but-unconfigured one")
+  t.skip("this machine's Slurm is not an installed-but-unconfigured one")
 end
 
 -- the compression tables train their members through run:sweep, so they run as MPI sweep groups and
 -- as Slurm job arrays like every other sweep: the sweep's size per profile, found without training
-local E = require "outlierlab.experiment"
 for id, want in pairs({ ["qt-table1"] = { quick = 3, default = 12 }, ["qt-table2"] = { quick = 9, default = 27 },
                         ["so-table3"] = { quick = 2, default = 6 } }) do
   local f = OUTLIERLAB_ROOT .. "/experiments/" .. id .. ".lua"
   for prof, n in pairs(want) do
-    t.is(E.sweep_size(dofile(f), f, prof, {}), n, id .. " (" .. prof .. "): a sweep of " .. n .. " members (a job array of " .. n .. ")")
+    t.is(runner.sweep_size(dofile(f), f, prof, {}), n, id .. " (" .. prof .. "): a sweep of " .. n .. " members (a job array of " .. n .. ")")
   end
 end
 os.execute("rm -rf '" .. tmp .. "'")

@@ -8,7 +8,7 @@
 --      --dependency=afterok until the array succeeded, plots from the six cached models.
 -- Every wait and every Slurm command has a time bound, so a stuck cluster fails the test in
 -- minutes, naming the step, instead of hanging it.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 local sh, slurp = t.sh, t.slurp
 local have = select(2, sh("command -v slurmctld && command -v slurmd && command -v sbatch && command -v munged && test -r /etc/munge/munge.key"))

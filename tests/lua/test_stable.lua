@@ -1,13 +1,15 @@
--- The stable measurement of a model's phenomena (recipes.track_schedule, recipes.stable,
--- recipes.tracker): the points of the last 10 % of the steps, each on its own held-out
+-- The stable measurement of a model's phenomena (train/track.lua's schedule, recipes/track.lua's
+-- stable and tracker): the points of the last 10 % of the steps, each on its own held-out
 -- batches, averaged; hand-computed cases and a tiny trained model.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local recipes = require "outlierlab.recipes"
+local track = require "outlierlab.train.track"
+local tracked = require "outlierlab.recipes.track"
 
 -- schedule: 200 steps -> every 10 steps, and every 2 steps after step 180 (the last 20 steps)
 do
-  local due, from = recipes.track_schedule(200)
+  local due, from = track.schedule(200)
   t.is(from, 180, "the stable window starts after step 180 (last 10 % of 200)")
   local pts = {}
   for s = 1, 200 do if due(s) then pts[#pts + 1] = s end end
@@ -17,7 +19,7 @@ do
   local n = 0
   for _, s in ipairs(pts) do if s > from then n = n + 1 end end
   t.is(n, 10, "ten points in the stable window")
-  local due3 = recipes.track_schedule(7)
+  local due3 = track.schedule(7)
   local c = 0
   for s = 1, 7 do if due3(s) then c = c + 1 end end
   t.is(c, 7, "a run shorter than 20 steps measures every step")
@@ -32,7 +34,7 @@ do
     { step = 190, sink_share = 0.9, massive_ratio = 200, sink_layer = 3 },
     { step = 200, sink_share = 1.0, massive_ratio = 300, sink_layer = 2 },
   }
-  local st = recipes.stable(curve, 200)
+  local st = tracked.stable(curve, 200)
   t.is(st.n_points, 3, "three points after step 180")
   t.near(st.sink_share, 0.9, 1e-12, "mean sink share (0.8 + 0.9 + 1.0) / 3")
   t.near(st.sd.sink_share, 0.1, 1e-12, "sd of the sink share")
@@ -41,7 +43,7 @@ do
   t.is(st.sink_layer, 3, "the most frequent sink layer")
   t.ok(st.avg_kurtosis ~= st.avg_kurtosis, "a field no point has is undefined (NaN)")
   t.is(st.from_step, 182, "window's first point")
-  t.is(recipes.stable({}, 200), nil, "no curve, no stable measurement")
+  t.is(tracked.stable({}, 200), nil, "no curve, no stable measurement")
 end
 
 -- a tiny LLaMA on the organism task: the tracker measures on 2 batches per point, the window's
@@ -54,25 +56,27 @@ do
                  batch = { B = 4, T = 16, kind = "lm" }, train = { steps = 20 }, seed = 1 }
   local corpus = batcher.corpus(spec.data)
   local ctx = ol.Context{ seed = 1 }
-  local m = models.build(ctx, recipes.model_cfg(spec))
+  local m = models.build(ctx, models.spec_cfg(spec))
   local dir = os.tmpname(); os.remove(dir); os.execute("mkdir -p " .. dir)
   local firsts = {}
-  local tr = recipes.tracker(spec, dir, function(n, first)
+  local tr = tracked.tracker(spec, dir, function(n, first)
     firsts[#firsts + 1] = first
-    t.is(n, recipes.TRACK_BATCHES, "each point measures TRACK_BATCHES batches")
-    return recipes.measure_phenomena(ctx, m, corpus, spec, 4, n, first)
+    t.is(n, track.TRACK_BATCHES, "each point measures TRACK_BATCHES batches")
+    return tracked.measure_phenomena(ctx, m, corpus, spec, 4, n, first)
   end)
   for s = 1, 20 do tr.on_step(s, { loss = 1 / s }) end
   t.is(#tr.curve, 21, "step 0 and every step of a 20-step run")
-  t.is(firsts[#firsts - 1], recipes.TRACK_BATCHES, "the window's first point takes batches 2-3")
-  t.is(firsts[#firsts], 2 * recipes.TRACK_BATCHES, "the window's second point takes batches 4-5")
-  local st = tr.stable()
+  t.is(firsts[#firsts - 1], track.TRACK_BATCHES, "the window's first point takes batches 2-3")
+  t.is(firsts[#firsts], 2 * track.TRACK_BATCHES, "the window's second point takes batches 4-5")
+  local fin = tr.finish()
+  t.is(fin.curve_code, tracked.code(), "the tracker records the key of the code that measured its curve")
+  local st = fin.stable
   t.is(st.n_points, 3, "the window of a 20-step run holds steps 18, 19 and 20")
   t.ok(st.sink_rate >= 0 and st.sink_rate <= 1, "the sink rate is a share of heads", st.sink_rate)
   t.ok(st.avg_kurtosis_no_initial > 0, "kurtosis without the initial token is measured", st.avg_kurtosis_no_initial)
   -- one measurement of 2 batches equals the mean of what the probes saw on those two batches
-  local r2 = recipes.measure_phenomena(ctx, m, corpus, spec, 4, 2, 0)
-  local ra = recipes.measure_phenomena(ctx, m, corpus, spec, 4, 1, 0)
+  local r2 = tracked.measure_phenomena(ctx, m, corpus, spec, 4, 2, 0)
+  local ra = tracked.measure_phenomena(ctx, m, corpus, spec, 4, 1, 0)
   t.ok(r2.sink.share == r2.sink.share and ra.sink.share == ra.sink.share, "measurements are defined")
   os.execute("rm -rf " .. dir)
 end

@@ -4,7 +4,7 @@
 -- sharded, the probes' accumulators (layer outputs, x_down, attention, the final norm) are
 -- equal, and the streamed blocks hold the in-memory model's weights. The memory claim (peak RSS
 -- well below the fp32 size of a multi-GB model) is measured by bench/analysis.lua, not here.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local hf = require "outlierlab.pretrained.hf"
 local stream = require "outlierlab.pretrained.stream"
@@ -12,7 +12,7 @@ local models = require "outlierlab.models"
 local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local serialize = require "outlierlab.util.serialize"
-local exp = require "outlierlab.experiment"
+local batches = require "outlierlab.measure.batches"
 local ffi = ol.ffi
 
 local root = os.tmpname()
@@ -76,11 +76,11 @@ for ci, case in ipairs(cases) do
        label .. ": progress per layer with tokens/s and ETA: " .. tostring(logs[#logs]))
   -- the weights of each streamed block are the in-memory model's
   local same = true
-  for l, blk in exp.blocks(sm) do
+  for l, blk in batches.blocks(sm) do
     local w1, w2 = m1.blocks[l].mlp.down.weight, blk.mlp.down.weight
     if ffi.C.memcmp(w1.data, w2.data, 4 * tonumber(w1.numel)) ~= 0 then same = false end
   end
-  t.ok(same, label .. ": exp.blocks(streamed model) gives every layer's weights")
+  t.ok(same, label .. ": batches.blocks(streamed model) gives every layer's weights")
   sm:close()
 end
 

@@ -8,7 +8,7 @@
 -- named with the op and the thread count. Then train.run with cfg.flush_subnormals: the run
 -- trains in the mode and gives the caller's mode back, and a run without it trains in IEEE
 -- mode whatever the caller's mode is.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
 

@@ -4,7 +4,7 @@
 --     ones first, from s.criteria or from the "met: …" / "not met: …" items of the notes (which
 --     are then said once, not twice);
 --   * the settings are a Markdown table, an imported model's with its note.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local report = require "outlierlab.runner.report"
 local fs = require "outlierlab.util.fs"
 

@@ -10,7 +10,7 @@
 --   * BERT's WordPiece splits on U+2028 LINE SEPARATOR and U+2029 PARAGRAPH SEPARATOR (Rust's
 --     char::is_whitespace in Hugging Face's BertPreTokenizer; Python's str.split in Google's
 --     tokenization.py).
-local t = require "outlierlab.tap"
+local t = require "tap"
 local json = require "outlierlab.util.json"
 local tokenizers = require "outlierlab.pretrained.tokenizers"
 

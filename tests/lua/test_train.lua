@@ -1,7 +1,7 @@
 -- test_train — the training loop (lua/outlierlab/train/loop.lua) on a tiny LM: the loss falls,
 -- the schedule and accumulation do what they say, divergence stops the run naming the step
 -- and leaves the checkpoint untouched, resume in one process is bit-identical, progress lines.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local nn = require "outlierlab.nn"
 local train = require "outlierlab.train.loop"

@@ -9,7 +9,7 @@
 --     2-layer model this early stays above the decoders').
 --   vit (4 classes, 16×16 images, 4×4 patches): validation loss < 1.1 (chance ln 4 = 1.386)
 --     and top-1 > 45 % (chance 25 %); measured 0.875 and 66 %.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
 local data = require "outlierlab.data"

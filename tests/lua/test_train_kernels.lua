@@ -2,7 +2,7 @@
 -- obvious references. GELU (tanh form, GPT-2/BERT): the engine computes x·σ(2u) with its own
 -- vectorisable exp (engine/ops_elementwise.c); the reference here is the textbook formula
 -- 0.5·x·(1 + tanh(u)), u = √(2/π)(x + 0.044715x³), and its derivative, in double precision.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local gradcheck = require "outlierlab.nn.gradcheck"
 

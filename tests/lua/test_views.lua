@@ -3,7 +3,7 @@
 -- hand-computed case (the first token's state, Gu et al.'s α, the channels kept), the saved files
 -- (record, CircuitsVis attention, CF NetCDF) and a page's markup (no token reaches it unescaped,
 -- nothing loads from outside its folder). The browser half is test_views_browser.lua.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local views = require "outlierlab.figure.views"
 local cjson = require "cjson"
 

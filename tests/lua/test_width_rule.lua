@@ -1,7 +1,7 @@
 -- test_width_rule — the width-translation rule (models.width_gain, the models' init_gain): the
 -- block projections' initial weights, and only they, are scaled; the rule's gains are the ones the
 -- rule states; the spread of the attention scores at init follows d·std² (hand-computed case).
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
 local ffi = require "ffi"

@@ -1,4 +1,4 @@
--- Distributed analysis, for tests/lua/test_mpi_analysis.lua: 8 sequences through a small
+-- Distributed analysis, for tests/lua/test_mpi_measure.lua: 8 sequences through a small
 -- LLaMA-style model; each rank takes a disjoint block of sequences, streams h and the
 -- attention probabilities into accumulators, and the accumulators are merged across ranks
 -- (dist.allmerge). Rank 0 prints every number the NetCDF files would hold.

@@ -3,10 +3,10 @@
 -- and seeds 2 and 4 rank 1's. Its test first trains seeds 1 and 3 on one rank (--seeds=1,3), then
 -- runs all four on two ranks: rank 0's members are cached and rank 1 trains, and every member's
 -- progress must reach the output (rank 0 prints rank 1's lines, util/progress).
-local exp_runner = require "outlierlab.experiment"
 local config = require "outlierlab.config"
+local recipes = require "outlierlab.recipes"
 
-local base = config.deep_copy(exp_runner.LLAMA_LM_PROFILES.quick)
+local base = config.deep_copy(recipes.LLAMA_LM_PROFILES.quick)
 base.steps = 24
 base.seeds = { 1, 2, 3, 4 }
 
@@ -16,7 +16,7 @@ local function train(run)
   return run:sweep(items, function(it)
     local c = config.deep_copy(run.cfg)
     c.seed = it.seed
-    local h = exp_runner.train_model(run, exp_runner.llama_lm_spec(c))
+    local h = recipes.fit(run, recipes.llama_lm_spec(c))
     return { seed = it.seed, steps = h.info and h.info.steps or 0 }
   end)
 end

@@ -1,24 +1,24 @@
 -- compress/evaluate — post-training quantisation (W8A8 and friends) and the other compression
 -- evaluations of the papers' tables, on top of outlierlab.compress.fakequant (docs/reference/compression.md).
--- (The models these evaluate are outlierlab.recipes.papers'; outlierlab.ptq offers both.)
+-- (The models these evaluate are outlierlab.recipes.papers'.)
 --
 --   local ptq = require "outlierlab.compress.evaluate"
---   local fp = ptq.evaluate(ctx, m, { metric = "ppl"|"acc", loader = fn() -> fresh loader, n = 8 })
---   local q  = ptq.w8a8(ctx, m, { metric =, loader =, n =, calib_loader = fn() -> loader,
+--   local fp = evaluate.evaluate(ctx, m, { metric = "ppl"|"acc", loader = fn() -> fresh loader, n = 8 })
+--   local q  = evaluate.w8a8(ctx, m, { metric =, loader =, n =, calib_loader = fn() -> loader,
 --                                 n_calib = 16, wbits = 8, abits = 8, weight_range = "minmax"|"mse",
 --                                 estimator = "running_minmax"|"percentile", percentile = 99.999,
 --                                 kinds = nil | { linear = true, __add = true, ... } })
 --   -- q = { value = metric, loss =, sites = quantised activation sites, weights = n tensors };
 --   -- kinds quantises only the activations of those op kinds (ol.set_activation_hook's), wbits
 --   -- >= 32 leaves the weights in full precision: the parts of the W8A8 error one at a time
---   -- (ptq.W8A8_PARTS)
---   local r  = ptq.weight_only(ctx, m, { fn = function(params) compress.absmax(params, ...) end, ... })
---   local s  = ptq.outlier_stats(ctx, m, { loader =, n =, points = {"ffn_out", "ln2"} })
+--   -- (evaluate.W8A8_PARTS)
+--   local r  = evaluate.weight_only(ctx, m, { fn = function(params) compress.absmax(params, ...) end, ... })
+--   local s  = evaluate.outlier_stats(ctx, m, { loader =, n =, points = {"ffn_out", "ln2"} })
 --   -- s = { max_inf_norm, avg_kurtosis, n } over the hooked tensors (QT tables, docs/reference/metrics.md)
 --
 -- QT's W8A8 setup (QT §5, App. C; docs/reference/compression.md):
 --   weights: symmetric uniform per tensor, min-max (BERT, ViT) or MSE (OPT) range, every weight
---     matrix (>= 2 dims) except the final head and the gates: ptq.weights(ctx);
+--     matrix (>= 2 dims) except the final head and the gates: evaluate.weights(ctx);
 --   activations: asymmetric uniform per tensor, static ranges from n_calib calibration batches
 --     (running min-max with momentum 0.9, or a percentile), at the output of every op that
 --     makes a new activation (linear in/outputs, residual and embedding sums, attention
@@ -140,7 +140,7 @@ function M.evaluate(ctx, m, o, run)
       if reset then reset() end
       local loss, info = m:loss(batch, { train = false })
       local l = loss:item()
-      if l ~= l then error("ptq.evaluate: the loss is NaN", 0) end
+      if l ~= l then error("evaluate: the loss is NaN", 0) end
       lsum = lsum + l * info.ntokens
       ntok = ntok + info.ntokens
       if metric == "acc" then
@@ -266,7 +266,7 @@ function M.outlier_stats(ctx, m, o)
     local layers = {}
     for l in pairs(stats[pt].stats) do layers[#layers + 1] = l end
     table.sort(layers)
-    if #layers == 0 then error("ptq.outlier_stats: the model never reported probe point '" .. pt .. "'", 2) end
+    if #layers == 0 then error("evaluate.outlier_stats: the model never reported probe point '" .. pt .. "'", 2) end
     for _, l in ipairs(layers) do
       local r = stats[pt].stats[l]:result()
       list[#list + 1] = r

@@ -40,7 +40,7 @@ function M.corpus(d, run)
   if not corpora[key] then
     if (d.n_tokens or 0) >= M.CORPUS_FILE_TOKENS then
       -- paper scale: generated once into a token file under the cache, mapped by every rank
-      local root = run and run.cache_root or M.active_cache_root or os.getenv("OUTLIERLAB_CACHE") or (ol.root .. "/cache")
+      local root = run and run.cache_root or os.getenv("OUTLIERLAB_CACHE") or (ol.root .. "/cache")
       corpora[key] = require("outlierlab.data.corpus_file").corpus(d, root, function(fmt, ...)
         if progress.is_rank0() then io.stdout:write(string.format(fmt, ...), "\n") io.stdout:flush() end
       end)
@@ -60,12 +60,11 @@ end
 -- split "train" draws starts from the first 90 % of the stream, "val" from the last 10 %.
 local Batcher = {}
 Batcher.__index = Batcher
--- Size bounds, central for every batcher (outlierlab.data.bounds): check_sizes{B =, T =, kind =}
+-- Size bounds, central for every batcher (outlierlab.data.bounds): check_batch{B =, T =, kind =}
 -- (lm: T >= 1, mlm: T >= 3, B >= 1)
-M.check_sizes = bounds.check_batch
 function M.batcher(corpus, o)
   if corpus.kind == "image" then return M.image_batcher(corpus, o) end
-  M.check_sizes(o)   -- B >= 1 and the least T of the kind, before any row is written
+  bounds.check_batch(o)   -- B >= 1 and the least T of the kind, before any row is written
   if corpus.kind == "organism" then return M.organism_batcher(corpus, o) end
   if corpus.kind == "mix" then
     if (o.kind or "lm") ~= "lm" then
@@ -206,7 +205,7 @@ end
 -- seed =, style = } (outlierlab.data.images): M.batcher(d, { B =, patch =, split =, shard = })
 -- comes here; shard = true: under MPI this rank takes its rows of every global batch (data parallel)
 function M.image_batcher(d, o)
-  M.check_sizes{ B = o.B, kind = "image" }
+  bounds.check_batch{ B = o.B, kind = "image" }
   local data = require "outlierlab.data"
   return data.ImageLoader{ n = d.n, size = d.size, classes = d.classes, seed = d.seed, B = o.B,
                            split = o.split or "train", rank = o.shard and dist.rank() or 0, world = o.shard and dist.size() or 1,

@@ -75,7 +75,7 @@ function M.check_batch(b)
 end
 
 -- data = { n_tokens = } of the generated corpus: both splits (90 % / 10 %) must hold a window
--- of T + 1 tokens (what experiment.batcher cuts)
+-- of T + 1 tokens (what data.batcher cuts)
 function M.check_data(data, b)
   if type(data) ~= "table" or data.n_tokens == nil or not b.T then return end
   int_at_least(data.n_tokens, 1, "corpus size n_tokens")

@@ -45,10 +45,9 @@ end
 -- the file of a corpus setting d = {seed, n_tokens, vocab_size} under cache_root
 function M.path(d, cache_root)
   local E = require "outlierlab.util.fs"
-  local results = { canonical_json = require("outlierlab.util.json").canonical }
   local ol = require "outlierlab"
   local gen = read_file(ol.root .. "/lua/outlierlab/data/corpus.lua") or ""
-  local key = results.canonical_json({ seed = d.seed, n_tokens = d.n_tokens, vocab_size = d.vocab_size,
+  local key = require("outlierlab.util.json").canonical({ seed = d.seed, n_tokens = d.n_tokens, vocab_size = d.vocab_size,
                                        generator = E.hash(gen), format = M.VERSION })
   return cache_root .. "/corpora/" .. E.hash(key) .. ".tok"
 end

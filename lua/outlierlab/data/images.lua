@@ -80,6 +80,24 @@ M.ImageLoaderClass = ImageLoader
 local known = { n = true, n_val = true, size = true, classes = true, seed = true, B = true, split = true,
                 patch = true, rank = true, world = true, style = true }
 
+-- Image b of a batch's images (B, 3, H, H) as 8-bit RGB pixels for a figure: { {x, y, r, g, b}, ... }
+-- in rows (y-major), undoing the loader's normalisation (x − 0.5) / 0.25 and clamping to [0, 1].
+function M.rgb(images, b, H)
+  local img = images.data
+  local out = {}
+  for y = 0, H - 1 do
+    for xx = 0, H - 1 do
+      local px = { xx, y }
+      for ch = 0, 2 do
+        local val = img[((b * 3 + ch) * H + y) * H + xx] * 0.25 + 0.5
+        px[#px + 1] = math.floor(255 * math.min(1, math.max(0, val)) + 0.5)
+      end
+      out[#out + 1] = px
+    end
+  end
+  return out
+end
+
 function M.ImageLoader(opts)
   local what = "data.ImageLoader"
   opts = opts or {}

@@ -856,6 +856,14 @@ function M.stage(fig, from)
   end
 end
 
+-- The stages of a figure experiment, in order: train, the analysis (cached: its result is what
+-- the figure draws) and the plot of the declared figure (M.stage)
+function M.stages(train, analyze, fig, extra)
+  local st = { { "train", train }, { "analyze", analyze, cache = true }, { "plot", M.stage(fig) } }
+  for _, e in ipairs(extra or {}) do st[#st + 1] = e end   -- e.g. the views stage (figure/views)
+  return st
+end
+
 -- Write only the NetCDF file of a declaration (tests, tools): path, meta as results.new
 function M.write_netcdf(path, fig, data, meta)
   local nc = results.new(path, meta or { title = fig.title, summary = fig.title })

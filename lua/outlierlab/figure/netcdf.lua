@@ -26,8 +26,8 @@ local M = {}
 
 -- ---------------------------------------------------------------- helpers shared with the runner
 
--- Canonical JSON (util/json: sorted keys, %.17g numbers) for the config attribute and cache hashes
-M.canonical_json = require("outlierlab.util.json").canonical
+-- Canonical JSON (util/json: sorted keys, %.17g numbers) for the config attribute
+local canonical_json = require("outlierlab.util.json").canonical
 
 
 -- the output of a shell command, trimmed (nil when it fails or prints nothing)
@@ -281,7 +281,7 @@ local function global_attrs(meta)
     { "cpu", machine.cpu },
     { "blas_core", machine.blas_core },
     { "threads", machine.threads },
-    { "config", M.canonical_json(meta.config or {}) },
+    { "config", canonical_json(meta.config or {}) },
   }
   for _, a in ipairs(M.provenance(meta)) do list[#list + 1] = a end
   if meta.references then list[#list + 1] = { "references", meta.references } end

@@ -172,7 +172,7 @@ function M.data(list, tau)
 end
 
 -- The analysis of a sweep (run.out.train = list of { variant =, spec =, handle = }): the four
--- views of each model, labelled label_of(variant); load(spec, handle) -> ctx, m (default: ptq.load)
+-- views of each model, labelled label_of(variant); load(spec, handle) -> ctx, m (default: recipes.load)
 function M.analyze_sweep(run, label_of, load)
   load = load or require("outlierlab.recipes").load
   local list = {}

@@ -7,7 +7,7 @@
 --   local j = th.judge(curve)           -- curve: recipes' tracker points { {step =, sink_share =, ...}, ... }
 --   j.final.sink_share, j.reached.sink, j.first.sink, j.window = { from =, to =, points = }
 --
--- A curve point (recipes.curve_point, measure/phenomena) holds, on one held-out batch at one
+-- A curve point (recipes/track.lua curve_point, measure/phenomena) holds, on one held-out batch at one
 -- training step: sink_share (the largest share of attention of other tokens on the sink tokens,
 -- over heads), value_ratio (that head's value norm at the sink over the median value norm),
 -- massive_ratio (top-1/median |h| at a sink token, in the layer where it is largest),
@@ -45,8 +45,8 @@ M.WHAT = {
 M.KEYS = { "sink_share", "value_ratio", "massive_ratio", "avg_kurtosis", "max_kurtosis", "sink_rate", "max_inf_norm", "max_ratio" }
 
 -- the points of the final window: step >= the last tracked step less FINAL_SHARE of it, rounded
--- to a step (at least the last point). The tracker (recipes.tracker) measures 10 more points in
--- that window, each on held-out batches of its own; recipes.stable averages the same points.
+-- to a step (at least the last point). The tracker (train/track.lua) measures 10 more points in
+-- that window, each on held-out batches of its own; recipes/track.lua stable averages the same points.
 function M.window(curve)
   local n = #curve
   if n == 0 then return { from = 0 / 0, to = 0 / 0, points = {} } end

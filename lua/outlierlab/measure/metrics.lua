@@ -113,6 +113,22 @@ function analysis.rule(r)
   return { kind = kind, k = k, scope = scope, mu = r.mu or 0, sigma = r.sigma or 0, mean_abs = r.mean_abs or 0 }
 end
 analysis.QT_6SIGMA = analysis.rule{ kind = "sigma", k = 6, scope = "batch" }
+
+-- The batch-scope sigma rule's numbers for a caller that flags elements itself (qt-fig3 counts
+-- per token and per patch position): the mean of the elements of x (a tensor; or a data
+-- pointer and n, its first n elements) and k times their unbiased standard deviation, in Lua
+-- doubles. Returns mu, k·σ.
+function analysis.sigma_limit(x, k, n)
+  local d = n and x or x.data
+  n = n or x:nelement()
+  if n < 2 then error("analysis.sigma_limit: needs at least 2 elements, got " .. tostring(n), 2) end
+  local s = 0
+  for i = 0, n - 1 do s = s + d[i] end
+  local mu = s / n
+  local v = 0
+  for i = 0, n - 1 do v = v + (d[i] - mu) ^ 2 end
+  return mu, (k or 6) * math.sqrt(v / (n - 1))
+end
 analysis.SO_TAU = analysis.rule{ kind = "tau_mean", tau = 1000, scope = "sequence" }
 
 local function fill_rule(cr, r)

@@ -101,7 +101,7 @@ end
 -- ---------------------------------------------------------------- plain-op helpers
 -- scores s = q·kᵀ/√HD (B, NH, T, Tk), with padding keys pushed to -1e30 when pad_mask is given.
 -- Masks are added with the activation hook suspended: they are not activations, and a
--- quantiser (outlierlab.ptq, W8A8) must see the scores, not the -1e30 of masked keys.
+-- quantiser (outlierlab.compress.evaluate, W8A8) must see the scores, not the -1e30 of masked keys.
 local function add_mask(s, bias) return ol.without_hook(function() return s + bias end) end
 M.add_mask = add_mask
 function M.scores(q, k, pad_mask)

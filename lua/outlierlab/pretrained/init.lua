@@ -3,7 +3,7 @@
 --
 -- The runner (outlierlab.runner.run) calls attach() when --model is given; from then on
 --   run:model(...)            returns the imported model's handle (nothing is trained)
---   experiment.load_model     gives the model: whole in memory, or streamed layer by layer
+--   recipes.load              gives the model: whole in memory, or streamed layer by layer
 --                             (outlierlab.pretrained.stream) when its fp32 size exceeds half the memory
 --                             available (--stream=yes|no overrides the choice)
 --   experiment.corpus(d, run) gives the text file tokenized by the model's own tokenizer
@@ -11,7 +11,7 @@
 --   the summary               names the model and the text, and gives the paper's statement
 --                             for that model where the paper has one (SO: GPT-2, LLaMA-2-7B;
 --                             QT: BERT-base)
--- The results go to results/<id>/<model name>-<profile>/ (experiment.results_dir); run.cfg's
+-- The results go to results/<id>/<model name>-<profile>/ (runner/report.results_dir); run.cfg's
 -- vocab_size becomes the model's. The stage cache key holds the XXH64 of the whole content of
 -- every file the analysis reads (config.json, the index and every shard, the tokenizer files,
 -- the text), so a changed model, tokenizer or text is analysed again (docs/reference/pretrained.md "Cache").

@@ -1,7 +1,7 @@
 -- recipes — the papers' and the model organism's model specs and the one way to train and load
 -- them: the shared profiles (LLAMA_LM_PROFILES, BERT_MLM_PROFILES), the spec functions,
 -- recipes.fit(run, spec) (train or reuse through run:model), recipes.load(spec, handle) and
--- recipes.model_cfg(spec). The QT / SO / ViT specs: outlierlab.recipes.papers.
+-- (the model config of a spec is models.spec_cfg). The QT / SO / ViT specs: outlierlab.recipes.papers.
 local ol = require "outlierlab"
 local config = require "outlierlab.config"
 local dist = require "outlierlab.util.dist"
@@ -9,13 +9,10 @@ local fs = require "outlierlab.util.fs"
 local serialize = require "outlierlab.util.serialize"
 local batcher = require "outlierlab.data.batcher"
 local bounds = require "outlierlab.train.bounds"
+local tracked = require "outlierlab.recipes.track"
 
 local M = {}
 
--- Size and recipe bounds, central for every trainer (outlierlab.train.bounds): check_run(spec)
--- the batch, the data size and the training recipe (steps >= 1, lr > 0, warmup <= steps, ...),
--- check_memory(spec) the estimated memory of training against what the machine has.
-M.check_run, M.check_memory = bounds.check_run, bounds.check_memory
 
 local function load_data(path)
   local s = fs.read_file(path)
@@ -176,31 +173,6 @@ end
 
 -- the model config of a spec: preset + overrides, vocab_size and block_size from the data
 local model_cfg = require("outlierlab.models").spec_cfg   -- one conversion (models.spec_cfg)
-M.model_cfg = model_cfg
-
--- Phenomena of a ViT on one held-out batch (at most 16 images): [CLS] is the initial token,
--- background patches are "weak" (they carry no information), object patches "other"
--- (outlierlab.phenomena.vit_batch); the sinks looked for are [CLS] and background patches.
-function M.measure_vit_phenomena(ctx, m, spec, n, first)
-  local phenomena = require "outlierlab.measure.phenomena"
-  local probes = require "outlierlab.measure.probes"
-  local d = spec.data
-  local NP = (d.size / spec.batch.patch) ^ 2
-  local ph = phenomena.new{ category = phenomena.vit_category, T = NP + 1, C = m.cfg.d_model, n_head = m.cfg.n_head,
-                            sink_categories = phenomena.VIT_SINKS }
-  local va = batcher.batcher(d, { B = math.min(16, spec.batch.B), split = "val", patch = spec.batch.patch })
-  for _ = 1, first or 0 do ctx:reset(); va:next(ctx) end   -- the image loader has no step to set
-  ctx:no_grad(function()
-    local P = probes.new{}
-    ph:attach(P)
-    for _ = 1, n or 1 do
-      ctx:reset()
-      P:forward(m, phenomena.vit_batch(ctx, va:next(ctx)))
-    end
-  end)
-  ctx:reset()
-  return ph:result()
-end
 
 -- How often a model the runner trains writes its checkpoint (besides the end and the batch
 -- system's signal): every CKPT_PARTS-th of its steps, so that a killed run (kill -9, a lost
@@ -225,198 +197,70 @@ local function train_cfg(spec)
   return tcfg
 end
 
--- the trainer of an image spec (a ViT on the synthetic images, outlierlab.data.images)
-local function image_trainer(run, spec)
-  return function(dir, ckpt)
-    M.check_memory(spec)
+-- the training facts stored in done.lua: the per-step curves (the model's training history,
+-- runner/history.lua), the tracked curve, its stable measurement and the key of the code that
+-- measured it (recipes/track.lua)
+local function facts(res, m, track)
+  local val = res.val[#res.val]
+  local f = { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
+              val_loss = val and val.loss or nil, steps = res.step,
+              stopped_by_signal = res.stopped_by_signal, params = m:num_params(), describe = m:describe() }
+  for k, v in pairs(track.finish()) do f[k] = v end
+  return f
+end
+
+-- The trainer of a spec, which needs no Run: trainer(dir, ckpt, o) trains the model into dir
+-- (resuming from ckpt when an interrupted run left one) and returns the training facts for
+-- done.lua. o = { cache_root = where a paper-scale corpus file goes (data/corpus_file), log =
+-- function(fmt, ...) }, both optional; the runner's cache passes them (runner/cache.lua), a
+-- script may call the trainer on a directory of its own. An image spec (batch.kind = "image",
+-- recipes.papers' image_spec) trains a ViT on the synthetic images.
+function M.trainer(spec)
+  return function(dir, ckpt, o)
+    o = o or {}
+    local log = o.log or function(fmt, ...) io.write(string.format(fmt, ...), "\n") io.flush() end
+    bounds.check_memory(spec)   -- training this model must fit in memory (outlierlab.train.bounds)
     local models = require "outlierlab.models"
     local train = require "outlierlab.train.loop"
-    local ctx = ol.Context{ seed = spec.seed }
-    local m = models.build(ctx, model_cfg(spec))
-    local tcfg = train_cfg(spec)
-    run:log("%s, %d steps of %d images", m:describe(), spec.train.steps, spec.batch.B)
-    -- every ViT records its sinks, drains, massive activations and kurtosis as it trains
-    local track = M.tracker(spec, dir, function(n, first) return M.measure_vit_phenomena(ctx, m, spec, n, first) end)
-    local res = train.run{ ctx = ctx, model = m, loader = batcher.image_loader(spec, "train", true),
-                           val_loader = batcher.image_loader(spec, "val"), cfg = tcfg, ckpt = ckpt,
+    local b = spec.batch
+    -- (each branch builds its parts in the order they always were built)
+    local ctx, m, loader, val_loader, track
+    if b.kind == "image" then
+      ctx = ol.Context{ seed = spec.seed }
+      m = models.build(ctx, model_cfg(spec))
+      log("%s, %d steps of %d images", m:describe(), spec.train.steps, b.B)
+      -- every model records its sinks, drains, massive activations and kurtosis as it trains
+      track = tracked.tracker(spec, dir, function(n, first) return tracked.measure_vit_phenomena(ctx, m, spec, n, first) end)
+      loader, val_loader = batcher.image_loader(spec, "train", true), batcher.image_loader(spec, "val")
+    else
+      local corpus = batcher.corpus(spec.data, { cache_root = o.cache_root })
+      ctx = ol.Context{ seed = spec.seed }
+      m = models.build(ctx, model_cfg(spec))
+      loader = batcher.batcher(corpus, { B = b.B, T = b.T, kind = b.kind, seed = spec.seed, shard = true })
+      val_loader = batcher.batcher(corpus, { B = b.B, T = b.T, kind = b.kind, seed = spec.seed, split = "val" })
+      log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, b.B, b.T)
+      track = tracked.tracker(spec, dir, function(n, first) return tracked.measure_phenomena(ctx, m, corpus, spec, 16, n, first) end)
+    end
+    local res = train.run{ ctx = ctx, model = m, loader = loader, val_loader = val_loader, cfg = train_cfg(spec), ckpt = ckpt,
                            on_step = track.on_step }
-    local val = res.val[#res.val]
-    return { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
-             val_loss = val and val.loss or nil, steps = res.step, curve = track.curve, stable = track.stable(),
-             stopped_by_signal = res.stopped_by_signal, params = m:num_params(), describe = m:describe() }
+    return facts(res, m, track)
   end
 end
 
 -- Train (or reuse) the model of spec = { model = {preset =, overrides = {}}, data = {seed =,
--- n_tokens =, vocab_size =}, batch = {B =, T =, kind = "lm"|"mlm"}, train = {steps =, lr =,
--- ...outlierlab.train keys}, seed = }. Returns run:model's handle (dir, ckpt, info with the
--- training losses). An image spec (batch.kind = "image", recipes.papers' image_spec) trains a ViT
--- on the synthetic images. The one trainer of the package's models.
+-- n_tokens =, vocab_size =}, batch = {B =, T =, kind = "lm"|"mlm"|"image"}, train = {steps =,
+-- lr =, ...outlierlab.train keys}, seed = } through the run's cache: its sizes and recipe are
+-- checked before the cache lock (outlierlab.train.bounds), then run:model finds the model or
+-- trains it with M.trainer(spec). Returns run:model's handle (dir, ckpt, info with the training
+-- facts). The one trainer of the package's models.
 function M.fit(run, spec)
-  M.check_run(spec)   -- sizes and recipe, before the cache lock (outlierlab.train.bounds)
-  if spec.batch.kind == "image" then return run:model(spec, image_trainer(run, spec)) end
-  return run:model(spec, function(dir, ckpt)
-    M.check_memory(spec)   -- training this model must fit in memory
-    local models = require "outlierlab.models"
-    local train = require "outlierlab.train.loop"
-    local corpus = batcher.corpus(spec.data)
-    local ctx = ol.Context{ seed = spec.seed }
-    local m = models.build(ctx, model_cfg(spec))
-    local tr = batcher.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed,
-                                   shard = true })
-    local va = batcher.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind, seed = spec.seed, split = "val" })
-    local tcfg = train_cfg(spec)
-    run:log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, spec.batch.B, spec.batch.T)
-    -- every model records its sinks, drains, massive activations and kurtosis as it trains
-    local track = M.tracker(spec, dir, function(n, first) return M.measure_phenomena(ctx, m, corpus, spec, 16, n, first) end)
-    local res = train.run{ ctx = ctx, model = m, loader = tr, val_loader = va, cfg = tcfg, ckpt = ckpt,
-                           on_step = track.on_step }
-    local val = res.val[#res.val]
-    -- the per-step curves go into the model's training history (outlierlab.runner.history)
-    return { losses = res.losses, lrs = res.lrs, gnorms = res.gnorms, val = res.val,
-             val_loss = val and val.loss or nil, steps = res.step,
-             stopped_by_signal = res.stopped_by_signal, curve = track.curve, stable = track.stable(),
-             params = m:num_params(), describe = m:describe() }
-  end)
-end
-
--- Phenomena during training (outlierlab.measure.phenomena): at step 0 and every steps/TRACK_POINTS
--- steps, one held-out batch (at most 16 rows) of the model's validation stream is run with the
--- probes on; curve[i] = { step, loss, sink_share, value_ratio, sink_layer, sink_head,
--- sink_category, massive_ratio, massive_layer, massive_category, max_ratio, max_inf_norm,
--- avg_kurtosis, max_kurtosis } (max_inf_norm: the per-sequence max |h| averaged over sequences,
--- largest over layers; kurtosis Pearson, of the layer outputs h). The curve is saved beside the checkpoint (track.lua, atomically) so that a
--- resumed run keeps the points measured before the kill. The measurement runs without
--- gradients after the optimizer step and changes nothing the next step uses.
-M.TRACK_POINTS = 20
--- The stable measurement (docs/reference/metrics.md, "Stable measurement"): the points of the last
--- STABLE_WINDOW of the steps are taken every steps/STABLE_POINTS_PER_RUN (10 points), each on
--- TRACK_BATCHES held-out batches of its own (20 batches in all), and a model's phenomena are the
--- mean over those points (M.stable): neither one batch nor one step decides a verdict.
-M.STABLE_WINDOW = 0.1
-M.STABLE_POINTS_PER_RUN = 100
-M.TRACK_BATCHES = 2
--- phenomena on n held-out batches (B rows each, at most 16) starting at batch `first` of the
--- model's validation stream
-function M.measure_phenomena(ctx, m, corpus, spec, B, n, first)
-  local phenomena = require "outlierlab.measure.phenomena"
-  local probes = require "outlierlab.measure.probes"
-  local ph = phenomena.new{ category = corpus.category, T = spec.batch.T, C = m.cfg.d_model, n_head = m.cfg.n_head,
-                            causal = spec.batch.kind == "lm" }
-  local va = batcher.batcher(corpus, { B = math.min(B or 16, spec.batch.B), T = spec.batch.T, kind = spec.batch.kind,
-                                 seed = spec.seed + 1, split = "val" })
-  va.step = first or 0
-  ctx:no_grad(function()
-    local P = probes.new{}
-    ph:attach(P)
-    for _ = 1, n or 1 do
-      ctx:reset()
-      P:forward(m, va:next(ctx))
-    end
-  end)
-  ctx:reset()
-  return ph:result()
-end
-local function curve_point(step, loss, r)
-  local inf = 0 / 0   -- QT's max inf norm of the layer outputs: per-sequence max |h| averaged, max over layers
-  local peak, last = 0 / 0, 0 / 0   -- top-1 |h| at the massive token's category: largest over layers, last layer
-  local cat = r.massive.category
-  for _, l in ipairs(r.layers) do
-    local v = r.per_layer[l].top1
-    if v == v and not (v <= inf) then inf = v end
-    local a = cat and r.per_layer[l].top1_at and r.per_layer[l].top1_at[cat]
-    if a and a == a then
-      if not (a <= peak) then peak = a end
-      last = a
-    end
-  end
-  return { step = step, loss = loss, sink_share = r.sink.share, value_ratio = r.sink.value_ratio, max_inf_norm = inf,
-           sink_layer = r.sink.layer, sink_head = r.sink.head, sink_category = r.sink.category,
-           massive_ratio = r.massive.ratio, massive_layer = r.massive.layer, massive_category = r.massive.category,
-           max_ratio = r.max_ratio.ratio, avg_kurtosis = r.avg_kurtosis, max_kurtosis = r.max_kurtosis,
-           sink_rate = r.sink_rate, sink_rate_value_ratio = r.sink_rate_value_ratio,
-           avg_kurtosis_no_initial = r.avg_kurtosis_no_initial, massive_peak_top1 = peak, massive_last_top1 = last,
-           -- how one-hot the initial token's state is in the massive activation's layer (phenomena)
-           initial_top_share = r.massive.initial_top_share, initial_top3_share = r.massive.initial_top3_share,
-           resid_share = r.resid_share }   -- residual sink (measure/residual)
-end
-M.curve_point = curve_point
--- the numeric fields of a curve point that M.stable averages
-M.STABLE_FIELDS = { "loss", "sink_share", "value_ratio", "massive_ratio", "max_ratio", "avg_kurtosis", "max_kurtosis",
-                    "max_inf_norm", "sink_rate", "sink_rate_value_ratio", "avg_kurtosis_no_initial",
-                    "massive_peak_top1", "massive_last_top1", "initial_top_share", "initial_top3_share" }
--- steps at which the tracker measures: 0, every steps/TRACK_POINTS, and every
--- steps/STABLE_POINTS_PER_RUN in the last STABLE_WINDOW of the steps (the last step always)
-function M.track_schedule(steps)
-  local every = math.max(1, math.floor(steps / M.TRACK_POINTS))
-  local fine = math.max(1, math.floor(steps / M.STABLE_POINTS_PER_RUN))
-  local from = steps - math.floor(steps * M.STABLE_WINDOW + 0.5)
-  return function(step)
-    return step == steps or step % every == 0 or (step > from and (steps - step) % fine == 0)
-  end, from
-end
--- The stable measurement of a curve: the mean and sd of every STABLE_FIELDS value over the
--- points in the last STABLE_WINDOW of the steps (step > from); nil when there is none. The
--- categorical fields (sink layer, head, category, massive layer and category) are the most
--- frequent values of those points.
-function M.stable(curve, steps)
-  if type(curve) ~= "table" or #curve == 0 then return nil end
-  local sub = {}   -- the points up to `steps` (a resumed or longer curve is cut there)
-  for _, p in ipairs(curve) do if not steps or p.step <= steps then sub[#sub + 1] = p end end
-  if #sub == 0 then return nil end
-  local pts = require("outlierlab.judge.thresholds").window(sub).points   -- the one window rule
-  local out = { n_points = #pts, from_step = pts[1].step, to_step = pts[#pts].step, sd = {} }
-  local stats = require("outlierlab.judge.seeds").stats   -- one mean/sd (NaN without values)
-  for _, f in ipairs(M.STABLE_FIELDS) do
-    local xs = {}
-    for _, p in ipairs(pts) do local v = p[f] if type(v) == "number" and v == v then xs[#xs + 1] = v end end
-    out[f], out.sd[f] = stats(xs)
-  end
-  for _, f in ipairs { "sink_layer", "sink_head", "sink_category", "massive_layer", "massive_category" } do
-    local count, best, bestn = {}, nil, 0
-    for _, p in ipairs(pts) do
-      local v = p[f]
-      if v ~= nil then
-        count[v] = (count[v] or 0) + 1
-        if count[v] > bestn then best, bestn = v, count[v] end
-      end
-    end
-    out[f] = best
-  end
-  return out
-end
-function M.tracker(spec, dir, measure_fn)
-  local path = dir .. "/track.lua"
-  local steps = spec.train.steps
-  local due, from = M.track_schedule(steps)
-  local tr = { curve = load_data(path) or {} }
-  local function save()
-    if dist.rank() == 0 then fs.write_atomic(path, serialize.serialize(tr.curve)) end
-  end
-  local k = 0   -- the stable window's points each take their own held-out batches
-  local function measure(step, loss)
-    local c = tr.curve
-    if #c > 0 and c[#c].step >= step then return end
-    local first = 0
-    if step > from then
-      k = k + 1
-      first = k * M.TRACK_BATCHES
-    end
-    c[#c + 1] = curve_point(step, loss, measure_fn(M.TRACK_BATCHES, first))
-    save()
-  end
-  for _, p in ipairs(tr.curve) do if p.step > from then k = k + 1 end end   -- a resumed run goes on counting
-  if #tr.curve == 0 then measure(0, 0 / 0) end
-  function tr.on_step(step, rec)
-    if due(step) then measure(step, rec.loss) end
-  end
-  function tr.stable() return M.stable(tr.curve, steps) end
-  return tr
+  if not run.count_sweep then bounds.check_run(spec) end   -- (counting a sweep's members trains nothing)
+  return run:model(spec, M.trainer(spec))
 end
 
 -- the loaders of a model's evaluations: { val = fn() -> held-out loader, calib = fn() ->
 -- training-split loader, metric = "ppl"|"acc" } (the corpus is built on first use)
-local function eval_loaders(spec)
+local function eval_loaders(spec, cache_root)
   if spec.batch.kind == "image" then
     return { metric = "acc", val = function() return batcher.image_loader(spec, "val") end,
              calib = function() return batcher.image_loader(spec, "train") end }
@@ -424,8 +268,8 @@ local function eval_loaders(spec)
   local b = spec.batch
   return {
     metric = "ppl",
-    val = function() return batcher.batcher(batcher.corpus(spec.data), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 1, split = "val" }) end,
-    calib = function() return batcher.batcher(batcher.corpus(spec.data), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 2 }) end,
+    val = function() return batcher.batcher(batcher.corpus(spec.data, { cache_root = cache_root }), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 1, split = "val" }) end,
+    calib = function() return batcher.batcher(batcher.corpus(spec.data, { cache_root = cache_root }), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 2 }) end,
   }
 end
 
@@ -443,10 +287,8 @@ function M.load(spec, handle)
   local m = models.build(ctx, model_cfg(spec))
   checkpoint.load(handle.ckpt, ctx)
   if m.eval then m:eval() end
-  return ctx, m, eval_loaders(spec)
+  return ctx, m, eval_loaders(spec, handle.cache_root)
 end
--- the names the experiment files have used (outlierlab.experiment, outlierlab.ptq)
-M.train_model, M.load_model = M.fit, M.load
 
 
 return M

@@ -1,13 +1,11 @@
 -- recipes/papers — the model specs of the compression experiments and of QT's and SO's variant
 -- sweeps: QT's three families (BERT, the decoder, ViT) and their attention variants, SO's
 -- variants, the ViT profiles, and one row of QT's tables (train/load through outlierlab.recipes,
--- quantise through outlierlab.compress.evaluate). outlierlab.ptq offers these with the
--- quantisation.
+-- quantise through outlierlab.compress.evaluate).
 local recipes = require "outlierlab.recipes"
 local quant = require "outlierlab.compress.evaluate"
 
 local M = {}
-M.load, M.train = recipes.load, recipes.fit
 
 -- ---------------------------------------------------------------- shared recipes
 -- The model specs of the compression experiments. qt-table1 and qt-table2 share the BERT
@@ -19,7 +17,7 @@ M.load, M.train = recipes.load, recipes.fit
 -- γ·T fixed (the clipping threshold −γ/(ζ−γ) relative to the uniform probability 1/T).
 function M.qt_gamma(gamma_paper, T_paper, T) return gamma_paper * T_paper / T end
 
--- spec for an LM/MLM model (experiment.train_model): family preset, attention, data, recipe
+-- spec for an LM/MLM model (recipes.fit): family preset, attention, data, recipe
 function M.text_spec(cfg, preset, kind, attn, recipe, seed)
   local ov = { dropout = cfg.dropout or 0 }
   if attn and attn ~= "softmax" then ov.attention = attn end
@@ -32,7 +30,7 @@ function M.text_spec(cfg, preset, kind, attn, recipe, seed)
   }
 end
 
--- spec for a ViT on the synthetic images (trained by M.train)
+-- spec for a ViT on the synthetic images (trained by recipes.fit)
 -- (cfg.style = "flat": the model organism's images, a small object on a flat background)
 function M.image_spec(cfg, preset, attn, recipe, seed)
   local ov = { dropout = 0, n_classes = cfg.classes, image_size = cfg.image_size, patch_size = cfg.patch }
@@ -58,7 +56,7 @@ M.QT_POINTS = { bert = { "ffn_out", "ln1", "ln2" }, opt = { "h", "ffn_out", "att
 -- metric after post-training quantisation (o.wbits/o.abits, default W8A8).
 -- o: n_eval, n_calib (16), n_stats, weight_range, estimator, percentile, wbits, abits.
 function M.qt_row(spec, handle, family, o)
-  local ctx, m, L = M.load(spec, handle)
+  local ctx, m, L = recipes.load(spec, handle)
   local fp = quant.evaluate(ctx, m, { metric = L.metric, loader = L.val, n = o.n_eval })
   -- QT's own code's kurtosis μ₄/(σ⁴ + 1e-6) where the paper's numbers are compared (docs/reference/metrics.md)
   local st = quant.outlier_stats(ctx, m, { loader = L.val, n = o.n_stats or o.n_eval, points = M.QT_POINTS[family],
@@ -75,7 +73,6 @@ end
 -- files copy these and add their own keys, so a model that two experiments share has the
 -- same spec (and so the same cache hash) in both.
 local copy = require("outlierlab.config").deep_copy   -- one deep copy (config.deep_copy)
-M.copy = copy
 
 -- QT's three families: BERT (encoder), the decoder ("opt": QT's OPT-125m; at the default
 -- profiles the model organism's LLaMA-style decoder, because the OPT/GPT-2-style decoders with
@@ -142,8 +139,7 @@ end
 function M.vit_organism_spec(c) return M.vit_spec(c) end
 
 local function qt_profile(name, extra)
-  local E = recipes
-  return merge(prefixed("bert", E.BERT_MLM_PROFILES[name]), prefixed("opt", E.LLAMA_LM_PROFILES[name]),
+  return merge(prefixed("bert", recipes.BERT_MLM_PROFILES[name]), prefixed("opt", recipes.LLAMA_LM_PROFILES[name]),
                prefixed("vit", M.VIT_PROFILES[name]), { scale_rule = "paper" }, extra)
 end
 local QT_PROFILES = {
@@ -172,7 +168,7 @@ end
 function M.qt_attention(cfg, family, variant)
   if variant == "vanilla" then return nil end
   if variant == "gated" then return { kind = "gated", gate = "linear", pi_init = 0.5 } end
-  if variant ~= "clipped" then error("ptq.qt_attention: unknown variant " .. tostring(variant), 2) end
+  if variant ~= "clipped" then error("papers.qt_attention: unknown variant " .. tostring(variant), 2) end
   local T = M.qt_tokens(cfg, family)
   if family == "bert" then return { kind = "clipped_softmax", gamma = M.qt_gamma(-0.025, 128, T) } end
   if family == "opt" then return { kind = "clipped_softmax", alpha = 12 } end
@@ -186,11 +182,10 @@ local function with_attention(spec, attn)
   return spec
 end
 function M.qt_spec(cfg, family, attn, seed)
-  local E = recipes
-  if family == "bert" then return with_attention(E.bert_mlm_spec(family_cfg(cfg, "bert", seed)), attn)
-  elseif family == "opt" then return with_attention(E.llama_lm_spec(family_cfg(cfg, "opt", seed)), attn)
+  if family == "bert" then return with_attention(recipes.bert_mlm_spec(family_cfg(cfg, "bert", seed)), attn)
+  elseif family == "opt" then return with_attention(recipes.llama_lm_spec(family_cfg(cfg, "opt", seed)), attn)
   elseif family == "vit" then return M.vit_spec(family_cfg(cfg, "vit", seed), attn) end
-  error("ptq.qt_spec: unknown family " .. tostring(family), 2)
+  error("papers.qt_spec: unknown family " .. tostring(family), 2)
 end
 
 -- SO's variant runs (SO Table 2 (a)–(e), App. D.1): at the default profiles the model
@@ -198,8 +193,7 @@ end
 -- so-fig3's), at the paper profile SO's GPT-2 (SO App. B.3, docs/reference/experiments.md: nanoGPT recipe,
 -- no biases, dropout 0, tied embeddings, 491,520 tokens per step = 480 sequences of 1024).
 local function so_profile(name, extra)
-  local E = recipes
-  return merge(copy(E.LLAMA_LM_PROFILES[name]), extra)
+  return merge(copy(recipes.LLAMA_LM_PROFILES[name]), extra)
 end
 local SO_PROFILES = {
   quick = so_profile("quick", { n_seeds = 1, n_eval = 1 }),

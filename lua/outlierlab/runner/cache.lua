@@ -23,6 +23,7 @@ local json = require "outlierlab.util.json"
 local dist = require "outlierlab.util.dist"
 local progress = require "outlierlab.util.progress"
 local results = require "outlierlab.figure.netcdf"
+local sources = require "outlierlab.util.sources"
 
 local M = {}
 
@@ -54,25 +55,31 @@ end
 -- ---------------------------------------------------------------- what a cached result depends on
 -- A cached model or stage is reused only when everything that shaped it is unchanged: its
 -- settings, the engine version, and the text of the code it ran through, hashed by content.
--- Which code that is follows the package's folders (docs/reference/architecture.md), never a list of
--- module names, so that a new module falls into the category of its folder:
---   a trained model ("model"): the engine's numerics — engine/*.c and engine/*.h except the
---     files that only write results or serve the analysis (ENGINE_NOT_TRAINING: the NetCDF
---     writer, the Hugging Face importer, the compression kernels, the outlier statistics) —
---     and the Lua the weights are computed through: the binding (init.lua), optim.lua and the
---     folders nn/ models/ data/ train/ recipes/ util/ (except util/progress.lua, which prints);
---   a cached stage ("stage"): all of that, the whole engine except io_netcdf.c, and the
---     folders measure/, judge/, compress/ and pretrained/ and figure/overview.lua (the measurements of SO Fig. 1).
--- Never hashed: runner/ (running, caching, reporting, listing, Slurm, history, gallery),
--- figure/ (declarations, NetCDF, gnuplot), cli.lua, config.lua, tap.lua, engine/host/ and
--- the docs. Computed once per process (docs/reference/experiments.md, "Caching").
+--
+-- A trained model ("model", M.model_key): the Lua its training runs through, found as the
+-- require closure of the trainer's file and of the attention variants the spec names
+-- (util/sources: every module they require, inside the package or not, by module name, so the
+-- key does not depend on the checkout's path), and the engine's numerics: engine/*.c and *.h
+-- except the files that only write results or serve the analysis (ENGINE_NOT_TRAINING). The
+-- closure stops at the tracker's measuring module (MODEL_STOP, recipes/track.lua): the curve
+-- a model's training measures has a key of its own, curve_code in done.lua, which the readers
+-- of a cached curve compare with the current code (recipes/track.lua fresh; --refresh_curves
+-- retrains the models whose curve is stale).
+--
+-- A cached stage ("stage", M.code_hash(root, "stage")): by folder, the whole engine except
+-- io_netcdf.c and the Lua of nn/ models/ data/ train/ recipes/ util/ (less util/progress.lua,
+-- which prints), measure/ judge/ compress/ pretrained/ and figure/overview.lua; the stage key
+-- also holds the experiment file's text and the hashes of the models the run used.
+-- Never hashed for a stage: runner/, figure/ (declarations, NetCDF, gnuplot), cli.lua,
+-- config.lua, engine/host/ and the docs. Computed once per process.
 M.ENGINE_NOT_TRAINING = { ["io_netcdf.c"] = true, ["io_hf.c"] = true, ["compress.c"] = true, ["analysis.c"] = true,
                           ["quant.c"] = true, ["analysis_extra.c"] = true }   -- post-training quantisation and the remedies' metrics
-M.ENGINE_NOT_STAGE = { ["io_netcdf.c"] = true }
-M.MODEL_LUA = { "lua/outlierlab/init.lua", "lua/outlierlab/optim.lua", "lua/outlierlab/nn/", "lua/outlierlab/models/",
-                "lua/outlierlab/data/", "lua/outlierlab/train/", "lua/outlierlab/recipes/", "lua/outlierlab/util/" }
-M.MODEL_LUA_NOT = { "lua/outlierlab/util/progress.lua" }
-M.STAGE_LUA = { "lua/outlierlab/measure/", "lua/outlierlab/judge/", "lua/outlierlab/compress/", "lua/outlierlab/pretrained/", "lua/outlierlab/figure/overview.lua" }
+M.MODEL_STOP = { ["outlierlab.recipes.track"] = true }
+M.STAGE_LUA = { "lua/outlierlab/init.lua", "lua/outlierlab/optim.lua", "lua/outlierlab/nn/", "lua/outlierlab/models/",
+                "lua/outlierlab/data/", "lua/outlierlab/train/", "lua/outlierlab/recipes/", "lua/outlierlab/util/",
+                "lua/outlierlab/measure/", "lua/outlierlab/judge/", "lua/outlierlab/compress/", "lua/outlierlab/pretrained/",
+                "lua/outlierlab/figure/overview.lua" }
+M.STAGE_LUA_NOT = { "lua/outlierlab/util/progress.lua" }
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 local function under(f, list)
@@ -80,104 +87,144 @@ local function under(f, list)
   return false
 end
 
--- the hashed source files under root, sorted, as paths relative to root; what = "model" (the
--- default: the code a training runs through) or "stage" (also the analysis code)
-function M.code_files(root, what)
+-- the source files a cached stage is keyed by under root, sorted, as paths relative to root
+function M.code_files(root)
   root = root or ol.root
-  local p = io.popen("cd " .. quote(root) .. " && find engine -maxdepth 1 \\( -name '*.c' -o -name '*.h' \\) " ..
-                     "2>/dev/null; cd " .. quote(root) .. " && find lua/outlierlab -name '*.lua' 2>/dev/null")
   local out = {}
+  for _, f in ipairs(sources.engine_files(root, { ["io_netcdf.c"] = true })) do out[#out + 1] = f.name end
+  local p = io.popen("cd " .. quote(root) .. " && find lua/outlierlab -name '*.lua' 2>/dev/null")
   for f in p:lines() do
-    local keep
-    if f:match("^engine/") then
-      local base = f:match("([^/]+)$")
-      keep = not (what == "stage" and M.ENGINE_NOT_STAGE or M.ENGINE_NOT_TRAINING)[base]
-    else
-      keep = (under(f, M.MODEL_LUA) and not under(f, M.MODEL_LUA_NOT)) or (what == "stage" and under(f, M.STAGE_LUA))
-    end
-    if keep then out[#out + 1] = f end
+    if under(f, M.STAGE_LUA) and not under(f, M.STAGE_LUA_NOT) then out[#out + 1] = f end
   end
   p:close()
   table.sort(out)
   return out
 end
 
--- content hash of the code under root (memoised per root and what)
+-- content hash of the code a cached stage is keyed by (memoised per root)
 local code_hashes = {}
-function M.code_hash(root, what)
+function M.code_hash(root)
   root = root or ol.root
-  local key = root .. "\0" .. (what or "model")
-  if not code_hashes[key] then
+  if not code_hashes[root] then
     local parts = {}
-    for _, f in ipairs(M.code_files(root, what)) do parts[#parts + 1] = f .. "\0" .. fs.hash(read_file(root .. "/" .. f) or "") end
-    code_hashes[key] = fs.hash(table.concat(parts, "\n"))
+    for _, f in ipairs(M.code_files(root)) do parts[#parts + 1] = f .. "\0" .. fs.hash(read_file(root .. "/" .. f) or "") end
+    code_hashes[root] = fs.hash(table.concat(parts, "\n"))
   end
-  return code_hashes[key]
+  return code_hashes[root]
 end
 
--- Source outside the package that a model's training runs through: the file that defines the
--- trainer function (an experiment file with its own training loop), and the file of every
--- attention variant registered from outside the package (attention.register in a user file)
--- whose name appears in the spec. Returns { [path] = content hash } (chunks loaded from a
--- string are hashed by their text). Returns a sorted list of "file-name:content-hash".
-function M.extra_sources(spec, trainer)
-  local pkg = ol.root .. "/lua/outlierlab/"
-  local set = {}
+-- The entry points of a model's training: the file that defines the trainer function, and the
+-- file of every attention variant registered (attention.register) whose name appears in the
+-- spec. Returns a list of util/sources roots ({ file = path }, or { name =, text = } for a
+-- chunk loaded from a string).
+function M.training_roots(spec, trainer)
+  local roots, seen = {}, {}
   local function add_fn(fn)
     if type(fn) ~= "function" then return end
     local src = debug.getinfo(fn, "S").source or ""
-    if src:sub(1, 1) == "@" then
-      local path = src:sub(2)
-      if path:sub(1, #pkg) ~= pkg and not path:match("^lua/outlierlab/") then
-        set[path:match("([^/]+)$") .. ":" .. fs.hash(read_file(path) or "")] = true
-      end
-    elseif src ~= "=[C]" then
-      set["(string):" .. fs.hash(src)] = true
-    end
+    if seen[src] then return end
+    seen[src] = true
+    if src:sub(1, 1) == "@" then roots[#roots + 1] = { file = src:sub(2) }
+    elseif src ~= "=[C]" then roots[#roots + 1] = { name = "(string)", text = src } end
   end
   add_fn(trainer)
   local att = package.loaded["outlierlab.nn.attention"]
   local reg = type(att) == "table" and att.registry or {}
-  local seen = {}
+  local walked = {}
   local function walk(v)
     if type(v) == "string" and reg[v] then
       for _, f in pairs(reg[v]) do add_fn(f) end
-    elseif type(v) == "table" and not seen[v] then
-      seen[v] = true
+    elseif type(v) == "table" and not walked[v] then
+      walked[v] = true
       for _, x in pairs(v) do walk(x) end
     end
   end
   walk(spec)
+  return roots
+end
+
+-- the code of a model's training: the sorted "name:content-hash" lines of its Lua closure and
+-- of the engine files it computes through (what M.model_key hashes, and done.lua records)
+function M.training_code(spec, trainer)
+  local files, strings = {}, {}
+  for _, r in ipairs(M.training_roots(spec, trainer)) do
+    if r.file then files[#files + 1] = r else strings[#strings + 1] = "(string):" .. fs.hash(r.text) end
+  end
+  local lines = sources.manifest(sources.closure{ roots = files, stop = M.MODEL_STOP })
+  for _, l in ipairs(sources.manifest(sources.engine_files(nil, M.ENGINE_NOT_TRAINING))) do lines[#lines + 1] = l end
+  for _, l in ipairs(strings) do lines[#lines + 1] = l end
+  table.sort(lines)
+  return lines
+end
+
+-- the key of a trained model: its spec, the engine version and the hash of its training code
+-- (returns the key and the code's lines)
+function M.model_key(spec, trainer)
+  local code = M.training_code(spec, trainer)
+  return json.canonical({ spec = spec, engine = ol.version(), code = fs.hash(table.concat(code, "\n")) }), code
+end
+
+-- The check of the key after a training: the modules (found on package.path) that the training
+-- loaded for the first time and that neither the model's key nor the tracker's key covers — a
+-- require the static closure cannot see (a computed module name). Returns a sorted list.
+function M.unkeyed(before, code)
+  local covered = {}
+  for _, l in ipairs(code) do covered[l:match("^(.*):")] = true end
+  local stops = {}
+  for m in pairs(M.MODEL_STOP) do stops[#stops + 1] = m end
+  for _, f in ipairs(sources.closure{ roots = stops }) do covered[f.name] = true end
   local out = {}
-  for k in pairs(set) do out[#out + 1] = k end
+  for name in pairs(package.loaded) do
+    if not before[name] and type(name) == "string" and not covered[name] and package.searchpath(name, package.path) then
+      out[#out + 1] = name
+    end
+  end
   table.sort(out)
   return out
 end
 
--- the key of a trained model: its spec, the engine version, the model code hash and the
--- sources outside the package its training runs through
-function M.model_key(spec, trainer)
-  return results.canonical_json({ spec = spec, engine = ol.version(), code = M.code_hash(),
-                                  sources = M.extra_sources(spec, trainer) })
+-- is the tracked curve of the cached model in dir stale (measured by other code than this
+-- tree's, recipes/track.lua)?
+function M.curve_stale(dir)
+  local info = load_data(dir .. "/done.lua")
+  return info ~= nil and not require("outlierlab.recipes.track").fresh(info)
 end
 
--- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool }
+-- ---------------------------------------------------------------- the cache object
+-- cache.Cache{ root = DIR, retrain = bool, refresh_curves = bool, model_ranks = 0|1, log =
+-- function(fmt, ...) }: the trained models under DIR/models. cache:get_or_train(spec, trainer)
+-- returns the model of spec, trained by trainer(dir, ckpt, o) when the cache does not hold it
+-- (M.model below); cache.model_hashes lists the models it handed out.
+local Cache = {}
+Cache.__index = Cache
+function M.Cache(o)
+  if type(o) ~= "table" or type(o.root) ~= "string" then error("cache.Cache: root (the cache directory) is required", 2) end
+  return setmetatable({ cache_root = o.root, retrain = o.retrain, refresh_curves = o.refresh_curves,
+                        model_ranks = o.model_ranks, model_hashes = {},
+                        log_fn = o.log or function(fmt, ...) io.write(string.format(fmt, ...), "\n") end }, Cache)
+end
+function Cache:log(fmt, ...) self.log_fn(fmt, ...) end
+function Cache:get_or_train(spec, trainer) return M.model(self, spec, trainer) end
+
+-- the model of spec from cache self, trained when missing: returns { dir =, ckpt =, info = the
+-- trainer's table, cached = bool, hash =, cache_root = } (recipes.load reads its corpus under
+-- cache_root)
 function M.model(self, spec, trainer)
-  if self.count_sweep then error({ sweep_size = 0 }, 0) end   -- M.sweep_size: a model before any sweep
   if type(spec) ~= "table" then error("run:model: spec must be a table of the settings that determine the model", 2) end
-  if type(trainer) ~= "function" then error("run:model: trainer must be a function(dir, ckpt)", 2) end
-  local key = M.model_key(spec, trainer)
+  if type(trainer) ~= "function" then error("run:model: trainer must be a function(dir, ckpt, o)", 2) end
+  local key, code = M.model_key(spec, trainer)
   local hash = fs.hash(key)
   local dir = self.cache_root .. "/models/" .. hash
   local ckpt = dir .. "/model.safetensors"
-  self.model_hashes = self.model_hashes or {}
   self.model_hashes[hash] = dir
-  require("outlierlab.data.batcher").active_cache_root = self.cache_root   -- where the trainer's corpus file goes (batcher.corpus)
-  -- --retrain: this run trains the model anew (once per process), whatever the cache holds
-  if self.retrain and not (self.retrained or {})[hash] and dist.rank() == 0 then
+  -- --retrain: this run trains the model anew (once per process), whatever the cache holds;
+  -- --refresh_curves: the same for a model whose tracked curve is stale (recipes/track.lua)
+  local renew = self.retrain or (self.refresh_curves and M.curve_stale(dir))
+  if renew and not (self.retrained or {})[hash] and dist.rank() == 0 then
+    if not self.retrain then self:log("model %s: its tracked curve is stale; retraining (--refresh_curves)", hash) end
     os.execute("find " .. quote(dir) .. " -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf {} + 2>/dev/null")
   end
-  if self.retrain then
+  if renew then
     self.retrained = self.retrained or {}
     self.retrained[hash] = true
     if dist.size() > 1 then dist.barrier() end
@@ -202,7 +249,7 @@ function M.model(self, spec, trainer)
       return res
     end
     if failure ~= "" then error(serialize.deserialize(failure, "=model_ranks").err, 0) end
-    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash }
+    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash, cache_root = self.cache_root }
   end
   -- Under MPI the ranks of a group train one model together (data parallel): rank 0 of the
   -- group alone takes the cache lock and decides "cached" or "train"; the others follow.
@@ -211,25 +258,32 @@ function M.model(self, spec, trainer)
   if dist.size() > 1 then decision = dist.allgather_string(decision or "")[1] end
   if decision == "cached" then
     self:log("model %s: cached (%s)", hash, dir)
-    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash }
+    return { dir = dir, ckpt = ckpt, info = load_data(dir .. "/done.lua"), cached = true, hash = hash, cache_root = self.cache_root }
   end
-  if lead then fs.write_atomic(dir .. "/spec.json", key .. "\n") end
+  -- spec.json: the key; code.txt: the files its code hash covers, one "name:content-hash" a line
+  if lead then
+    fs.write_atomic(dir .. "/spec.json", key .. "\n")
+    fs.write_atomic(dir .. "/code.txt", table.concat(code, "\n") .. "\n")
+  end
   local resumed = read_file(ckpt) ~= nil
   self:log("model %s: %s", hash, resumed and "resuming from its checkpoint" or "training")
   -- the training time the checkpoint holds (train_clock.lua: when the interrupted run started and
   -- what came before it; the checkpoint's mtime: how far it got), so that a resumed model's
   -- train_seconds is its whole training, not its last run's
-  local before = 0
+  local clock_before = 0
   if lead then
     local c = resumed and load_data(dir .. "/train_clock.lua")
     if c and tonumber(c.start) then
       local m = fs.mtime(ckpt)
-      before = (tonumber(c.before) or 0) + (m and math.max(0, m - c.start) or 0)
+      clock_before = (tonumber(c.before) or 0) + (m and math.max(0, m - c.start) or 0)
     end
-    save_data(dir .. "/train_clock.lua", { start = os.time(), before = before })
+    save_data(dir .. "/train_clock.lua", { start = os.time(), before = clock_before })
   end
   local t0 = progress.now()
-  local ok, info = pcall(trainer, dir, ckpt)
+  local before = {}
+  for name in pairs(package.loaded) do before[name] = true end
+  -- the trainer's options: where a paper-scale corpus file goes, and the run's log
+  local ok, info = pcall(trainer, dir, ckpt, { cache_root = self.cache_root, log = function(...) self:log(...) end })
   -- the lock is released only after done.lua is written (a waiting run then finds the model
   -- done), or now when there will be no done.lua
   local function unlock()
@@ -244,7 +298,13 @@ function M.model(self, spec, trainer)
       "model %s: stopped by a signal at step %s with its checkpoint saved; run again to resume", hash,
       tostring(info.stopped_by_signal)) }, 0)
   end
-  info.train_seconds = (info.train_seconds or 0) + before + (progress.now() - t0)
+  local unkeyed = M.unkeyed(before, code)
+  if #unkeyed > 0 then
+    self:log("model %s: WARNING its training loaded modules its cache key does not cover (a computed require?): %s",
+             hash, table.concat(unkeyed, ", "))
+    info.unkeyed_modules = unkeyed
+  end
+  info.train_seconds = (info.train_seconds or 0) + clock_before + (progress.now() - t0)
   info.resumed = resumed
   -- where it was trained: bit for bit the same on any thread or rank count, not on any CPU
   info.machine = results.machine()
@@ -252,7 +312,7 @@ function M.model(self, spec, trainer)
   if lead then save_data(dir .. "/done.lua", info) end
   unlock()
   if dist.size() > 1 then dist.barrier() end   -- done.lua is there before any rank reads it
-  return { dir = dir, ckpt = ckpt, info = info, cached = false, hash = hash }
+  return { dir = dir, ckpt = ckpt, info = info, cached = false, hash = hash, cache_root = self.cache_root }
 end
 
 -- The cache lock of one model (run by one process): "cached" when the model is done,
@@ -276,9 +336,5 @@ function M.claim(self, dir, hash)
   fs.remove_stale_temporaries(dir, { all = true })
   return "train"
 end
-
--- Sweeps: run fn(item, i) for every item of a list (variants, seeds, γ values) and return
--- the list of results, the same on every rank. Under MPI the ranks split into
--- min(#items, ranks) groups (MPI_Comm_split); group g runs items g+1, g+1+G, …, data
 
 return M

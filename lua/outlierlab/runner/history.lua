@@ -35,6 +35,7 @@ local plot = require "outlierlab.figure.gnuplot"
 local serialize = require "outlierlab.util.serialize"
 
 local thresholds = require "outlierlab.judge.thresholds"
+local tracked = require "outlierlab.recipes.track"
 
 local M = {}
 M.FIGURE_POINTS = 4000
@@ -73,6 +74,9 @@ function M.collect(dir, info)
   h.loss, h.lr, h.gnorm, h.val, h.curve = h.loss or {}, h.lr or {}, h.gnorm or {}, h.val or {}, h.curve or {}
   h.steps = math.max(#h.loss, #h.lr, #h.gnorm)
   h.source = table.concat(sources, ", ")
+  -- a curve measured by other code than this tree's is drawn, but marked (recipes/track.lua)
+  local fresh, why = tracked.fresh(info, dir:match("([^/]+)/*$"))
+  if not fresh and #h.curve > 0 then h.stale = why end
   return h
 end
 
@@ -94,6 +98,7 @@ function M.write(dir, info, meta)
     references = meta.references, keywords = "training history, loss curve, learning rate, gradient norm",
   })
   nc:attr("model_hash", hash)
+  if h.stale then nc:attr("curve_stale", h.stale) end
   local files = {}
   local steps = {}
   for s = 1, h.steps do steps[s] = s end
@@ -180,11 +185,11 @@ function M.write(dir, info, meta)
   local klo, khi = range({ "avg_kurtosis", "max_kurtosis" }, T.avg_kurtosis, 8)
   local ilo, ihi = range({ "max_inf_norm" }, nil, 40)
   local figs = plot.figure(dir, "history", "history", {
-    { comment = "panels present: train, val, curve, phenomena (sink share, value ratio, massive ratio), sink rate, max kurtosis, learning rate changes",
-      columns = { "train", "val", "curve", "phenomena", "sink_rate", "max_kurtosis", "lr_varies", "max_inf_norm" },
+    { comment = "panels present: train, val, curve, phenomena (sink share, value ratio, massive ratio), sink rate, max kurtosis, learning rate changes; the tracked curve stale",
+      columns = { "train", "val", "curve", "phenomena", "sink_rate", "max_kurtosis", "lr_varies", "max_inf_norm", "stale" },
       rows = { { #rows > 0 and 1 or 0, #vrows > 0 and 1 or 0, #crows > 0 and 1 or 0,
                  (has.sink_share or has.massive_ratio) and 1 or 0, has.sink_rate and 1 or 0, has.max_kurtosis and 1 or 0,
-                 lr_varies and 1 or 0, has.max_inf_norm and 1 or 0 } } },
+                 lr_varies and 1 or 0, has.max_inf_norm and 1 or 0, h.stale and 1 or 0 } } },
     { comment = "training steps" .. (#rows < h.steps and string.format(" (every %d-th of %d)", math.ceil(h.steps / M.FIGURE_POINTS), h.steps) or ""),
       columns = { "step", "loss", "lr", "grad_norm" }, rows = rows, empty_row = nan },
     { comment = "evaluations", columns = { "step", "val_loss" }, rows = vrows, empty_row = nan },
@@ -202,13 +207,21 @@ function M.write(dir, info, meta)
   return files
 end
 
--- write dir's history unless one of this version is there; meta as for write. Returns true when
+-- the stamp of a written history: its version, and "stale" when its tracked curve was measured
+-- by other code than this tree's
+local function stamp(dir)
+  local info = serialize.deserialize(read_file(dir .. "/done.lua") or "return nil", "@" .. dir .. "/done.lua")
+  return tostring(M.VERSION) .. (tracked.fresh(info) and "" or " stale") .. "\n"
+end
+
+-- write dir's history unless one of this version (and of the curve's freshness: a curve that
+-- turned stale is redrawn with its mark) is there; meta as for write. Returns true when
 -- written, or raises write's error.
 function M.ensure(dir, meta)
-  local v = tonumber((read_file(dir .. "/history.version") or ""):match("%d+") or "")
-  if v == M.VERSION and read_file(dir .. "/history.nc") and read_file(dir .. "/history.png") then return false end
+  local want = stamp(dir)
+  if read_file(dir .. "/history.version") == want and read_file(dir .. "/history.nc") and read_file(dir .. "/history.png") then return false end
   M.write(dir, nil, meta)
-  fs.write_atomic(dir .. "/history.version", tostring(M.VERSION) .. "\n")
+  fs.write_atomic(dir .. "/history.version", want)
   return true
 end
 
@@ -233,7 +246,7 @@ function M.main(argv)
     if ok then config = v end
   end
   local files = M.write(dir, nil, { config = config })
-  fs.write_atomic(dir .. "/history.version", tostring(M.VERSION) .. "\n")
+  fs.write_atomic(dir .. "/history.version", stamp(dir))
   if out then
     os.execute("mkdir -p '" .. out:gsub("'", "'\\''") .. "'")
     for i, f in ipairs(files) do

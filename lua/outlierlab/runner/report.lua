@@ -5,6 +5,7 @@ local fs = require "outlierlab.util.fs"
 local dist = require "outlierlab.util.dist"
 local results = require "outlierlab.figure.netcdf"
 local plot = require "outlierlab.figure.gnuplot"
+local canonical_json = require("outlierlab.util.json").canonical
 
 local M = {}
 local read_file = fs.read_file
@@ -260,7 +261,7 @@ local function write_run_json(run, s, timings, seconds, models, mts)
     date = results.timestamp(), mpi_ranks = results.mpi_ranks(), command = results.command_line(),
     machine = results.machine(),
   }
-  plot.write_atomic(run.dir .. "/run.json", results.canonical_json(rec) .. "\n")
+  plot.write_atomic(run.dir .. "/run.json", canonical_json(rec) .. "\n")
 end
 M.model_list, M.copy_histories, M.write_summary, M.write_run_json = model_list, copy_histories, write_summary, write_run_json
 M.models_train_seconds = models_train_seconds

@@ -24,9 +24,9 @@
 -- Caching (cache root: --cache= or $OUTLIERLAB_CACHE, default <root>/cache):
 --   run:model(spec, trainer): spec is every setting that determines the trained weights
 --   (model config, data, training recipe, seed). Its hash together with the engine version,
---   the content hash of the code the weights are computed through (runner/cache.code_hash, by folder) and of the files outside
---   the package the training runs through (runner/cache.extra_sources: the trainer's file, user attention
---   variants) names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
+--   the content hash of the code the weights are computed through (runner/cache.model_key: the require
+--   closure of the trainer's file and of the attention variants the spec names, and the engine)
+--   names cache/models/<hash>/. When <hash>/done.lua exists the model is reused (figures that
 --   share a model train it once); otherwise trainer(dir, ckpt_path) runs: it trains with
 --   train.run{ckpt = ckpt_path}, which resumes from the checkpoint an interrupted run left,
 --   and returns a table of training facts (losses...), stored in done.lua.
@@ -34,8 +34,8 @@
 --   (and the seconds it took in <that file>.seconds, which summary.md and run.json report when reused),
 --   hash of (settings, engine version, code hash, experiment file text, the hashes of the models
 --   the run used): a rerun with the same inputs skips it, a changed setting, file or model
---   recomputes it. --retrain trains every model of the run anew; --reanalyze recomputes the
---   cached stages.
+--   recomputes it. --retrain trains every model of the run anew; --refresh_curves those whose
+--   tracked curve is stale (recipes/track.lua); --reanalyze recomputes the cached stages.
 -- Results root: --out= or $OUTLIERLAB_RESULTS, default <root>/results.
 local ol = require "outlierlab"
 local config = require "outlierlab.config"
@@ -44,6 +44,7 @@ local plot = require "outlierlab.figure.gnuplot"
 local progress = require "outlierlab.util.progress"
 local ffi = require "ffi"
 local cache = require "outlierlab.runner.cache"
+local canonical_json = require("outlierlab.util.json").canonical
 
 local M = {}
 
@@ -61,18 +62,15 @@ end
 
 -- exit status of a run stopped by the batch system's signal after its checkpoint was written
 -- (the Slurm script requeues on it; outlierlab.runner.slurm)
-M.REQUEUE_STATUS = cache.REQUEUE_STATUS
 local serialize = require "outlierlab.util.serialize"
 local dist = require "outlierlab.util.dist"
 local fs = require "outlierlab.util.fs"
 local report = require "outlierlab.runner.report"
 local bounds = require "outlierlab.train.bounds"
-M.serialize, M.deserialize = serialize.serialize, serialize.deserialize
 local read_file, mkdir = fs.read_file, fs.mkdir_p
 local load_data, save_data = cache.load_data, cache.save_data
 local verdict_word, model_list, copy_histories = report.verdict_word, report.model_list, report.copy_histories
 local write_summary, write_run_json = report.write_summary, report.write_run_json
-M.results_dir = report.results_dir
 -- the results' name of a run on real text: "kjv" (--data=kjv), "mix50" (--p_text=0.5), else nil
 function M.data_leaf(cfg)
   local leaf
@@ -82,7 +80,6 @@ function M.data_leaf(cfg)
   if cfg.scale_rule == "width" then leaf = leaf and (leaf .. "-width") or "width" end
   return leaf
 end
-M.NO_VERDICT = report.NO_VERDICT
 
 -- ---------------------------------------------------------------- the run object
 local Run = {}
@@ -154,9 +151,10 @@ local function start_relays(run, G)
 end
 
 
--- trained-model cache: returns { dir =, ckpt =, info = trainer's table, cached = bool } (outlierlab.runner.cache)
-function Run:model(spec, trainer) return cache.model(self, spec, trainer) end
 
+-- Sweeps: run fn(item, i) for every item of a list (variants, seeds, γ values) and return
+-- the list of results, the same on every rank. Under MPI the ranks split into
+-- min(#items, ranks) groups (MPI_Comm_split); group g runs items g+1, g+1+G, …, data
 -- parallel inside the group; results travel to every rank. fn's result must be plain data
 -- (outlierlab.util.serialize); a model trained inside fn is in the shared cache for everyone.
 --
@@ -164,7 +162,7 @@ function Run:model(spec, trainer) return cache.model(self, spec, trainer) end
 -- experiment's first sweep, then stops (exit 0); a final run without --sweep_index finds every
 -- member's model in the cache and goes on to the analysis and the figures.
 function Run:sweep(items, fn)
-  if self.count_sweep then error({ sweep_size = #items }, 0) end   -- M.sweep_size
+  if self.count_sweep then coroutine.yield(#items) end   -- M.sweep_size: the count, and nothing runs
   if self.sweep_index and self.sweep_index >= 0 then
     local i = self.sweep_index + 1
     if i > #items or i ~= math.floor(i) then
@@ -227,8 +225,8 @@ function Run:sweep(items, fn)
   dist.quiet_barrier()
   local out = {}
   local lead = wr < G   -- world ranks 0..G-1 are the groups' rank 0
-  for _, text in ipairs(dist.allgather_string(lead and M.serialize(mine) or M.serialize({}))) do
-    for i, v in pairs(M.deserialize(text, "=sweep") or {}) do out[i] = v end
+  for _, text in ipairs(dist.allgather_string(lead and serialize.serialize(mine) or serialize.serialize({}))) do
+    for i, v in pairs(serialize.deserialize(text, "=sweep") or {}) do out[i] = v end
   end
   return out
 end
@@ -244,9 +242,11 @@ local function set_train_key(spec, key, value)
   spec.train = tr
 end
 
--- an imported model (--model=DIR, outlierlab.pretrained) stands in for every trained one
-local train_or_cache = Run.model
+-- The model of spec: from the run's cache, trained by trainer(dir, ckpt, o) when missing
+-- (runner/cache.lua, Cache:get_or_train). An imported model (--model=DIR, outlierlab.pretrained)
+-- stands in for every trained one; counting a sweep (M.sweep_size) stops here.
 function Run:model(spec, trainer)
+  if self.count_sweep then coroutine.yield(0) end   -- a model before any sweep: no sweep
   if self.pretrained then return self.pretrained:handle() end
   -- --shards=S: rank-invariant data parallelism (train.run's cfg.shards) for every model the
   -- run trains. A spec that sets its own shards keeps them; S = 0 (the default) leaves the spec
@@ -261,7 +261,7 @@ function Run:model(spec, trainer)
   -- --flush_subnormals: every model the run trains does so with flush-to-zero (train.run's
   -- cfg.flush_subnormals, docs/reference/training.md "Subnormals")
   if self.flush_subnormals then set_train_key(spec, "flush_subnormals", true) end
-  return train_or_cache(self, spec, trainer)
+  return self.cache:get_or_train(spec, trainer)
 end
 
 function Run:meta()
@@ -342,33 +342,24 @@ function M.sweep_size(exp, file, profile, args)
   local stages = validate(exp, file)
   local prof = exp.profiles[profile]
   if type(prof) ~= "table" then error(M.unknown_profile(exp, file, profile), 0) end
-  local saved = config.overrides
-  config.overrides = {}
+  local overrides = {}
   for _, a in ipairs(args or {}) do
     local k, v = a:match("^%-%-([%w_%.%-]+)=(.*)$")
-    if k then config.overrides[k] = v end
+    if k then overrides[k] = v end
   end
-  local ok, cfg = pcall(config.get, prof, { strict = false })
-  config.overrides = saved
-  if not ok then error(cfg, 0) end
+  local cfg = config.get(prof, { strict = false, overrides = overrides })
   local run = setmetatable({ id = exp.id, exp = exp, file = file, profile = profile, cfg = cfg, seed = cfg.seed or 0,
                              count_sweep = true, out = {}, files = {} }, Run)
-  -- nothing is trained here: the size and memory checks of a training belong to the machine
-  -- that trains (a cluster node), not to the one that counts
-  local recipes = require "outlierlab.recipes"
-  local check_run = recipes.check_run
-  recipes.check_run = function() end
-  for _, st in ipairs(stages) do
-    local sok, v = pcall(st.fn, run)
-    if not sok then
-      recipes.check_run = check_run
-      if type(v) == "table" and v.sweep_size then return v.sweep_size end
-      error(v, 0)
-    end
-    run.out[st.name] = v
-  end
-  recipes.check_run = check_run
-  return 0
+  -- The stages run in a coroutine: the first run:sweep yields its size (run:model outside a
+  -- sweep yields 0) and nothing after it runs. Nothing is trained here: recipes.fit skips the
+  -- size and memory checks of a counting run (they belong to the machine that trains).
+  local co = coroutine.create(function()
+    for _, st in ipairs(stages) do run.out[st.name] = st.fn(run) end
+    return 0
+  end)
+  local ok, n = coroutine.resume(co)
+  if not ok then error(n, 0) end
+  return n
 end
 
 -- ---------------------------------------------------------------- entry point
@@ -379,6 +370,7 @@ function M.run_file(exp, file)
   dist.watch_signal(dist.SIGUSR1)
   local root = ol.root
   local opts = config.get({ profile = "default", sweep_index = -1, retrain = false, reanalyze = false,
+                            refresh_curves = false,   -- retrain the models whose tracked curve is stale (runner/cache)
                             progress = "",   -- auto | tty | plain | off (quiet): every training's progress lines
                             shards = tonumber(os.getenv("OUTLIERLAB_SHARDS") or "") or 0,   -- rank invariance (Run:model)
                             flush_subnormals = os.getenv("OUTLIERLAB_FLUSH_SUBNORMALS") == "1",   -- flush-to-zero (Run:model)
@@ -391,7 +383,7 @@ function M.run_file(exp, file)
   local prof = exp.profiles[opts.profile]
   if type(prof) ~= "table" then error(M.unknown_profile(exp, file, opts.profile), 0) end
   local cfg = config.get(prof, { ignore = { profile = true, out = true, cache = true, sweep_index = true,
-                                            retrain = true, reanalyze = true, model = true, text = true, stream = true,
+                                            retrain = true, reanalyze = true, refresh_curves = true, model = true, text = true, stream = true,
                                             progress = true, shards = true, model_ranks = true, flush_subnormals = true } })
   local S = opts.shards
   -- train.run's own rule for cfg.shards (0 or a power of two), reported as the option
@@ -404,18 +396,21 @@ function M.run_file(exp, file)
   end
   if opts.progress ~= "" then progress.mode_override = opts.progress end
   progress.override()   -- a bad --progress / OUTLIERLAB_PROGRESS value is an error now, not at the first step
-  bounds.check_profile(cfg)   -- sizes and learning rates of the settings, before any stage (outlierlab.train.bounds)
+  require("outlierlab.data.bounds").check_profile(cfg)   -- sizes and learning rates of the settings, before any stage
   if opts.text ~= "" and opts.model == "" then error("experiment " .. file .. ": --text=FILE needs --model=DIR (the model that reads it)", 0) end
   local pretrained = opts.model ~= "" and require("outlierlab.pretrained").attach(exp, opts, cfg, M.training_keys()) or nil
 
   local run = setmetatable({
     id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
-    dir = M.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name,
+    dir = report.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name,
                                             data = not pretrained and M.data_leaf(cfg) or nil }),
     results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
-    sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze,
+    sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze, refresh_curves = opts.refresh_curves,
     shards = opts.shards, model_ranks = opts.model_ranks, flush_subnormals = opts.flush_subnormals, out = {}, files = {},
   }, Run)
+  run.cache = cache.Cache{ root = opts.cache, retrain = opts.retrain, refresh_curves = opts.refresh_curves,
+                           model_ranks = opts.model_ranks, log = function(...) run:log(...) end }
+  run.model_hashes = run.cache.model_hashes   -- the models the run used (report.lua)
   mkdir(run.dir)
   local ftext = read_file(file) or ""
   local t_all = progress.now()
@@ -428,8 +423,8 @@ function M.run_file(exp, file)
     if st.cache then
       -- the models the earlier stages trained or loaded are part of the key: a retrained
       -- model (new code) gives a new analysis
-      local h = fs.hash(results.canonical_json({ cfg = cfg, profile = run.profile, engine = ol.version(),
-                                                code = cache.code_hash(nil, "stage"), file = ftext, stage = st.name,
+      local h = fs.hash(canonical_json({ cfg = cfg, profile = run.profile, engine = ol.version(),
+                                                code = cache.code_hash(), file = ftext, stage = st.name,
                                                 models = model_list(run),
                                                 pretrained = pretrained and pretrained.fingerprint }))
       cpath = run.cache_root .. "/stages/" .. exp.id .. "/" .. st.name .. "-" .. h .. ".lua"
@@ -465,7 +460,7 @@ function M.run_file(exp, file)
     write_run_json(run, s, timings, progress.now() - t_all, models, mts)
   end
   run:log("done in %.1f s: %s/summary.md — %s", progress.now() - t_all, run.dir,
-          s.no_verdict and M.NO_VERDICT or ("claim " .. verdict_word(s)))
+          s.no_verdict and report.NO_VERDICT or ("claim " .. verdict_word(s)))
   if s.reproduced then run:log("reproduced: %s", s.reproduced) end
   return run
 end

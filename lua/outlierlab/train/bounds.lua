@@ -1,26 +1,22 @@
 -- bounds — what a run's settings must satisfy, checked before anything starts, and whether
 -- the run fits in this machine's memory. One place for every batcher and trainer to call
--- (experiment.batcher and experiment.train_model do), so that a zero, negative or absurd size
+-- (data.batcher's batchers and recipes.fit do), so that a zero, negative or absurd size
 -- is one clear error up front, never a crash, a loss of 0 or a swap storm hours later.
 --
 --   local bounds = require "outlierlab.train.bounds"
---   bounds.check_profile(run.cfg)  -- the profile's sizes and rates by name (--batch, --lr, ...)
---   bounds.check_batch{ B = 8, T = 32, kind = "mlm" }      -- error: "settings: ... T = 0 ..."
 --   bounds.check_run(spec)      -- batch + data sizes + training recipe
 --   bounds.check_memory(spec)   -- the memory estimate against what this machine has
 --   local est = bounds.estimate_memory(spec)   -- { total =, params =, activations =, data =, ... }
---   bounds.register_kind("pairs", { min_T = 4, why = "..." })   -- a new batch kind's needs
+-- The profile, batch and data checks and the batch kinds are outlierlab.data.bounds' (every
+-- batcher calls them, below the trainers): check_profile, check_batch, register_kind.
 --
--- A spec is experiment.train_model's: { model = {preset =, overrides =}, data = {n_tokens =,
+-- A spec is recipes.fit's: { model = {preset =, overrides =}, data = {n_tokens =,
 -- ...}, batch = {B =, T =, kind =}, train = {steps =, lr =, warmup =, ...}, seed = }.
 -- The memory estimate is docs/reference/reliability.md's formula; tests/lua/test_hostile_runs.lua
 -- checks it against the engine's measured step-arena peak for every text family.
 local M = {}
 
--- the batch kinds, the profile, batch and data checks (outlierlab.data.bounds: every batcher
--- calls them, below the trainers), re-exported here
 local data_bounds = require "outlierlab.data.bounds"
-for k, v in pairs(data_bounds) do M[k] = v end
 local function fail(msg) error("settings: " .. msg, 0) end
 
 -- the training recipe: outlierlab.train.loop's own checks (steps >= 1, lr > 0, warmup <= steps, ...)
@@ -152,8 +148,8 @@ end
 -- (check_memory comes when the model is to be trained: a cached model needs no training memory)
 function M.check_run(spec)
   if type(spec) ~= "table" or type(spec.batch) ~= "table" then fail("a model spec needs batch = { B =, T =, kind = }") end
-  M.check_batch(spec.batch)
-  M.check_data(spec.data, spec.batch)
+  data_bounds.check_batch(spec.batch)
+  data_bounds.check_data(spec.data, spec.batch)
   if spec.train ~= nil then M.check_train(spec.train) end
 end
 

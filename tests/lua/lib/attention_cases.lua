@@ -6,7 +6,7 @@
 --   local H = dofile(ol.root .. "/tests/lua/lib/attention_cases.lua")(ctx, 100)   -- seed base
 --   H.q, H.k, H.v, H.x, H.MASKS, H.persistent(shape), H.run(A, inputs, m), H.check_kinds(KINDS, {...})
 -- (a library of the tests, not a test: prove runs tests/lua/*.lua only)
-local t = require "outlierlab.tap"
+local t = require "tap"
 local gradcheck = require "outlierlab.nn.gradcheck"
 local attention = require "outlierlab.nn.attention"
 

@@ -14,7 +14,7 @@ local checkpoint = require "outlierlab.train.checkpoint"
 
 return function(spec, dir, plant)
   local ctx = ol.Context{ seed = spec.seed }
-  local m = models.build(ctx, recipes.model_cfg(spec))
+  local m = models.build(ctx, models.spec_cfg(spec))
   local W = {}
   for _, p in ipairs(ctx:params()) do W[ffi.string(p.name)] = p end
   if plant then plant(W, m.cfg) end

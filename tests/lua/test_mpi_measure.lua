@@ -2,7 +2,7 @@
 -- (dist.allmerge) give the numbers of 1 rank: counts, maxima and top-k records exactly;
 -- moments, kurtosis and averages (double sums re-associated across ranks) within 1e-12
 -- relative.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local root = OUTLIERLAB_ROOT
 local run = t.sh
 local env = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "

@@ -1,5 +1,5 @@
--- Compression kernels on hand-made tensors whose answers are worked out in the comments.
-local t = require "outlierlab.tap"
+-- test_compress_fakequant — compression kernels (compress/fakequant) on hand-made tensors whose answers are worked out in the comments.
+local t = require "tap"
 local ol = require "outlierlab"
 local compress = require "outlierlab.compress.fakequant"
 local C, ffi = ol.C, ol.ffi

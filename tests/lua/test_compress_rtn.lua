@@ -1,4 +1,4 @@
--- test_quant — RTN, SmoothQuant and the Walsh–Hadamard rotation (docs/reference/compression.md):
+-- test_compress_rtn — RTN, SmoothQuant and the Walsh–Hadamard rotation (docs/reference/compression.md):
 --   * per-token / per-tensor symmetric RTN of activations by hand (round half to even, clamping);
 --   * the Walsh–Hadamard kernel against the explicit Sylvester matrix, its own inverse, blocks for
 --     d not a power of two, finite-difference gradients, the in-place row/column forms;
@@ -12,12 +12,12 @@
 --   * quant.run over every family: the heads and embeddings kept (the blocks' linears only), the
 --     rotation reported as not applicable to BERT / ViT / GPT-2 / QT's gate with the reason, the
 --     other settings finite, the model restored.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local quant = require "outlierlab.compress.rtn"
 local gradcheck = require "outlierlab.nn.gradcheck"
 local models = require "outlierlab.models"
-local ptq = require "outlierlab.compress.evaluate"
+local evaluate = require "outlierlab.compress.evaluate"
 local C = ol.C
 local lm_batches = dofile(ol.root .. "/tests/lua/lib/lm_batches.lua")
 
@@ -218,12 +218,12 @@ for _, fam in ipairs({ "bert", "vit", "gpt2", "llama" }) do
   local bs = family_batches(fam, mc, cfg, 2)
   local loss, info = quant.evaluate(mc, m, bs)
   if fam == "vit" then
-    local r = ptq.evaluate(mc, m, { metric = "acc", loader = list_loader(bs), n = #bs })
+    local r = evaluate.evaluate(mc, m, { metric = "acc", loader = list_loader(bs), n = #bs })
     t.ok(info.accuracy ~= nil and info.accuracy == r.value and math.abs(loss - r.loss) <= 1e-12 * math.abs(r.loss),
       "vit: quant.evaluate's top-1 accuracy and loss = the compression driver's on the same batches",
       string.format("%s %% vs %s %%, loss %.9g vs %.9g", tostring(info.accuracy), tostring(r.value), loss, r.loss))
   else
-    local r = ptq.evaluate(mc, m, { metric = "ppl", loader = list_loader(bs), n = #bs })
+    local r = evaluate.evaluate(mc, m, { metric = "ppl", loader = list_loader(bs), n = #bs })
     t.ok(info.accuracy == nil and math.abs(math.exp(loss) - r.value) <= 1e-12 * r.value and info.ntokens == r.ntokens,
       fam .. ": exp(quant.evaluate's loss) = the driver's perplexity, over the same " .. r.ntokens .. " target tokens (no accuracy for a " ..
       (fam == "bert" and "masked LM" or "decoder") .. ")", string.format("%.9g vs %.9g, %d vs %d tokens", math.exp(loss), r.value, info.ntokens, r.ntokens))

@@ -1,4 +1,4 @@
--- test_results_cache — the trained-model cache never returns weights trained by other code,
+-- test_runner_cache — the trained-model cache never returns weights trained by other code,
 -- and runs of different profiles keep their own results (lua/outlierlab/runner/):
 --   * a user attention variant (attention.register in a file outside the package) is part of
 --     the model's hash: editing its formula, then rerunning, trains anew under a new hash;
@@ -10,8 +10,9 @@
 --   * results/<id>/<profile>/: a quick run after a default run leaves the default results, and
 --     each writes run.json (claim, verdict, profile, seconds, files) and the model's history.
 -- Each run trains a 2-layer GPT-2 of d 64 for 3 steps (well under a second).
-local t = require "outlierlab.tap"
-local E = require "outlierlab.experiment"
+local t = require "tap"
+local report = require "outlierlab.runner.report"
+local runner = require "outlierlab.runner.run"
 local sh, slurp = t.sh, t.slurp
 local cjson = require "cjson"
 local ol = require "outlierlab"
@@ -50,7 +51,7 @@ end
 
 write(tmp .. "/exp.lua", string.format([[
 dofile(%q)
-local E = require "outlierlab.experiment"
+local recipes = require "outlierlab.recipes"
 local function spec(cfg)
   return { model = { preset = "gpt2-quick", overrides = { attention = { kind = "test_scaled" }, dropout = 0 } },
            data = { seed = 1, n_tokens = 4000, vocab_size = 256 },
@@ -63,7 +64,7 @@ return {
   source = { paper = "none", figure = "", claim = "the cache never reuses weights trained by other code" },
   profiles = { quick = { steps = 3, seed = 1 }, default = { steps = 4, seed = 1 } },
   stages = {
-    { "train", function(run) return { hash = E.train_model(run, spec(run.cfg)).hash } end },
+    { "train", function(run) return { hash = recipes.fit(run, spec(run.cfg)).hash } end },
     { "analyze", function(run) return { n = 1 } end, cache = true },
     { "plot", function(run)
         local nc = run:netcdf()
@@ -125,8 +126,9 @@ do   -- the first model's history does not stay beside the new one's (a reader w
        not hist:find(tostring(h1), 1, true), "history/ holds the retrained model's history alone", hist)
 end
 local spec = cjson.decode(slurp(tmp .. "/cache/models/" .. tostring(h3) .. "/spec.json") or "{}")
-t.ok(type(spec.code) == "string" and type(spec.sources) == "table" and tostring(spec.sources[1]):find("^variant%.lua:%x+"),
-     "spec.json records the code hash and the variant's file", slurp(tmp .. "/cache/models/" .. tostring(h3) .. "/spec.json"))
+local code = "\n" .. (slurp(tmp .. "/cache/models/" .. tostring(h3) .. "/code.txt") or "")
+t.ok(type(spec.code) == "string" and code:find("\nvariant%.lua:%x+\n") and code:find("\noutlierlab%.models%.gpt2:%x+\n"),
+     "spec.json records the code hash, code.txt the files it covers: the variant's file and the package's", code)
 
 local o4 = run("--profile=default --retrain")
 t.ok(trained(o4) == h3 and not cached(o4), "--retrain trains the cached model again", o4)
@@ -139,7 +141,7 @@ t.ok(ok6 and trained(o6), "quick profile runs", o6)
 for _, prof in ipairs({ "default", "quick" }) do
   local dir = tmp .. "/results/cache-test/" .. prof
   local rec = cjson.decode(slurp(dir .. "/run.json") or "{}")
-  local want = prof == "quick" and E.NO_VERDICT or "holds"   -- the quick profile gives no verdict
+  local want = prof == "quick" and report.NO_VERDICT or "holds"   -- the quick profile gives no verdict
   t.ok(rec.profile == prof and rec.verdict == want and rec.claim and type(rec.seconds) == "number" and
        rec.id == "cache-test", prof .. ": run.json with claim, verdict, profile, seconds", slurp(dir .. "/run.json"))
   local files = table.concat(rec.files or {}, " ")
@@ -152,18 +154,19 @@ for _, prof in ipairs({ "default", "quick" }) do
        hist:find("double grad_norm(step)", 1, true) and hist:find("double val_loss(eval)", 1, true),
        prof .. ": the history holds loss, learning rate, gradient norm and validation loss", hist)
 end
-t.is(E.results_dir("R", "qt-fig1", { profile = "quick" }), "R/qt-fig1/quick", "results_dir: <id>/<profile>")
-t.is(E.results_dir("R", "qt-fig1", { profile = "default", model = "/data/bert base/" }), "R/qt-fig1/bert_base-default",
+t.is(report.results_dir("R", "qt-fig1", { profile = "quick" }), "R/qt-fig1/quick", "results_dir: <id>/<profile>")
+t.is(report.results_dir("R", "qt-fig1", { profile = "default", model = "/data/bert base/" }), "R/qt-fig1/bert_base-default",
      "results_dir: an imported model gets <id>/<model name>-<profile>")
-t.is(E.results_dir("R", "so-fig3", { profile = "default", data = "kjv" }), "R/so-fig3/kjv-default",
+t.is(report.results_dir("R", "so-fig3", { profile = "default", data = "kjv" }), "R/so-fig3/kjv-default",
      "results_dir: a run on the real text gets <id>/kjv-<profile> (the organism's results stay)")
-t.is(E.data_leaf{ data = "kjv" }, "kjv", "data_leaf: --data=kjv")
-t.is(E.data_leaf{ data = "organism", p_text = 0.5 }, "mix50", "data_leaf: --p_text=0.5 with the organism")
-t.is(E.data_leaf{ data = "organism", p_text = 0 }, nil, "data_leaf: the organism alone keeps <id>/<profile>")
+t.is(runner.data_leaf{ data = "kjv" }, "kjv", "data_leaf: --data=kjv")
+t.is(runner.data_leaf{ data = "organism", p_text = 0.5 }, "mix50", "data_leaf: --p_text=0.5 with the organism")
+t.is(runner.data_leaf{ data = "organism", p_text = 0 }, nil, "data_leaf: the organism alone keeps <id>/<profile>")
 
--- the code hash follows the package's folders (outlierlab.runner.cache): the engine's numerics
--- and nn/ models/ data/ train/ recipes/ util/ for a trained model, never a file that only writes
--- results (figure/gnuplot.lua); the measure/, judge/ and compress/ folders enter the cached-stage hash only
+-- the cached-stage code hash follows the package's folders (outlierlab.runner.cache): the engine
+-- and the numerics and analysis folders, never a file that only writes results
+-- (figure/gnuplot.lua, engine/io_netcdf.c). The trained model's key (the require closure of its
+-- training) is tests/lua/test_model_cache_key.lua's.
 local cache = require "outlierlab.runner.cache"
 os.execute(string.format("mkdir -p %s/tree && cp -r %s/engine %s/lua %s/tree/", tmp, OUTLIERLAB_ROOT, OUTLIERLAB_ROOT, tmp))
 local root = tmp .. "/tree"
@@ -171,8 +174,9 @@ local base = cache.code_hash(root)
 local files = table.concat(cache.code_files(root), " ")
 t.ok(files:find("engine/attention.c", 1, true) and files:find("engine/outlierlab.h", 1, true) and
      files:find("lua/outlierlab/nn/attention.lua", 1, true) and files:find("lua/outlierlab/models/gpt2.lua", 1, true) and
+     files:find("lua/outlierlab/measure/inspect.lua", 1, true) and
      not files:find("lua/outlierlab/figure/gnuplot.lua", 1, true) and not files:find("engine/io_netcdf.c", 1, true),
-     "hashed: engine C, headers, the numerics folders; not figure/gnuplot.lua, not io_netcdf.c", files)
+     "hashed: engine C, headers, the numerics and analysis folders; not figure/gnuplot.lua, not io_netcdf.c", files)
 local function changed(rel)
   local f = io.open(root .. "/" .. rel, "a")
   f:write("\n-- edited\n")
@@ -181,16 +185,13 @@ local function changed(rel)
   return E2.code_hash(root)
 end
 local after_plot = changed("lua/outlierlab/figure/gnuplot.lua")
-t.is(after_plot, base, "editing figure/gnuplot.lua keeps the code hash")
-local stage0 = dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/runner/cache.lua").code_hash(root, "stage")
+t.is(after_plot, base, "editing figure/gnuplot.lua keeps the stage code hash")
 local after_inspect = changed("lua/outlierlab/measure/inspect.lua")
-t.is(after_inspect, base, "editing an analysis module (measure/inspect.lua) keeps the trained-model hash")
-t.ok(dofile(OUTLIERLAB_ROOT .. "/lua/outlierlab/runner/cache.lua").code_hash(root, "stage") ~= stage0,
-     "... and changes the cached-stage hash (the analysis is recomputed)")
+t.ok(after_inspect ~= base, "editing an analysis module (measure/inspect.lua) changes it (the analysis is recomputed)")
 local after_model = changed("lua/outlierlab/models/gpt2.lua")
-t.ok(after_model ~= base, "editing a model file changes the code hash")
+t.ok(after_model ~= after_inspect, "editing a model file changes it")
 local after_c = changed("engine/attention.c")
-t.ok(after_c ~= after_model, "editing engine C code changes the code hash")
+t.ok(after_c ~= after_model, "editing engine C code changes it")
 
 -- cache.read_spec: the spec a model directory was trained from, or the reason naming the file
 do

@@ -1,7 +1,7 @@
--- test_results_plot — the gnuplot side of the results: .dat export (blocks, quoting,
+-- test_gnuplot — the gnuplot side of the results: .dat export (blocks, quoting,
 -- number format), plots/figure.gp renders every panel kind of a declared figure to a PNG and
 -- a PDF from a small hand-made input, and the same input gives a byte-identical PNG.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local plot = require "outlierlab.figure.gnuplot"
 
 local dir = os.tmpname()

@@ -1,10 +1,10 @@
--- test_analysis_probes — the probe collector: dispatch by point and layer with the batch at
+-- test_measure_probes — the probe collector: dispatch by point and layer with the batch at
 -- hand (a scripted fake model whose calls are known), then a real llama-quick forward pass
 -- streamed into the analysis accumulators, checked against invariants and direct counts.
 local ol = require "outlierlab"
 local probes = require "outlierlab.measure.probes"
 local analysis = require "outlierlab.measure.metrics"
-local t = require "outlierlab.tap"
+local t = require "tap"
 
 local ctx = ol.Context{ seed = 3 }
 

@@ -1,4 +1,4 @@
--- test_analysis_remedies — the 2024–2026 metrics (docs/reference/metrics.md) against hand-computed values:
+-- test_measure_recent — the 2024–2026 metrics (docs/reference/metrics.md) against hand-computed values:
 -- Gu et al.'s key importance α(k) and sink rate (causal, bidirectional with padding, ε = 0.3),
 -- Sun et al.'s top-3/median and massive-activation flags, BOS norm, the matrix entropy of token
 -- representations (rank 1 → 0, equal orthogonal rows → log n, diag(2,1) by hand), and on a model:
@@ -6,7 +6,7 @@
 -- zeroed → logits 0 → loss = log V), the scaled state of the initial token (×1 exact, the
 -- embedding equal to scaled weights, scale-free before the final norm), the sink rate and the
 -- layer profile.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local ol = require "outlierlab"
 local AR = require "outlierlab.measure.recent"
 

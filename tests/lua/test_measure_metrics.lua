@@ -1,8 +1,8 @@
--- test_analysis — every metric of docs/reference/metrics.md on hand-made tensors whose answers are
+-- test_measure_metrics — every metric of docs/reference/metrics.md on hand-made tensors whose answers are
 -- worked out by hand in the comments; merge and streaming equivalences of the accumulator.
 local ol = require "outlierlab"
 local analysis = require "outlierlab.measure.metrics"
-local t = require "outlierlab.tap"
+local t = require "tap"
 
 local ctx = ol.Context{ params = 65536, step_bytes = 67108864 }
 local function T3(list, B, T, C) return ctx:tensor({ B, T, C }):load(list) end
@@ -420,6 +420,33 @@ do
   local l2 = th.vit_lines((th.vit_checks(with("n", 2))))
   t.ok(l2[1]:find(": %*%*no%*%*$") and l2[2]:find(": not testable %(too few outlier patches%)$"),
     "vit_lines: too few outlier patches: '**no**', then 'not testable'", l2[1] .. " / " .. l2[2])
+end
+
+-- sigma_limit: the batch-scope 6σ numbers by hand. x = 1, 2, 3, 4, 10: μ = 4, Σ(x − μ)² = 9 + 4 +
+-- 1 + 0 + 36 = 50, unbiased σ² = 50 / 4 = 12.5, so 6σ = 6 · √12.5 = 21.2132034...
+do
+  local analysis = require "outlierlab.measure.metrics"
+  local ctx = ol.Context{ seed = 1 }
+  local x = ctx:tensor({ 5 }, { persistent = true })
+  for i, v in ipairs { 1, 2, 3, 4, 10 } do x.data[i - 1] = v end
+  local mu, lim = analysis.sigma_limit(x, 6)
+  t.near(mu, 4, 1e-12, "sigma_limit: the mean")
+  t.near(lim, 6 * math.sqrt(12.5), 1e-12, "sigma_limit: 6 × the unbiased sd")
+  local mu3, lim3 = analysis.sigma_limit(x.data, 2, 4)   -- the first 4: μ 2.5, σ² = 5/3
+  t.ok(mu3 == 2.5 and math.abs(lim3 - 2 * math.sqrt(5 / 3)) < 1e-12, "sigma_limit: a data pointer, n and k", mu3 .. " " .. lim3)
+  t.throws(function() analysis.sigma_limit(x.data, 6, 1) end, "at least 2 elements", "sigma_limit: one element is an error")
+end
+
+-- images.rgb: the loader's normalisation (x − 0.5) / 0.25 undone and clamped, by hand: a 1×1
+-- image with channels 0 (grey 0.5 -> 128), 2 (1.0 -> 255) and -3 (-0.25, clamped -> 0)
+do
+  local images = require "outlierlab.data.images"
+  local ctx = ol.Context{ seed = 1 }
+  local img = ctx:tensor({ 2, 3, 1, 1 }, { persistent = true })
+  for i, v in ipairs { 9, 9, 9, 0, 2, -3 } do img.data[i - 1] = v end
+  local px = images.rgb(img, 1, 1)
+  t.is(#px, 1, "rgb: one pixel")
+  t.is(table.concat(px[1], " "), "0 0 128 255 0", "rgb: x, y, then r g b of image 1 (grey, clamped above and below)")
 end
 
 return t.done()

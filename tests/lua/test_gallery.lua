@@ -1,13 +1,13 @@
--- test_results_gallery — the results gallery (lua/outlierlab/runner/gallery.lua, make gallery) from
+-- test_gallery — the results gallery (lua/outlierlab/runner/gallery.lua, make gallery) from
 -- real runs: two experiments in their quick profile write run.json, a second profile of one of
 -- them is added (a copy with another verdict and a claim holding HTML), and the gallery must
 -- show every experiment, every run's claim, verdict, profile and run time, escape the text,
 -- and link only files that exist (HTML and Markdown). Where Debian's chromium is installed,
 -- headless Chromium loads the page: no broken image, and a screenshot is taken.
-local t = require "outlierlab.tap"
+local t = require "tap"
 local gallery = require "outlierlab.runner.gallery"
-local E = require "outlierlab.experiment"
 local cjson = require "cjson"
+local catalogue = require "outlierlab.runner.catalogue"
 local sh, slurp = t.sh, t.slurp
 
 local tmp = os.tmpname()
@@ -31,11 +31,11 @@ local out, ok = sh("bin/outlierlab gallery --results=" .. res)
 t.ok(ok and out:find("3 run(s)", 1, true), "gallery built from 3 runs", out)
 local page = slurp(res .. "/index.html") or ""
 local md = slurp(res .. "/index.md") or ""
-for _, e in ipairs(E.list()) do
+for _, e in ipairs(catalogue.list()) do
   t.ok(page:find('id="' .. e.id .. '"', 1, true) and md:find("## " .. e.id:gsub("%-", "-"), 1, true),
        e.id .. ": has a section in both pages")
 end
-t.ok(select(2, page:gsub("Not run yet", "")) == #E.list() - 2, "experiments without a run say how to make one")
+t.ok(select(2, page:gsub("Not run yet", "")) == #catalogue.list() - 2, "experiments without a run say how to make one")
 for _, want in ipairs({ "profile <b>quick</b>", "profile <b>default</b>", "12.6 min", "no verdict (quick profile", "holds",
                         "outliers &lt;b&gt;at&lt;/b&gt; token &amp; &quot;dims&quot;",
                         'src="so-fig3/quick/so-fig3.png"', 'href="so-fig3/quick/so-fig3.nc"',
@@ -65,7 +65,7 @@ t.ok(links > 20 and #missing == 0, links .. " links, all resolve", table.concat(
 
 -- the page in a real browser
 if not gallery.browser() then
-  for _ = 1, 2 do t.ok(true, "# SKIP chromium is not installed: no browser check (apt-get install chromium; make gallery-check)") end
+  for _ = 1, 2 do t.skip("chromium is not installed: no browser check (apt-get install chromium; make gallery-check)") end
 else
   local dom, dok = gallery.dom(res .. "/index.html")
   local imgs = dom:match('data%-images="([^"]*)"')

@@ -1,7 +1,8 @@
--- tap — Test Anything Protocol output for Lua test files, read by prove (make test).
---   local t = require "outlierlab.tap"
+-- tap — Test Anything Protocol output for Lua test files, read by prove (make test). The test
+-- harness, not part of the package: tests/exec.sh puts tests/lua/lib on package.path.
+--   local t = require "tap"
 --   t.ok(cond, "name"); t.is(got, want, "name"); t.near(got, want, tol, "name")
---   t.throws(fn, "pattern", "name"); t.done()
+--   t.throws(fn, "pattern", "name"); t.skip("reason", "name"); t.done()
 local M = { n = 0, failed = 0 }
 
 local function report(ok, name, diag)
@@ -30,6 +31,14 @@ function M.throws(fn, pattern, name)
   if ok then return report(false, name, "no error raised") end
   local msg = tostring(err)
   return report(msg:find(pattern, 1, true) ~= nil, name, "error was: " .. msg)
+end
+-- a check that cannot run here (a tool or data set missing): "ok N - name # SKIP reason", which
+-- prove counts as skipped, not passed
+function M.skip(reason, name)
+  M.n = M.n + 1
+  io.write("ok ", M.n, " - ", (name or ""):gsub("\n", " "), " # SKIP ", (tostring(reason):gsub("\n", " ")), "\n")
+  io.flush()
+  return true
 end
 function M.lives(fn, name)
   local ok, err = pcall(fn)
