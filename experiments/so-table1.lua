@@ -28,7 +28,6 @@
 -- attention outliers: what random positions/channels would give.
 -- SO (LLaMA2-7B, 100 RedPajama samples of 2048 tokens): 100 %, 100 %, 100 %, 95 %.
 local exp_runner = require "outlierlab.experiment"
-local analysis = require "outlierlab.measure.metrics"
 local probes = require "outlierlab.measure.probes"
 local consistency = require "outlierlab.measure.consistency"   -- the rows' numbers (shared with the model report)
 local figure = require "outlierlab.figure"
