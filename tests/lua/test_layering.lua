@@ -24,6 +24,7 @@ local LAYERS = {
   { "compress",   { "outlierlab.compress" } },    -- what compression costs: quantisation, pruning
   { "recipes",    { "outlierlab.recipes" } },
   { "figure",     { "outlierlab.figure" } },
+  { "report",     { "outlierlab.report" } },      -- one model's outlier report (make report)
   { "runner",     { "outlierlab.runner" } },
   -- the experiment files' vocabulary (facades over the layers) and the command line
   { "top",        { "outlierlab.experiment", "outlierlab.ptq", "outlierlab.cli" } },
