@@ -97,7 +97,7 @@ function M.page(src, r, data, cfg, v, figs, md)
     ["Attention sinks (Gu et al. 2025)"] = fig_html["sinks.png"],
     ["Super weights (Yu et al. 2024)"] = fig_html["superweights.png"],
     ["The three kinds of outliers (SO Table 1)"] = fig_html["outliers.png"],
-    ["Run"] = fig_html["cost.png"],
+    ["What the outliers cost"] = fig_html["cost.png"],
   }
   return table.concat({
     "<!DOCTYPE html>",

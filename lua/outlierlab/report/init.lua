@@ -152,7 +152,7 @@ M.VIEWS = {
 for _, v in ipairs(M.VIEWS) do M.FIG:check_panels(v[3], 1) end
 
 local function nan() return 0 / 0 end
-local function int_or_nil(v) if v == nil then return nil end return v end
+local function int_or_nil(v) if v == nil then return false end return v end
 
 -- the report's numbers as the declaration's data
 function M.data(src, r, cfg)
@@ -168,7 +168,7 @@ function M.data(src, r, cfg)
     v.top_token[i], v.top_position[i], v.top_channel[i], v.top_value[i] = {}, {}, {}, {}
     for k = 1, 3 do
       local e = x.top[k]
-      v.top_token[i][k], v.top_position[i][k], v.top_channel[i][k], v.top_value[i][k] = e and e.token, e and e.pos, e and e.channel, e and e.value or nan()
+      v.top_token[i][k], v.top_position[i][k], v.top_channel[i][k], v.top_value[i][k] = e and e.token or false, e and e.pos or false, e and e.channel or false, e and e.value or nan()
     end
     v.kurtosis[i], v.max_inf_norm[i], v.outlier_tokens[i] = x.avg_kurtosis, x.avg_max_inf_norm, x.outliers.tokens
     v.first_key_attention[i], v.sink_rate_by_head[i], v.sink_value_ratio[i] = {}, {}, {}
@@ -215,7 +215,7 @@ function M.data(src, r, cfg)
     local z = r.zero and r.zero[i]
     v.sw_dloss[i], v.sw_control_dloss[i] = z and z.dloss or nan(), z and z.control.dloss or nan()
     v.sw_massive[i], v.sw_massive_zeroed[i], v.sw_massive_control[i] = z and z.massive or nan(), z and z.massive_zero or nan(), z and z.control.massive or nan()
-    v.sw_super[i] = z and (z.super and 1 or 0) or nil
+    v.sw_super[i] = z and (z.super and 1 or 0) or false
   end
   -- quantisation and the first token
   local settings = {}

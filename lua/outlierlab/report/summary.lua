@@ -157,6 +157,29 @@ function M.text(src, r, data, cfg, v)
   local th
   for i, tau in ipairs(data.coords.tau) do if not th and v.h_outlier_tokens_sweep[i] > 0 then th = tau end end
   add("") add(string.format("Largest τ at which h has activation outlier tokens: %s.", th and string.format("%g", th) or "none down to τ = 2"))
+  if r.quant then
+    add("") add("## What the outliers cost") add("")
+    add(string.format("Round-to-nearest post-training quantisation (weights per output channel, activations per token, symmetric; the head and the embedding in full precision) on the same %d sequences, and the first token's state in the output of layer %d multiplied by each scale before the next layer reads it (×0: removed).", a.sequences, v.state_layer))
+    add("")
+    add("| setting | loss increase (nats) |") add("|---|---|")
+    for i, s in ipairs(data.coords.setting) do add(string.format("| %s | %s |", s, g(v.loss_increase[i], "%+.4f"))) end
+    add("")
+    add("| first token's state × | Δ loss (nats) |") add("|---|---|")
+    for j, sc in ipairs(data.coords.scale) do add(string.format("| %g | %s |", sc, g(v.state_dloss[j], "%+.4f"))) end
+  end
+  -- the tokens of the first sequence, each with its largest |h| in the layer of SO Fig. 1's view
+  local o = r.overview
+  local T, Cc = o.T, o.h.x.shape[2]
+  local toks = {}
+  for i = 1, T do
+    local mx = 0
+    for c = 1, Cc do mx = math.max(mx, math.abs(o.h.x.data[(i - 1) * Cc + c])) end
+    toks[i] = string.format("%s %s", tok(o.labels[i]), g(mx, "%.3g"))
+  end
+  add("") add("## The first held-out sequence") add("")
+  add(string.format("Each token with its largest |h| in layer %d (the layer with the largest top-1/median on this sequence; report.nc's h_abs holds the whole map):", o.h.layer))
+  add("")
+  add(table.concat(toks, " · "))
   add("") add("## Run") add("")
   local t = r.timings
   add(string.format("- Wall time %.1f s: one pass %.1f s%s.", t.total, t.pass, r.zero and string.format(", super weights %.1f s, quantisation %.1f s, first token %.1f s", t.superweights, t.quant, t.state) or ""))
