@@ -581,4 +581,29 @@ int64_t ol_hf_first_nonfinite(const void *src, int32_t dtype, int64_t n);
 /* *out = XXH64 (seed 0) of the whole content of the file at path (content-based cache keys). */
 int ol_hf_hash_file(const char *path, uint64_t *out);
 
+/* llama2.c checkpoints and tokenizer.bin (engine/io_llama2c.c; the conversion in
+ * lua/outlierlab/pretrained/llama2c.lua). Open checks every header field and the file's exact
+ * size (overflow-checked); errors name the file and the field. */
+typedef struct ol_l2c_file ol_l2c_file;
+typedef struct ol_l2c_tok ol_l2c_tok;
+enum { OL_L2C_TOK = 0, OL_L2C_RMS_ATT, OL_L2C_WQ, OL_L2C_WK, OL_L2C_WV, OL_L2C_WO, OL_L2C_RMS_FFN, OL_L2C_W1, OL_L2C_W2,
+       OL_L2C_W3, OL_L2C_RMS_FINAL, OL_L2C_WCLS, OL_L2C_NTENSORS };
+enum { OL_L2C_NHEADER = 10 };
+ol_l2c_file *ol_l2c_open(const char *path);
+void         ol_l2c_close(ol_l2c_file *f);
+/* out[10] = {version, dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size (>0), seq_len, shared, group_size} */
+int          ol_l2c_header(const ol_l2c_file *f, int32_t *out);
+int64_t      ol_l2c_numel(const ol_l2c_file *f, int32_t which);   /* elements of one layer's tensor */
+const char  *ol_l2c_tensor_name(int32_t which);
+/* dst[0..numel) = tensor `which` of `layer` (0 for the unlayered ones) as fp32 (Q8_0 dequantised);
+ * an error for +-Inf or NaN, naming tensor, layer and element. Values as stored: no permutation. */
+int          ol_l2c_read(const ol_l2c_file *f, int32_t which, int32_t layer, float *dst);
+/* vocab_size > 0: exactly that many pieces; <= 0: as many as the file holds */
+ol_l2c_tok  *ol_l2c_tok_open(const char *path, int32_t vocab_size);
+void         ol_l2c_tok_close(ol_l2c_tok *t);
+int32_t      ol_l2c_tok_count(const ol_l2c_tok *t);
+int32_t      ol_l2c_tok_max_len(const ol_l2c_tok *t);
+/* piece i's bytes (NUL-terminated), its length and score; NULL when i is out of range */
+const char  *ol_l2c_tok_piece(const ol_l2c_tok *t, int32_t i, int32_t *len, float *score);
+
 #endif

@@ -82,6 +82,14 @@ local function fingerprint(paths)
 end
 M.fingerprint = fingerprint
 
+-- open(path) -> a model's handle: a llama2.c checkpoint (a .bin file, or a directory holding
+-- one and no config.json: pretrained/llama2c.lua) or a Hugging Face directory (hf.open)
+function M.open(path, opts)
+  local l2c = require "outlierlab.pretrained.llama2c"
+  if l2c.detect(path) then return l2c.open(path, opts) end
+  return hf.open(path, opts)
+end
+
 local Pre = {}
 Pre.__index = Pre
 
@@ -95,7 +103,7 @@ function M.attach(exp, opts, cfg, train_keys)
     error(string.format("experiment %s: --model: this experiment trains its own models and does not analyse a pretrained one (analysis experiments: %s)",
       id, (function() local k = {} for n in pairs(M.EXPERIMENTS) do k[#k + 1] = n end table.sort(k) return table.concat(k, ", ") end)()), 0)
   end
-  local d = hf.open(opts.model)
+  local d = M.open(opts.model)
   local cfg_m = d.cfg
   if not e.families[cfg_m.family] then
     d:close()
@@ -112,10 +120,10 @@ function M.attach(exp, opts, cfg, train_keys)
   end
   local self = setmetatable({ id = id, dir = d.dir, name = d.name, cfg = cfg_m, d = d, family = d.family, text = opts.text ~= "" and opts.text or nil,
                               stream = opts.stream or "auto", train_keys = train_keys }, Pre)
-  local files = { d.dir .. "/config.json" }
+  local files = d.kind == "llama2c" and d:paths() or { d.dir .. "/config.json" }
   if d.index then files[#files + 1] = d.dir .. "/model.safetensors.index.json" end
-  for _, f in ipairs(d.files) do files[#files + 1] = d.dir .. "/" .. f.name end
-  for _, f in ipairs(M.TOKENIZER_FILES) do
+  for _, f in ipairs(d.kind == "llama2c" and {} or d.files) do files[#files + 1] = d.dir .. "/" .. f.name end
+  for _, f in ipairs(d.kind == "llama2c" and {} or M.TOKENIZER_FILES) do
     local h = io.open(d.dir .. "/" .. f, "rb")
     if h then h:close() files[#files + 1] = d.dir .. "/" .. f end
   end
@@ -158,6 +166,14 @@ function Pre:load(log)
   local fp32 = self.d:sizes()
   local avail = stream.mem_available() or math.huge
   local want = self.stream == "yes" or (self.stream == "auto" and fp32 > avail / 2)
+  if self.d.kind == "llama2c" then
+    if self.stream == "yes" then
+      error("--stream=yes: a llama2.c checkpoint is loaded whole; export it to a Hugging Face directory to stream it (llama2c.export_hf)", 0)
+    end
+    local ctx, m = require("outlierlab.pretrained.llama2c").load(self.d)
+    self.model = m
+    return ctx, m
+  end
   if want and stream.FAMILIES[self.cfg.family] then
     self.model = stream.open(self.d, { log = log })
     self.model.ctx_owner = true
@@ -176,7 +192,7 @@ function Pre:corpus(need)
   if self._corpus then return self._corpus end
   local tokenizers = require "outlierlab.pretrained.tokenizers"
   local text = require "outlierlab.data.text"
-  local tk = tokenizers.load(self.dir)
+  local tk = self.d.kind == "llama2c" and require("outlierlab.pretrained.llama2c").tokenizer(self.d) or tokenizers.load(self.dir)
   self._corpus = text.corpus{ path = self.text, tokenizer = tk, max_tokens = need }
   -- every id the tokenizer gives must have a row in the model's embedding
   local c, V = self._corpus, self.cfg.vocab_size

@@ -275,6 +275,7 @@ function Tokenizer:word_ids(w, out)
   if not ids then
     ids = {}
     if self.kind == "wordpiece" then self:wordpiece(w, ids)
+    elseif self.kind == "llama2c" then self:merge_scores(w, ids)
     else
       local sym
       if self.kind == "bpe-bytes" then
@@ -372,6 +373,9 @@ function Tokenizer:encode(text, opts)
     local at_start = first and cont   -- the segment continues the previous call's text
     if self.kind == "wordpiece" then
       self:bert_words(piece, function(w) self:word_ids(w, out) end)
+    elseif self.kind == "llama2c" then   -- run.c: one dummy-prefix space at the start of the text
+      if piece ~= "" and first and not cont then piece = " " .. piece end
+      for _, w in ipairs(self:sp_words(piece, " ")) do self:word_ids(w, out) end
     elseif self.kind == "bpe-bytes" then
       if self.nfc then piece = nfc(piece) end
       if self.add_prefix_space and first and not cont and piece:sub(1, 1) ~= " " then piece = " " .. piece end
@@ -392,12 +396,14 @@ end
 -- SentencePiece-style words: split where no vocabulary entry can cross (checked at load:
 -- before a "▁" that follows a non-"▁" character, and at "\n" unless a token holds one)
 -- Metaspace with split = true cuts before every "▁" (MergedWithNext), whatever the vocabulary.
-function Tokenizer:sp_words(s)
+-- space: the character pieces begin with ("▁"; llama2.c's pieces hold " ")
+function Tokenizer:sp_words(s, space)
   if not self.split_sp and not self.meta_split then return { s } end
+  space = space or "▁"
   local out, cur = {}, {}
   local prev
   for _, c in ipairs(chars(s)) do
-    if (c == "▁" and prev and (prev ~= "▁" or self.meta_split)) or (self.split_nl and (c == "\n" or prev == "\n")) then
+    if (c == space and prev and (prev ~= space or self.meta_split)) or (self.split_nl and (c == "\n" or prev == "\n")) then
       out[#out + 1] = table.concat(cur) cur = {}
     end
     cur[#cur + 1] = c
@@ -417,9 +423,10 @@ function Tokenizer:piece(id)
     local b = {}
     for _, c in ipairs(chars(s)) do b[#b + 1] = byte_dec[c] and string.char(byte_dec[c]) or c end
     return table.concat(b)
-  elseif self.kind == "bpe-sp" then
+  elseif self.kind == "bpe-sp" or self.kind == "llama2c" then
     local hex = s:match("^<0x(%x%x)>$")
     if hex then return string.char(tonumber(hex, 16)) end
+    if self.kind == "llama2c" then return id <= 2 and s:match("^\n(.*)\n$") or s end   -- "\n<s>\n" as "<s>"
     return (s:gsub("▁", " "))
   else
     if s:sub(1, #self.cont) == self.cont and #s > #self.cont then return s:sub(#self.cont + 1) end
@@ -434,7 +441,7 @@ function Tokenizer:decode(ids)
     b[i] = p
   end
   local s = table.concat(b)
-  if self.kind == "bpe-sp" and self.prepend and s:sub(1, 1) == " " then s = s:sub(2) end   -- the prepended "▁"
+  if (self.kind == "bpe-sp" and self.prepend or self.kind == "llama2c") and s:sub(1, 1) == " " then s = s:sub(2) end   -- the prepended "▁"
   if self.kind == "wordpiece" and s:sub(1, 1) == " " then s = s:sub(2) end
   return s
 end
@@ -630,6 +637,63 @@ function M.bpe_sp(vocab, merges, o)
   t.split_nl = not cross_nl
   t.chunk_safe = t.split_sp and t.split_nl   -- data.text may cut the text after a "\n" only where the words split
   return t
+end
+
+-- llama2.c's tokenizer (tokenizer.bin, run.c's encode): the text's UTF-8 characters — each a
+-- piece, or its bytes as the byte pieces (id = byte + 3, as run.c) — then, over and over, the
+-- adjacent pair whose concatenation is the piece of highest score is merged (the leftmost on a
+-- tie; none below run.c's floor of -1e10). The pieces hold spaces as " ", not "▁". pieces[i],
+-- scores[i] for ids i = 0 .. n-1 (0-based tables); ids 0, 1, 2 are <unk>, <s>, </s>.
+function M.llama2c(pieces, scores, o)
+  o = o or {}
+  local vocab = {}
+  for i = #pieces, 0, -1 do if pieces[i] then vocab[pieces[i]] = i end end   -- a repeated piece: its first id
+  local t = new("llama2c", vocab, { where = o.where or "tokenizer.bin", scores = scores })
+  for i = 0, #pieces do t.id_to[i] = pieces[i] end
+  t.vocab_size = #pieces + 1
+  t.special = { unk = 0, bos = 1, eos = 2 }
+  t.unk_id = 0
+  -- words split as bpe_sp's (before a " " after another character, around "\n") where no piece
+  -- but <s> and </s> ("\n<s>\n") crosses such a place: no merge can then join two words
+  local cross_space, cross_nl = false, false
+  for i = 3, #pieces do
+    local s = pieces[i]
+    if s:find("[^ ] ") then cross_space = true end
+    if #s > 1 and s:find("\n", 1, true) then cross_nl = true end
+  end
+  t.split_sp, t.split_nl = not cross_space, not cross_nl
+  t.chunk_safe = t.split_sp and t.split_nl
+  return t
+end
+
+function Tokenizer:merge_scores(w, ids)
+  local vocab, id_to, scores = self.vocab, self.id_to, self.scores
+  local i, n = 1, #w
+  while i <= n do   -- run.c: a byte and the continuation bytes after it, 4 bytes at most
+    local j = i
+    while j < n and j - i < 3 and bit.band(w:byte(j + 1), 0xC0) == 0x80 do j = j + 1 end
+    local c = w:sub(i, j)
+    i = j + 1
+    local id = vocab[c]
+    if id then ids[#ids + 1] = id
+    else
+      for k = 1, #c do
+        local b = c:byte(k) + 3
+        if b >= self.vocab_size then error(string.format("tokenizers: %s: byte fallback: no piece for byte %d (id %d)", self.where, c:byte(k), b), 0) end
+        ids[#ids + 1] = b
+      end
+    end
+  end
+  while true do
+    local best, best_id, best_i = -1e10, nil, nil
+    for i = 1, #ids - 1 do
+      local id = vocab[id_to[ids[i]] .. id_to[ids[i + 1]]]
+      if id and scores[id] > best then best, best_id, best_i = scores[id], id, i end
+    end
+    if not best_i then break end
+    ids[best_i] = best_id
+    table.remove(ids, best_i + 1)
+  end
 end
 
 -- WordPiece (BERT)
