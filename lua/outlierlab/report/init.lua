@@ -27,7 +27,7 @@ local html = require "outlierlab.report.html"
 local M = {}
 
 M.DEFAULTS = { text = "", tau = 100, tau_att = 10, tau_w = 5, seq_len = 0, batch = 0, batches = 4, candidates = 2,
-               control_k = 10, stream = "auto", out = "", cache = "", tokenizer = "" }
+               control_k = 10, stream = "auto", out = "", cache = "" }
 
 local CATS = analysis.categories
 local ROWS = { "W_down cols ~ x_down", "W_down rows ~ h", "x_down ~ h", "h ~ A (tau)", "h ~ A (0.1T)", "x_down ~ A (tau)", "x_down ~ A (0.1T)" }
@@ -259,7 +259,7 @@ function M.run(model_path, cfg)
   local root = ol.root
   cfg.cache = cfg.cache ~= "" and cfg.cache or os.getenv("OUTLIERLAB_CACHE") or (root .. "/cache")
   local src = source.open(model_path, { text = cfg.text, seq_len = cfg.seq_len > 0 and cfg.seq_len or nil, batch = cfg.batch, batches = cfg.batches,
-                                        stream = cfg.stream, cache = cfg.cache, tokenizer = cfg.tokenizer })
+                                        stream = cfg.stream, cache = cfg.cache })
   local r = measure.run(src, cfg)
   local data = M.data(src, r, cfg)
   local out = (cfg.out ~= "" and cfg.out or (os.getenv("OUTLIERLAB_RESULTS") or (root .. "/results")) .. "/report") .. "/" .. safe(src.name)

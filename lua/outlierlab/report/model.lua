@@ -98,32 +98,23 @@ local function open_hf(path, o)
   return self
 end
 
--- a llama2.c checkpoint: imported through outlierlab.pretrained.llama2c when that module exists
+-- a llama2.c checkpoint (a .bin, or a directory holding one and its tokenizer.bin): imported
+-- by outlierlab.pretrained (pretrained/llama2c.lua), read as a Hugging Face directory is
 local function open_llama2c(path, o)
-  local ok, l2c = pcall(require, "outlierlab.pretrained.llama2c")
-  if not ok then error("report: " .. path .. " looks like a llama2.c checkpoint, but this build has no llama2.c importer (outlierlab.pretrained.llama2c)", 0) end
-  -- the importer writes a Hugging Face directory (model + tokenizer) the report then reads
-  local stem = path:match("([^/]+)%.bin$") or "llama2c"
-  local dir = o.cache .. "/imported/" .. stem .. "-" .. require("outlierlab.pretrained.hf").hash_file(path)
-  if not is_file(dir .. "/config.json") then
-    local tok = o.tokenizer ~= "" and o.tokenizer or nil
-    l2c.export_hf(path, dir, { tokenizer = tok })
-  end
-  local self = open_hf(dir, o)
-  self.kind, self.name, self.source = "llama2c", stem, path
-  self.label = string.format("%s (llama2.c checkpoint %s, %s parameters)", stem, path, require("outlierlab.models").commas(self.m:num_params()))
+  local self = open_hf(path, o)
+  self.kind = "llama2c"
   return self
 end
 
 function M.open(path, o)
   if type(path) ~= "string" or path == "" then error("report: MODEL is required (a Hugging Face directory, a llama2.c .bin or cache/models/<hash>)", 0) end
   path = path:gsub("/+$", "")
+  if require("outlierlab.pretrained.llama2c").detect(path) then return open_llama2c(path, o) end
   if is_dir(path) then
     if is_file(path .. "/spec.json") then return open_cache(path, o) end
     if is_file(path .. "/config.json") then return open_hf(path, o) end
     error("report: " .. path .. " is a directory without config.json (Hugging Face) or spec.json (the cache)", 0)
   end
-  if is_file(path) and path:match("%.bin$") then return open_llama2c(path, o) end
   error("report: " .. path .. ": no such model (a Hugging Face directory, a llama2.c .bin or cache/models/<hash>)", 0)
 end
 
