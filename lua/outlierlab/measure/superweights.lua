@@ -12,7 +12,7 @@
 --
 -- Test (needs the loss, so a model in memory): zero the candidate and evaluate the held-out loss
 -- and the massive activation (the largest top-1 |h| over layers, per sequence, averaged: Sun et
--- al.'s measure, outlierlab.measure.recent.top_median), against a control that zeroes the k next
+-- al.'s measure: measure.metrics' max inf norm), against a control that zeroes the k next
 -- largest |W| entries of the same matrix (Yu et al.: zeroing the largest non-super weights barely
 -- matters). A super weight is a candidate whose zeroing raises the loss by at least MIN_DLOSS nats
 -- and by at least FACTOR × the control's rise, and removes at least half of the massive activation.
@@ -26,6 +26,7 @@
 --   local r = sw.zero(ctx, m, batches, cand, { control_k = 10 })   -- (in memory)
 --   -- r = { loss, massive, loss_zero, dloss, massive_zero, control = { entries, loss, dloss, massive }, super }
 local ffi = require "ffi"
+local analysis = require "outlierlab.measure.metrics"
 local recent = require "outlierlab.measure.recent"
 
 local M = {}
@@ -47,10 +48,13 @@ function Det:probe_x(x, l) self.xd[l] = x end
 
 function Det:probe_y(y, l, batch)
   local B, T, C = y:size(0), y:size(1), y:size(2)
-  local S = self.layers[l] or { abs = -1, med_sum = 0, nseq = 0 }
-  self.layers[l] = S
-  local tm = recent.top_median(y, batch and batch.pad_mask)
-  S.med_sum, S.top_sum, S.nseq = S.med_sum + tm.median * tm.nseq, (S.top_sum or 0) + tm.top[1] * tm.nseq, S.nseq + tm.nseq
+  local S = self.layers[l]
+  if not S then
+    -- the layer's median |y| per sequence, averaged (measure.metrics' accumulator)
+    S = { abs = -1, stats = analysis.Stats{ T = T, C = C, topk = 1 } }
+    self.layers[l] = S
+  end
+  S.stats:update_batch(y, batch)
   local d = y.data
   local best, at = -1, 0
   for i = 0, B * T * C - 1 do
@@ -96,7 +100,7 @@ function Det:result()
   local out = { layers = ls }
   for _, l in ipairs(ls) do
     local S = self.layers[l]
-    local med = S.nseq > 0 and S.med_sum / S.nseq or 0 / 0
+    local med = S.stats:result().avg_median
     out[l] = { layer = l, row = S.row, col = S.col, weight = S.weight, x = S.x, contrib = S.contrib, share = S.share,
                input_spike = S.col == S.x_channel, x_channel = S.x_channel, x_abs_max = S.x_abs_max,
                spike = { abs = S.abs, value = S.value, seq = S.seq, pos = S.pos, token = S.token,
@@ -140,18 +144,17 @@ end
 -- the held-out loss and the massive activation (max over layers of the per-sequence top-1 |h|,
 -- averaged over sequences) of the model as it is
 function M.measure(ctx, m, batches)
-  local top, cur = {}, nil
+  local hs, cur = nil, nil
   local loss = recent.run_model(ctx, m, batches, function(name, l, t)
     if name == "h" then
-      local tm = recent.top_median(t, cur and cur.pad_mask)
-      local a = top[l] or { s = 0, n = 0 }
-      top[l] = a
-      a.s, a.n = a.s + tm.top[1] * tm.nseq, a.n + tm.nseq
+      hs = hs or analysis.LayerStats{ T = t:size(1), C = t:size(2), topk = 1 }
+      hs:probe(t, l, cur)
     end
   end, function(_, b) cur = b end)
   local massive, layer = 0, nil
-  for l, a in pairs(top) do
-    local v = a.n > 0 and a.s / a.n or 0
+  local r = hs and hs:result() or { layers = {} }
+  for _, l in ipairs(r.layers) do
+    local v = r[l].avg_max_inf_norm   -- the per-sequence top-1 |h|, averaged
     if v > massive then massive, layer = v, l end
   end
   return loss, massive, layer

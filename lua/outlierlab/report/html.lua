@@ -19,7 +19,8 @@ end
 
 local function cells(line)
   local out = {}
-  for c in line:gsub("^%s*|", ""):gsub("|%s*$", ""):gmatch("([^|]*)") do out[#out + 1] = c:match("^%s*(.-)%s*$") end
+  local body = line:gsub("^%s*|", ""):gsub("|%s*$", "")
+  for c in (body .. "|"):gmatch("([^|]*)|") do out[#out + 1] = c:match("^%s*(.-)%s*$") end
   return out
 end
 

@@ -139,8 +139,8 @@ M.VIEWS = {
   { "superweights", "Super weights (Yu et al. 2024) — {@model}", {
     { kind = "bars", x = "candidate", y = { "sw_dloss", "sw_control_dloss" }, title = "Δ held-out loss when zeroed (control: the {@control_k} next largest)", ylabel = "Δ loss (nats)",
       values = "%.3g", why_empty = "not measured (a streamed model has no loss pass)" },
-    { kind = "bars", x = "candidate", y = { "sw_massive", "sw_massive_zeroed", "sw_massive_control" }, logy = true, title = "massive activation (top-1 |h|) after zeroing",
-      ylabel = "top-1 |h| (log scale)", values = "%.3g", why_empty = "not measured (a streamed model has no loss pass)" },
+    { kind = "bars", x = "candidate", y = { "sw_massive", "sw_massive_zeroed", "sw_massive_control" }, title = "massive activation (largest top-1 |h|) after zeroing",
+      ylabel = "top-1 |h|", values = "%.3g", why_empty = "not measured (a streamed model has no loss pass)" },
   } },
   { "cost", "What the outliers cost — {@model}", {
     { kind = "bars", x = "setting", y = "loss_increase", title = "loss increase over full precision (RTN)", ylabel = "Δ loss (nats)", values = "%.3g",

@@ -103,8 +103,12 @@ function M.text(src, r, data, cfg, v)
   -- quantisation and the first token
   if r.quant then
     local parts = {}
-    for i, s in ipairs(data.coords.setting) do parts[#parts + 1] = string.format("%s %s", s, fin(v.loss_increase[i]) and string.format("%+.4f", v.loss_increase[i]) or "not applicable") end
-    add(string.format("- **Quantisation (round to nearest):** the held-out loss (%.4f nats in full precision) rises by %s nats.", v.fp_loss, table.concat(parts, ", ")))
+    for i, s in ipairs(data.coords.setting) do
+      local q = r.quant.settings[i]
+      parts[#parts + 1] = fin(v.loss_increase[i]) and string.format("%s %+.4f nats", s, v.loss_increase[i])
+        or string.format("%s not applicable (%s)", s, q and q.reason or "?")
+    end
+    add(string.format("- **Quantisation (round to nearest):** the held-out loss (%.4f nats in full precision) changes by %s.", v.fp_loss, table.concat(parts, ", ")))
     local sc = data.coords.scale
     local parts2 = {}
     for j, s in ipairs(sc) do parts2[#parts2 + 1] = string.format("×%g %+.4f", s, v.state_dloss[j]) end
