@@ -25,9 +25,8 @@ local models = require "outlierlab.models"
 local batcher = require "outlierlab.data.batcher"
 local train = require "outlierlab.train.loop"
 local checkpoint = require "outlierlab.train.checkpoint"
-local hf = require "outlierlab.pretrained.hf"
 local sw = require "outlierlab.measure.superweights"
-local R = dofile(ol.root .. "/tests/lua/lib/hf_reference.lua")   -- R.rand: deterministic values in (-1, 1)
+local tiny_hf = dofile(ol.root .. "/tests/lua/lib/tiny_hf.lua")   -- a small HF directory with a byte-fallback tokenizer
 
 local root = os.tmpname()
 os.remove(root)
@@ -127,21 +126,8 @@ t.ok(md:find("Super weight: yes.** layer 0 down_proj.weight[5, 7]", 1, true) and
 -- ---------------------------------------------------------------- a Hugging Face directory, a hostile text
 local hdir = root .. "/tiny-llama"
 do
-  local ctx = ol.Context{ params = 2 * 1024 * 1024, seed = 7 }
-  local m = models.build(ctx, models.preset("llama-quick", { tie_embeddings = false, n_kv_head = 1, vocab_size = 288 }))
-  local k = 0
-  for _, p in ipairs(ctx:params()) do
-    local gain = ffi.string(p.name):find("norm") or ffi.string(p.name):find("ln")
-    for i = 0, tonumber(p.numel) - 1 do
-      k = k + 1
-      p.data[i] = gain and (1 + 0.5 * R.rand(k)) or 0.1 * R.rand(k)
-    end
-  end
-  hf.export(hdir, ctx, m, { special = { bos = 1, eos = 2 } })
-  local vocab = { ["<unk>"] = 0, ["<s>"] = 1, ["</s>"] = 2 }
-  for b = 0, 252 do vocab[string.format("<0x%02X>", b)] = 3 + b end
   -- "▁<script>" in the vocabulary, built by merges from its characters
-  local word, merges, id = { "▁", "<", "s", "c", "r", "i", "p", "t", ">" }, {}, 256
+  local word, vocab, merges, id = { "▁", "<", "s", "c", "r", "i", "p", "t", ">" }, {}, {}, 256
   local acc = word[1]
   for i, ch in ipairs(word) do
     if not vocab[ch] then vocab[ch] = id id = id + 1 end
@@ -152,9 +138,7 @@ do
     end
   end
   t.ok(id <= 288, "the tokenizer's ids fit the model's 288 (" .. id .. ")")
-  write(hdir .. "/tokenizer.json", json.encode({ model = { type = "BPE", byte_fallback = true, vocab = vocab, merges = merges },
-    normalizer = { type = "Sequence", normalizers = { { type = "Prepend", prepend = "▁" }, { type = "Replace", pattern = { String = " " }, content = "▁" } } } }))
-  write(hdir .. "/tokenizer_config.json", json.encode({ bos_token = "<s>", eos_token = "</s>" }))
+  tiny_hf(hdir, "llama-quick", { tie_embeddings = false, n_kv_head = 1, vocab_size = 288 }, { vocab = vocab, merges = merges })
 end
 local lines = {}
 for i = 1, 200 do lines[i] = "And it came to pass <script> & \"quotes\" 'too' in the " .. i .. "th year </script>." end
