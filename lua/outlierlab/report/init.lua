@@ -119,9 +119,9 @@ M.FIG = figure.declare{
 M.VIEWS = {
   { "massive", "Massive activations and kurtosis per layer — {@model}", {
     { kind = "line", x = "layer", y = { "top_abs", "median_abs" }, logy = true, title = "largest and median |h| per layer", xlabel = "layer", ylabel = "|h| (log scale)" },
-    { kind = "line", x = "layer", y = "top_ratio", logy = true, title = "top-1 / median |h| (massive: ≥ {=massive_threshold})", xlabel = "layer", ylabel = "ratio (log scale)" },
+    { kind = "line", x = "layer", y = "top_ratio", title = "top-1 / median |h| (massive: ≥ {=massive_threshold})", xlabel = "layer", ylabel = "top-1 / median" },
     { kind = "line", x = "layer", y = { "kurtosis", "max_inf_norm" }, logy = true, title = "kurtosis and max inf norm of h", xlabel = "layer", ylabel = "log scale" },
-    { kind = "heatmap", z = "h_abs", title = "|h| of layer {=h_layer}, first held-out sequence", xlabel = "channel", ylabel = "token", y_labels = true },
+    { kind = "heatmap", z = "h_abs", logcb = true, title = "|h| of layer {=h_layer}, first held-out sequence (log colour scale)", xlabel = "channel", ylabel = "token", y_labels = true },
   } },
   { "sinks", "Attention sinks — {@model}", {
     { kind = "heatmap", z = "first_key_attention", title = "α on the first key (Gu et al.; sink: > {=sink_eps})", xlabel = "head", ylabel = "layer", values = "%.2f" },
