@@ -14,7 +14,9 @@
 --     file is written, report.nc opens in xarray (warnings as errors) with its dims, index.html shows
 --     the token "<script>" as text (escaped, no script element, no outside resource) and summary.md
 --     writes it in a code span; the same directory streamed (--stream=yes) gives the same one-pass
---     numbers and says what it leaves out.
+--     numbers and says what it leaves out;
+--   * on so-fig3's quick model with so-fig3's τ and batches, the report's per-layer top-3, median
+--     and outlier tokens are so-fig3's.
 local t = require "outlierlab.tap"
 local ol = require "outlierlab"
 local ffi = require "ffi"
@@ -35,7 +37,7 @@ local function write(path, s) local f = assert(io.open(path, "wb")) f:write(s) f
 -- the values of a NetCDF variable (false where a fill value)
 local function nc_values(file, var)
   local d = t.sh("ncdump -p 9,17 -v " .. var .. " " .. file)
-  local body = d:match("\n " .. var .. " = ([^;]*);") or ""
+  local body = d:match("\n " .. var .. " =%s*([^;]*);") or ""
   local out = {}
   for x in body:gmatch("[^,%s]+") do out[#out + 1] = tonumber(x) or false end
   return out
@@ -192,12 +194,30 @@ for v, a in pairs(before) do
     if not ((x == false and y == false) or (x and y and math.abs(x - y) <= 1e-5 * math.max(1, math.abs(x)))) then same = false diffs[#diffs + 1] = v .. "[" .. i .. "]" end
   end
 end
-t.ok(ok and same, "streamed (--stream=yes): the one-pass numbers equal the in-memory run's", out .. table.concat(diffs, ", "))
+t.ok(ok and same and #before.top_abs == 6 and #before.first_key_attention == 4, "streamed (--stream=yes): the one-pass numbers equal the in-memory run's",
+     out .. table.concat(diffs, ", "))
 local smd = t.slurp(hd .. "summary.md") or ""
 t.ok(smd:find("Left out (streamed model):** the loss passes", 1, true) and smd:find("Super weight: located, not tested", 1, true),
      "streamed: summary.md says what it leaves out", smd:sub(1, 1200))
 local sdl = nc_values(hd .. "report.nc", "sw_dloss")
 t.ok(sdl[1] == false, "streamed: the zeroing's loss change is undefined in report.nc (not measured)", json.encode(sdl))
+
+-- the report of so-fig3's model agrees with so-fig3 (the same accumulators on the same batches)
+local fo, fok = t.sh(string.format("bin/outlierlab run experiments/so-fig3.lua --profile=quick --out=%s/results --cache=%s/cache 2>&1", root, root))
+local runj = t.slurp(root .. "/results/so-fig3/quick/run.json") or "{}"
+local hash = (json.decode(runj).models or {})[1]
+if fok and hash then
+  local ro, rok = report(root .. "/cache/models/" .. hash, "--tau=10 --batches=2")
+  local same = rok
+  for _, v in ipairs({ "top_abs", "median_abs", "outlier_tokens" }) do
+    local a, b = nc_values(root .. "/results/so-fig3/quick/so-fig3.nc", v), nc_values(root .. "/results/report/cache-" .. hash .. "/report.nc", v)
+    same = same and #a > 0 and json.encode(a) == json.encode(b)
+    if #a == 0 or json.encode(a) ~= json.encode(b) then t.diag(v .. ": " .. json.encode(a) .. " vs " .. json.encode(b)) end
+  end
+  t.ok(same, "on so-fig3's model with its τ and batches, the report's top-3, median and outlier tokens per layer are so-fig3's", ro)
+else
+  t.ok(false, "so-fig3 --profile=quick ran", fo)
+end
 
 -- errors name what is wrong
 local eo, eok = report(root .. "/nowhere")
