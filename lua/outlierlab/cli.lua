@@ -1,6 +1,6 @@
 -- cli — the command line of bin/outlierlab.
 --   outlierlab run FILE.lua [--key=value ...]   run a script (an experiment file runs its stages)
---   outlierlab list | history | gallery | version   (the usage text below)
+--   outlierlab list | history | gallery | report | version   (the usage text below)
 local M = {}
 
 local usage = [[
@@ -8,6 +8,8 @@ usage: outlierlab run FILE.lua [--key=value ...] [--debug]
        outlierlab list [--markdown]  experiments with their status (--markdown: the table of docs/reference/experiments.md)
        outlierlab history MODEL_DIR  training curves of a cached model: history.nc and history.png
        outlierlab gallery [--out=DIR] results/index.html and index.md from every run's run.json
+       outlierlab report MODEL [--text=FILE] [--key=value ...]  the outlier report of one model:
+                                     results/report/<model>/ (report.nc, summary.md, figures, index.html)
        outlierlab version
 A script reads its settings with require("outlierlab.config").get{...}; --key=value overrides
 them (nested keys with dots). An experiment file (one that returns a table with stages) is
@@ -80,6 +82,7 @@ function M.main(argv)
   end
   if cmd == "history" then return require("outlierlab.runner.history").main(argv) end
   if cmd == "gallery" then return require("outlierlab.runner.gallery").main(argv) end
+  if cmd == "report" then return require("outlierlab.report").main(argv) end
   if cmd == "version" then
     print(require("outlierlab").version())
     return 0

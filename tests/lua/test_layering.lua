@@ -27,6 +27,7 @@ local LAYERS = {
   { "compress",   { "outlierlab.compress" } },    -- what compression costs: quantisation, pruning
   { "recipes",    { "outlierlab.recipes" } },
   { "figure",     { "outlierlab.figure" } },
+  { "report",     { "outlierlab.report" } },      -- one model's outlier report (make report)
   { "runner",     { "outlierlab.runner" } },
   -- the command line
   { "top",        { "outlierlab.cli" } },

@@ -21,7 +21,6 @@ local models = require "outlierlab.models"
 local quant = require "outlierlab.compress.rtn"
 local tokenizers = require "outlierlab.pretrained.tokenizers"
 local text = require "outlierlab.data.text"
-local R = dofile(ol.root .. "/tests/lua/lib/hf_reference.lua")   -- R.rand: deterministic values in (-1, 1)
 
 local root = os.tmpname()
 os.remove(root)
@@ -30,26 +29,8 @@ local function write(path, s) local f = assert(io.open(path, "wb")) f:write(s) f
 
 -- a model of the preset with deterministic random weights (gains 1 ± 0.5), written as a
 -- Hugging Face directory with a byte-fallback BPE tokenizer (<s> = 1)
-local function make(name, preset, over)
-  local ctx = ol.Context{ params = 2 * 1024 * 1024, seed = 7 }
-  local m = models.build(ctx, models.preset(preset, over))
-  local k = 0
-  for _, p in ipairs(ctx:params()) do
-    local gain = ffi.string(p.name):find("ln") or ffi.string(p.name):find("norm")
-    for i = 0, tonumber(p.numel) - 1 do
-      k = k + 1
-      p.data[i] = gain and (1 + 0.5 * R.rand(k)) or 0.1 * R.rand(k)
-    end
-  end
-  local dir = root .. "/" .. name
-  hf.export(dir, ctx, m, { special = { bos = 1, eos = 2 } })
-  local vocab = { ["<unk>"] = 0, ["<s>"] = 1, ["</s>"] = 2 }
-  for b = 0, 252 do vocab[string.format("<0x%02X>", b)] = 3 + b end
-  write(dir .. "/tokenizer.json", json.encode({ model = { type = "BPE", byte_fallback = true, vocab = vocab, merges = {} },
-    normalizer = { type = "Sequence", normalizers = { { type = "Prepend", prepend = "▁" }, { type = "Replace", pattern = { String = " " }, content = "▁" } } } }))
-  write(dir .. "/tokenizer_config.json", json.encode({ bos_token = "<s>", eos_token = "</s>" }))
-  return dir
-end
+local tiny_hf = dofile(ol.root .. "/tests/lua/lib/tiny_hf.lua")
+local function make(name, preset, over) return tiny_hf(root .. "/" .. name, preset, over) end
 local lines = {}
 for i = 1, 300 do lines[i] = "And it came to pass, in the " .. i .. "th year, that they went." end
 local textfile = root .. "/text.txt"

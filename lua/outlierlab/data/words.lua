@@ -46,6 +46,8 @@ end
 -- The content hash of the source's text (util.fs.hash): --data=kjv's spec carries it, so that
 -- another edition of the package names other models in the cache instead of reusing these.
 function M.digest(source) return require("outlierlab.util.fs").hash(read_source(source or M.defaults.source)) end
+-- the source's whole text as the package prints it (the model report's default text)
+function M.text(source) return read_source(source or M.defaults.source) end
 
 -- Tokens of one text: an array of strings (words, marks and "\n" per verse)
 function M.split(s)

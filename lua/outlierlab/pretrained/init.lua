@@ -32,6 +32,9 @@ M.EXPERIMENTS = {
   ["so-table1"] = { families = { gpt2 = true, opt = true, llama = true }, text = true },
   ["quant"] = { families = { gpt2 = true, opt = true, llama = true }, text = true,
                 why = "the next-token loss of a decoder on the text" },
+  -- the model report (outlierlab.report, make report): every measure of a decoder on a text
+  ["report"] = { families = { gpt2 = true, opt = true, llama = true }, text = true,
+                 why = "the outlier report of a decoder on a text" },
 }
 
 -- The paper's models, recognised by family and shape, and what the paper reports for each
