@@ -6,6 +6,6 @@
 #     Writes results/report/<model>/: report.nc, summary.md, the figures and index.html.
 REPORT_ARGS ?=
 .PHONY: report
-report: all
+report: all ## MODEL=DIR|FILE.bin|cache/models/<hash> [TEXT=FILE]: one model's outlier report in results/report/<model>/
 	@test -n "$(MODEL)" || { echo "make report: MODEL=<Hugging Face directory | llama2.c .bin | cache/models/<hash>> is required (TEXT=FILE optional; docs/reference/report.md)"; exit 2; }
 	bin/outlierlab report $(MODEL)$(if $(TEXT), --text=$(TEXT)) $(REPORT_ARGS)

@@ -3,7 +3,7 @@
 -- of the wrong type is an error; an error prints one line (the traceback for Lua's own errors
 -- or with --debug) and exits non-zero; `version`
 -- works; a script runs without mpirun (MPI singleton). Also: the README's example is
--- examples/mlp.lua verbatim, and it runs and learns.
+-- examples/mlp.lua verbatim (docs/guides/write-a-script.md), and it runs and learns.
 -- Each case runs the host as a subprocess on a small temporary script.
 local t = require "tap"
 local root = OUTLIERLAB_ROOT
@@ -198,9 +198,9 @@ t.ok(rc == 0 and out:find("singleton\t8", 1, true), "the same script runs under 
 
 -- ------------------------------------------------------------------ the README example
 local example = slurp(root .. "/examples/mlp.lua")
-local readme = slurp(root .. "/README.md")
-t.ok(#example > 0 and readme:find(example, 1, true), "README.md quotes examples/mlp.lua verbatim",
-     "update the README's example block from examples/mlp.lua")
+local readme = slurp(root .. "/docs/guides/write-a-script.md")
+t.ok(#example > 0 and readme:find(example, 1, true), "docs/guides/write-a-script.md quotes examples/mlp.lua verbatim",
+     "update the guide's example block from examples/mlp.lua")
 rc, out, err = host("run " .. root .. "/examples/mlp.lua --steps=300")
 local first, last = out:match("mse ([%d%.]+) %-> ([%d%.]+)")
 first, last = tonumber(first), tonumber(last)

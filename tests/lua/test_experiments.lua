@@ -41,7 +41,7 @@ local expect = {
                     "double quant_ratio_to_fp(variant, quant_setting, seed)", "double quant_ratio_sd(variant, quant_setting)",
                     "int quant_applicable(variant, quant_setting)" },
   ["quant"] = { "double loss(setting)", "double perplexity(setting)", "double loss_increase(setting)", "int applicable(setting)",
-                "int n_tokens ;", 'setting:flag_meanings = "full_precision Hadamard_rotation_alone W8A8 W4A8 W4A4 W4A4_+_Hadamard W4A4_+_SmoothQuant" ;' },
+                "int n_tokens ;", 'setting:flag_meanings = "full_precision Hadamard_rotation_alone W8A8 W4A8 W4A4 W4A4_+_Hadamard W4A4_+_SmoothQuant W8A8_FP8_E4M3 W8A8_FP8_E5M2 W4A4_MXFP4 W4A4_NVFP4 KV4 KV4x2C_first_token_kept KV2 KV2x2C_first_token_kept KV2x2C_largest_token_kept" ;' },
 }
 -- what each summary must say
 local expect_md = {

@@ -15,6 +15,7 @@ local ol = require "outlierlab"
 local json = require "outlierlab.util.json"
 local hf = require "outlierlab.pretrained.hf"
 local models = require "outlierlab.models"
+local norms = require "outlierlab.nn.norms"
 local tokenizers = require "outlierlab.pretrained.tokenizers"
 local R = dofile(ol.root .. "/tests/lua/lib/hf_reference.lua")
 
@@ -316,7 +317,7 @@ do
   local x = ctx:tensor({ 3, 8 }, { persistent = true, name = "x" })
   local vals = { -2.1, -0.9, -0.31, 0, 0.25, 0.6, 0.61, 1.7 }
   for i = 0, 23 do x.data[i] = vals[i % 8 + 1] * (1 + 0.1 * math.floor(i / 8)) end
-  local y = ctx:no_grad(function() return common.clamp(x, 0.6) end)
+  local y = ctx:no_grad(function() return norms.clip(x, 0.6) end)
   local exact = true
   for i = 0, 23 do
     local v = x.data[i]
@@ -327,7 +328,7 @@ do
   local gx = ctx:tensor({ 3, 8 }, { persistent = true, name = "gx" })
   for i = 0, 23 do gx.data[i] = x.data[i] end
   gx.data[5] = 0.55   -- the value at the bound moved off it: a finite difference across the kink is no derivative
-  local err = require("outlierlab.nn.gradcheck").check(ctx, function(a) return common.clamp(a, 0.6) end, { gx }, { eps = 1e-3 })
+  local err = require("outlierlab.nn.gradcheck").check(ctx, function(a) return norms.clip(a, 0.6) end, { gx }, { eps = 1e-3 })
   t.ok(err < 1e-2, string.format("mpt: the clamp's gradient equals central finite differences (max error %.1e)", err))
 end
 R.check_refused(t, root, mpt_dirs, {

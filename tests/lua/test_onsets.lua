@@ -56,7 +56,7 @@ do
     P:forward(m, { ids = ids })
   end)
   ctx:reset()
-  local p = require("outlierlab.recipes").curve_point(10, 1.0, ph:result())
+  local p = require("outlierlab.recipes.track").curve_point(10, 1.0, ph:result())
   t.is(p.resid_share, 1, "phenomena → curve point: resid_share 1 with a planted dimension on every token")
 end
 

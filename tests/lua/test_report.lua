@@ -83,7 +83,7 @@ local LAYER, ROW, COL, C0 = 0, 5, 7, 3
 local sdir = root .. "/cache/models/planted00000000"
 do
   local ctx = ol.Context{ seed = spec.seed }
-  local m = models.build(ctx, recipes.model_cfg(spec))
+  local m = models.build(ctx, models.spec_cfg(spec))
   local W = {}
   for _, p in ipairs(ctx:params()) do W[ffi.string(p.name)] = p end
   local C, F = m.cfg.d_model, m.cfg.d_ff

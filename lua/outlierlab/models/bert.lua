@@ -76,11 +76,11 @@ function BERT:encode(batch, opts)
   if P then P("emb", 0, x) end
   for i, L in ipairs(self.layers) do
     local l = i - 1
-    x = L.ln1:forward(common.residual(cfg, x + self:dropout(L.attn:forward(x, P, l, pad), cfg.dropout, 2 * l + 1)))
+    x = L.ln1:forward(norms.residual(cfg, x + self:dropout(L.attn:forward(x, P, l, pad), cfg.dropout, 2 * l + 1)))
     if P then P("ln1", l, x) end
     local f = L.mlp:forward(x, P, l)
     if P then P("ffn_out", l, f) end
-    x = L.ln2:forward(common.residual(cfg, x + self:dropout(f, cfg.dropout, 2 * l + 2)))
+    x = L.ln2:forward(norms.residual(cfg, x + self:dropout(f, cfg.dropout, 2 * l + 2)))
     if P then P("ln2", l, x); P("h", l, x) end
   end
   if self.pooler then

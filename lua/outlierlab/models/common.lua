@@ -141,11 +141,6 @@ local function rope(self, x)
   return ol.cat({ rot, x:narrow(3, rd, HD - rd) }, 3)
 end
 
--- clamp(x, c): x limited to [−c, c] exactly, as torch.clamp(min=−c, max=c) (MPT's clip_qkv;
--- nn.norms.clip: the gradient is 1 inside, the bounds included, and 0 outside, as torch's; c
--- is compared as fp32, as torch casts it to the tensor's dtype).
-M.clamp = norms.clip
-
 -- ALiBi slopes of modeling_mpt.py build_mpt_alibi_tensor: n = the next power of two ≥ NH,
 -- slope_i = 2^(−i·max/n), i = 1..n; for NH < n the odd-indexed slopes first, then the even
 function M.alibi_slopes(NH, max)
@@ -205,7 +200,7 @@ function Attention:forward(x, P, l, pad_mask)
   if P then P("attn_in", l, x) end
   local qo, ko, vo = self.q:forward(x), self.k:forward(x), self.v:forward(x)
   local c = self.clip_qkv
-  if c then qo, ko, vo = M.clamp(qo, c), M.clamp(ko, c), M.clamp(vo, c) end   -- modeling_mpt.py: Wqkv(x).clamp(−c, c)
+  if c then qo, ko, vo = norms.clip(qo, c), norms.clip(ko, c), norms.clip(vo, c) end   -- modeling_mpt.py: Wqkv(x).clamp(−c, c)
   -- plain RoPE on whole heads runs inside the head split (ol_heads, the same bits as ol_rope
   -- after it); QK-norm before RoPE, explicit frequencies and partial rotary take the two steps
   local fused = self.rope and not self.q_norm and not self.rope_freqs and not (self.rotary_dim and self.rotary_dim < HD)
@@ -308,7 +303,6 @@ function M.norm_new(ctx, name, C, cfg, kind)
   end)
 end
 -- the residual stream after an add (nn.norms.residual: clamped to ±cfg.residual_clip when set)
-M.residual = norms.residual
 function M.PreLNBlock_new(ctx, name, cfg, opts)
   local self = setmetatable({ ctx = ctx, name = name, training = true, p = cfg.dropout or 0 }, PreLNBlock)
   local C, F = cfg.d_model, cfg.d_ff
@@ -328,12 +322,12 @@ end
 function PreLNBlock:forward(x, model, l, P, pad_mask)
   local a = self.ln1:forward(x)
   if P then P("ln1", l, a) end
-  x = M.residual(model.cfg, x + model:dropout(self.attn:forward(a, P, l, pad_mask), self.p, 2 * l + 1))
+  x = norms.residual(model.cfg, x + model:dropout(self.attn:forward(a, P, l, pad_mask), self.p, 2 * l + 1))
   local m = self.ln2:forward(x)
   if P then P("ln2", l, m) end
   local f = self.mlp:forward(m, P, l)
   if P then P("ffn_out", l, f) end
-  x = M.residual(model.cfg, x + model:dropout(f, self.p, 2 * l + 2))
+  x = norms.residual(model.cfg, x + model:dropout(f, self.p, 2 * l + 2))
   if P then P("h", l, x) end
   return x
 end

@@ -131,19 +131,19 @@ function Block:forward(x, model, l, P, pad_mask)
     if P then P("ln2", l, m) end
     local f = self.mlp:forward(m, P, l)
     if P then P("ffn_out", l, f) end
-    x = common.residual(model.cfg, (model:dropout(o, self.p, 2 * l + 1) + model:dropout(f, self.p, 2 * l + 2)) + x)
+    x = norms.residual(model.cfg, (model:dropout(o, self.p, 2 * l + 1) + model:dropout(f, self.p, 2 * l + 2)) + x)
     if P then P("h", l, x) end
     return x
   end
   local o = self.attn:forward(a, P, l, pad_mask)
   if self.ln1_post then o = self.ln1_post:forward(o) end
-  x = common.residual(model.cfg, x + model:dropout(o, self.p, 2 * l + 1))
+  x = norms.residual(model.cfg, x + model:dropout(o, self.p, 2 * l + 1))
   local m = self.ln2:forward(x)
   if P then P("ln2", l, m) end
   local f = self.mlp:forward(m, P, l)
   if self.ln2_post then f = self.ln2_post:forward(f) end
   if P then P("ffn_out", l, f) end
-  x = common.residual(model.cfg, x + model:dropout(f, self.p, 2 * l + 2))
+  x = norms.residual(model.cfg, x + model:dropout(f, self.p, 2 * l + 2))
   if P then P("h", l, x) end
   return x
 end

@@ -50,11 +50,11 @@ end
 -- block): x = LN1(x + Attn(x)) ["ln1"]; x = LN2(x + MLP(x)) ["ln2" = "h"].
 function M.post_ln_forward(blk, x, model, l, P, pad_mask)
   if P then P("attn_in", l, x) end
-  x = blk.ln1:forward(common.residual(model.cfg, x + model:dropout(blk.attn:forward(x, P, l, pad_mask), blk.p, 2 * l + 1)))
+  x = blk.ln1:forward(norms.residual(model.cfg, x + model:dropout(blk.attn:forward(x, P, l, pad_mask), blk.p, 2 * l + 1)))
   if P then P("ln1", l, x) end
   local f = blk.mlp:forward(x, P, l)
   if P then P("ffn_out", l, f) end
-  x = blk.ln2:forward(common.residual(model.cfg, x + model:dropout(f, blk.p, 2 * l + 2)))
+  x = blk.ln2:forward(norms.residual(model.cfg, x + model:dropout(f, blk.p, 2 * l + 2)))
   if P then P("ln2", l, x); P("h", l, x) end
   return x
 end

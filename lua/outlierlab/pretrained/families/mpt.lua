@@ -12,7 +12,7 @@ local from_hf, to_hf, layout = {}, {}, {}
 -- MptConfig with its attn_config): pre-LN blocks with LayerNorms without bias (norm_1, norm_2,
 -- norm_f: "self.norm_1.bias = None"); Wqkv (3·d_model, d_model) chunked into q, k, v, clamped
 -- to [−clip_qkv, clip_qkv] first when attn_config.clip_qkv is set (the model's clip_qkv:
--- common.clamp); scores × softmax_scale (null: (d_model / n_heads)^−½) plus ALiBi:
+-- norms.clip); scores × softmax_scale (null: (d_model / n_heads)^−½) plus ALiBi:
 -- slope_h·(j − (T − 1)) for key j, slopes 2^(−i·alibi_bias_max/n), i = 1 … n, n the power of two
 -- ≥ n_heads, and for n_heads < n the odd-indexed slopes first, then the even ones (the model's
 -- alibi: common.alibi_slopes), with alibi_bias_max 8 whatever attn_config says (MptModel.forward
