@@ -302,7 +302,6 @@ function M.norm_new(ctx, name, C, cfg, kind)
     return nn.LayerNorm(ctx, C, { name = name, eps = cfg.norm_eps, bias = cfg.bias ~= false })
   end)
 end
--- the residual stream after an add (nn.norms.residual: clamped to ±cfg.residual_clip when set)
 function M.PreLNBlock_new(ctx, name, cfg, opts)
   local self = setmetatable({ ctx = ctx, name = name, training = true, p = cfg.dropout or 0 }, PreLNBlock)
   local C, F = cfg.d_model, cfg.d_ff

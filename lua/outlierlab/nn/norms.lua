@@ -79,7 +79,8 @@ end
 function DyT:forward(x) return (x * self.alpha):tanh() * self.weight + self.bias end
 
 -- x limited to [−c, c]: torch.clamp's values and gradient (1 inside, the bounds included; 0
--- outside). The mask is read from x's values, so the op is x·inside + bound, both exact.
+-- outside). The mask is read from x's values, so the op is x·inside + bound, both exact. c is
+-- compared as fp32, as torch casts it to the tensor's dtype (MPT's clip_qkv).
 function M.clip(x, c)
   local shape_t = x.shape
   local inside = ol.check_ptr(ol.C.ol_tensor_new(x.ctx, ol.C.OL_F32, x.ndim, shape_t, "clip_inside"))
