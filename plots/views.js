@@ -244,8 +244,8 @@
       var chart = EC.init(div, null, { renderer: "canvas" });
       chart.setOption({
         animation: false,
-        legend: { top: 0, textStyle: { fontSize: 10 } },
-        grid: { left: 70, right: 30, top: 40, bottom: 45 },
+        legend: { top: 0, type: "scroll", textStyle: { fontSize: 10 } },
+        grid: { left: 70, right: 30, top: 52, bottom: 45 },
         tooltip: { trigger: "axis", confine: true, formatter: function (ps) {
           var k = ps[0].dataIndex, x = rows[k];
           return esc("layer " + x.layer + ": first token " + tok(r.tokens[0]) + " top-1 |h| " + fmt(x.top1) + " in channel " + x.ch +

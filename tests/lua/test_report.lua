@@ -12,7 +12,8 @@
 --   * end to end on a generated Hugging Face directory (random LLaMA weights, a SentencePiece-style
 --     BPE tokenizer whose vocabulary holds the piece "▁<script>" and friends) on a hostile text: every
 --     file is written, report.nc opens in xarray (warnings as errors) with its dims, index.html shows
---     the token "<script>" as text (escaped, no script element, no outside resource) and summary.md
+--     the token "<script>" as text (escaped, no script element but the views' own, no outside
+--     resource; tests/lua/test_views_browser.lua loads a report in Chromium) and summary.md
 --     writes it in a code span; the same directory streamed (--stream=yes) gives the same one-pass
 --     numbers and says what it leaves out;
 --   * on so-fig3's quick model with so-fig3's τ and batches, the report's per-layer top-3, median
@@ -154,10 +155,24 @@ local missing = {}
 for _, f in ipairs(files) do if not t.slurp(hd .. f) then missing[#missing + 1] = f end end
 t.ok(#missing == 0, "every file of the report is written", table.concat(missing, ", "))
 local page = t.slurp(hd .. "index.html") or ""
-t.ok(page:find("<code> &lt;script&gt;</code>", 1, true) and not page:lower():find("<script", 1, true),
-     "index.html shows the token <script> as text, and has no script element", page:match("[^\n]*script[^\n]*") or page:sub(1, 400))
-t.ok(not page:find("https?://") and not page:find("src=\"/", 1, true) and not page:find("src=\"%.%.") and page:find("default-src 'none'", 1, true),
-     "index.html loads nothing from outside its folder (and says so in its Content-Security-Policy)")
+-- the page's own script elements (the interactive views: data blocks, their spec, the charting
+-- library, views.js); with them taken out no "<script" is left, and the token's string sits in
+-- the data blocks as \u003cscript\u003e (views.script_json)
+local own = page:gsub('<script type="application/json" id="olv%-[%w%-]+">.-</script>', "")
+                :gsub('<script src="%.%./_assets/echarts%.min%.js"></script>', "")
+                :gsub("<script>\n// views%.js .-</script>", "")
+t.ok(page:find("<code> &lt;script&gt;</code>", 1, true) and not own:lower():find("<script", 1, true),
+     "index.html shows the token <script> as text, and has no script element but the views' own", own:match("[^\n]*<script[^\n]*") or "")
+local raw = {}
+for b in page:gmatch('<script type="application/json" id="olv%-[%w%-]+">(.-)</script>') do if b:find("<", 1, true) then raw[#raw + 1] = b:sub(1, 200) end end
+t.ok(page:find("\\u003cscript\\u003e") and #raw == 0, "the views' data blocks hold the token as \\u003cscript\\u003e, and no raw <", table.concat(raw, " | "))
+t.ok(not page:find("https?://") and not page:find("src=\"/", 1, true) and page:find("default-src 'none'", 1, true),
+     "index.html loads nothing from outside the results folder (and says so in its Content-Security-Policy)")
+local srcs = {}
+for sv in page:gmatch('src="([^"]*)"') do if sv:find("..", 1, true) and sv ~= "../_assets/echarts.min.js" then srcs[#srcs + 1] = sv end end
+t.ok(#srcs == 0, "the only file from outside the report's folder is the charting library in ../_assets", table.concat(srcs, " "))
+t.ok(t.slurp(hd .. "views/model.json") and t.slurp(hd .. "views/model.attention.json") and t.slurp(hd .. "views/model.h.nc"),
+     "the views' record and its exports (CircuitsVis JSON, NetCDF) are written beside the report")
 local hmd = t.slurp(hd .. "summary.md") or ""
 t.ok(hmd:find("` <script>`", 1, true), "summary.md writes the token in a code span", hmd:match("[^\n]*script[^\n]*") or "")
 -- xarray (Debian's python3-xarray), warnings as errors

@@ -1,8 +1,9 @@
 -- test_views_browser — the interactive views in a real browser: Debian's headless Chromium, driven
 -- by scripts/browser.js (node, the DevTools protocol on a pipe). Pages: a hand-made record with a
 -- known spike at <bos> and sink heads (inline), two records side by side (in data files), the
--- plain fallback without the charting library, a page of hostile text, and so-fig3's quick run
--- through make gallery's code (its views page and the gallery index). Every page must load with
+-- plain fallback without the charting library, a page of hostile text, so-fig3's quick run
+-- through make gallery's code (its views page and the gallery index) and the model report of
+-- its model (make report's index.html, which embeds the same views). Every page must load with
 -- no console error, exception or failed load; a real mouse move over a known cell must show that
 -- cell's value and token; a click on a thumbnail must open that head enlarged; screenshots are
 -- PNG files that are not empty. Needs chromium, node and make views-assets (make test runs them:
@@ -90,18 +91,28 @@ local out, ok = t.sh(string.format("OMP_NUM_THREADS=1 bin/outlierlab run experim
 t.ok(ok, "so-fig3: quick run", out)
 out, ok = t.sh("bin/outlierlab gallery --results=" .. res)
 t.ok(ok and out:find("1 with interactive views", 1, true), "gallery: the run's interactive views", out)
-local real = views.load(res .. "/so-fig3/quick/views/model.json")
-local pl = 1   -- the page opens at the layer with the largest |h|: find it and the first token's top channel there
-do
-  local best = -1
-  for i, L in ipairs(real.h) do
+-- the model report of the same model (make report's code): its index.html embeds the same views
+local hash = (cjson.decode(t.slurp(res .. "/so-fig3/quick/run.json") or "{}").models or {})[1]
+out, ok = t.sh(string.format("OMP_NUM_THREADS=1 bin/outlierlab report %s/cache/models/%s --out=%s/report --cache=%s/cache --batches=1 2>&1",
+                             tmp, tostring(hash), res, tmp))
+local report_dir = res .. "/report/cache-" .. tostring(hash)
+t.ok(ok and t.slurp(report_dir .. "/index.html"), "report: runs on so-fig3's quick model", out)
+
+-- a saved record's known cell: the page opens at the layer with the largest |h|; there, the
+-- first token's largest channel (its x on the heat map) and its value
+local function known_cell(path)
+  local r = views.load(path)
+  local pl, best = 1, -1
+  for i, L in ipairs(r.h) do
     for _, row in ipairs(L) do for _, v in ipairs(row) do if math.abs(v) > best then best, pl = math.abs(v), i end end end
   end
+  local ch = r.first.top_channel[pl]
+  local x
+  for k, c in ipairs(r.channels) do if c == ch then x = k - 1 end end
+  return { rec = r, layer = r.layers[pl], channel = ch, x = x, value = r.h[pl][1][x + 1] }
 end
-local real_ch = real.first.top_channel[pl]
-local real_x
-for k, c in ipairs(real.channels) do if c == real_ch then real_x = k - 1 end end
-local real_v = real.h[pl][1][real_x + 1]
+local real = known_cell(res .. "/so-fig3/quick/views/model.json")
+local rep_cell = known_cell(report_dir .. "/views/model.json")
 
 -- ---------------------------------------------------------------- the plan
 local READY = "document.body && document.body.getAttribute('data-olv-ready')"
@@ -166,9 +177,21 @@ local plan = { chromium = chromium, width = 1400, height = 1600, timeout_ms = 60
       { screenshot = shots .. "/hostile.png" } } },
   { url = url(res .. "/so-fig3/quick/views.html"), ready = READY, steps = {
       { eval = "OLV.ensureAll()", as = "all" },
-      { hover = cell("olv-view-1", 0, real_x, 0) },
+      { hover = cell("olv-view-1", 0, real.x, 0) },
       { eval = readout("olv-view-1"), as = "bos" },
       { screenshot = shots .. "/so-fig3.png" } } },
+  { url = url(report_dir .. "/index.html"), ready = READY, steps = {
+      { eval = "OLV.ensureAll()", as = "all" },
+      { eval = "OLV.library", as = "library" },
+      { eval = "document.querySelectorAll('section.olv-view').length", as = "views" },
+      { eval = "Array.prototype.every.call(document.images, function (i) { return i.complete && i.naturalWidth > 0 })", as = "images" },
+      { hover = cell("olv-view-1", 0, rep_cell.x, 0) },
+      { eval = readout("olv-view-1"), as = "bos" },
+      { eval = tip("olv-view-1"), as = "bos_tip" },
+      { screenshot = shots .. "/report-hover.png" },
+      { click = THUMB },
+      { eval = "document.body.getAttribute('data-olv-modal')", as = "modal" },
+      { screenshot = shots .. "/report-head.png" } } },
   { url = url(res .. "/index.html"), steps = {
       { eval = "document.querySelectorAll('.views-link a').length", as = "links" },
       { eval = "document.querySelector('.views-link a').href", as = "href" } } },
@@ -184,7 +207,7 @@ t.ok(okj and rep.pages and #rep.pages == #plan.pages, "the browser ran every pag
 if not (okj and rep.pages) then t.done() return end
 t.diag(string.format("browser: %d pages in %d s", #rep.pages, os.time() - t0))
 
-local names = { "single", "side", "fallback", "hostile", "so-fig3", "gallery" }
+local names = { "single", "side", "fallback", "hostile", "so-fig3", "report", "gallery" }
 local R = {}
 for i, p in ipairs(rep.pages) do
   R[names[i]] = p.results
@@ -218,15 +241,28 @@ t.is(H.h1, "<script>window.__pwned = 1</script>", "hostile title shows as text")
 t.ok(tostring(H.facts):find("</dd></dl><script>window.__pwned = 2</script>", 1, true), "hostile claim shows as text", H.facts)
 t.is(H.scripts, 4, "no script element beyond the page's own four")
 t.ok(tostring(H.token):find("“<script>alert(1)</script>”", 1, true), "hostile token shows as text in the read-out", H.token)
-t.ok(tostring(R["so-fig3"].bos):find(string.format("layer %d · token 0 “%s” · channel %d · h = ", real.layers[pl], real.tokens[1], real_ch), 1, true),
-     "so-fig3 quick: hover at the first token's largest channel names it", R["so-fig3"].bos)
-local got = tonumber(tostring(R["so-fig3"].bos):match("· h = (%-?[%d.e+-]+)"))
-t.ok(got and math.abs(got - real_v) <= 1e-3 * math.max(1, math.abs(real_v)), "so-fig3 quick: the value read is the record's", tostring(got) .. " vs " .. real_v)
+-- a hover at a record's known cell names its layer, token and channel and reads its value
+local function read_known(name, c, text)
+  t.ok(tostring(text):find(string.format("layer %d · token 0 “%s” · channel %d · h = ", c.layer, c.rec.tokens[1], c.channel), 1, true),
+       name .. ": hover at the first token's largest channel names it", text)
+  local got = tonumber(tostring(text):match("· h = (%-?[%d.e+-]+)"))
+  t.ok(got and math.abs(got - c.value) <= 1e-3 * math.max(1, math.abs(c.value)), name .. ": the value read is the record's", tostring(got) .. " vs " .. c.value)
+end
+read_known("so-fig3 quick", real, R["so-fig3"].bos)
+local RP = R.report
+t.is(RP.library, "echarts 6.1.0", "report: the pinned ECharts (copied beside the reports) drew the views")
+t.is(RP.views, 4, "report: the four views (|h|, first token, sink map, attention grid)")
+t.is(RP.images, true, "report: every figure (PNG) loaded under the page's Content-Security-Policy")
+read_known("report", rep_cell, RP.bos)
+t.ok(tostring(RP.bos_tip):find(tostring(RP.bos), 1, true), "report: the tooltip says the same", RP.bos_tip)
+t.is(RP.modal, "model:1:0", "report: a click on a thumbnail opens that head enlarged")
 t.is(R.gallery.links, 1, "gallery index links the views page")
 t.is(R.gallery.href, url(res .. "/so-fig3/quick/views.html"), "the link leads to the run's views page")
 -- what the reader downloads: the page, its data and the library
 local function size(p) local s = t.slurp(p) return s and #s or 0 end
 t.diag(string.format("so-fig3 quick views page %d bytes + ECharts %d bytes; loaded in %d ms", size(res .. "/so-fig3/quick/views.html"),
   size(assets .. "/" .. views.ASSET), rep.pages[5].load_ms))
+t.diag(string.format("report index.html %d bytes; loaded in %d ms, views drawn in %s ms", size(report_dir .. "/index.html"), rep.pages[6].load_ms,
+  tostring(rep.pages[6].ready_ms)))
 if os.getenv("OLV_KEEP") then t.diag("kept " .. tmp) else os.execute("rm -rf " .. tmp) end
 t.done()

@@ -47,7 +47,7 @@ function M.pool_abs(w, rows, cols)
 end
 
 -- the four views of one model (ctx, m loaded), on the first held-out sequence
-function M.measure(ctx, m, corpus, spec, tau)
+function M.measure(ctx, m, corpus, spec, tau, also)
   local probes = require "outlierlab.measure.probes"
   local best = { h = { r = -1 }, x_down = { r = -1 }, A = { s = -1 } }
   local ids, T
@@ -74,6 +74,8 @@ function M.measure(ctx, m, corpus, spec, tau)
       if s == s and s > best.A.s then best.A = { s = s, layer = l, head = h, map = inspect.plane(A, h) } end
     end
   end)
+  -- also(P): more of the pass on the same probe set (the report's interactive views record)
+  if also then also(P) end
   E.probe_batches(ctx, m, P, corpus, spec, 1)
   -- W_down: the largest column extremal ratio over layers
   local wbest = { r = -1 }

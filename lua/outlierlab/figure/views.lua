@@ -18,6 +18,8 @@
 --                         views.sink_map{ data = rec },          -- Gu et al.'s α per layer × head
 --                         views.attention_grid{ data = rec },    -- every head, enlarged on click
 --                         views.side_by_side{ of = "activations", data = { rec1, rec2, ... } } } }
+--   views.parts{ path =, assets =, views = }  -- the same views as pieces for another page's layout
+--                              (the model report's index.html): css, sections, tail, records, bytes
 --   views.install_assets(dir)  -- copies the pinned ECharts (make views-assets) into dir; false without it
 --
 -- Everything the page shows from a record goes through views.script_json: strings made valid
@@ -252,53 +254,89 @@ function M.from_arrays(o)
   return rec
 end
 
--- Run the first held-out batch through a loaded model (the batches every analysis of the run
--- sees) and make a record of sequence o.row (default 0): the layer outputs h and the attention
--- probabilities of its first o.max_tokens tokens; the first token's state and the sink α over the
--- whole sequence. Only the kept part is copied out of the probes, so long sequences stay cheap.
-function M.capture(ctx, m, corpus, spec, o)
+-- A recorder of sequence o.row (default 0) of the first batch through a probe set: the layer
+-- outputs h and the attention probabilities of its first o.max_tokens tokens; the first token's
+-- state and the sink α over the whole sequence. Only the kept part is copied out of the probes,
+-- so long sequences stay cheap. R.attach(P) on a probe set with the points h and attn_probs (a
+-- pass that measures other things too, e.g. the model report's); R.record() after the pass.
+function M.recorder(corpus, o)
   o = o or {}
-  local probes = require "outlierlab.measure.probes"
   local B = require "outlierlab.measure.batches"
   local row, maxt = o.row or 0, o.max_tokens or M.MAX_TOKENS
   local a = { tokens = {}, categories = {}, layers = {}, h = {}, attn = {}, first = {}, sink = {}, byl = {} }
-  local P = probes.new{ points = { "h", "attn_probs" } }
   local function slot(l)
     if not a.byl[l] then a.byl[l] = {} end
     return a.byl[l]
   end
-  P:attach("h", function(t, l, batch)
-    local T, C = t:size(1), t:size(2)
-    if #a.tokens == 0 then
-      a.T = T
-      for i = 0, T - 1 do
-        local id = batch.ids.idata[row * T + i]
-        a.tokens[i + 1] = B.token_label(corpus, id)
-        a.categories[i + 1] = corpus.category and corpus.category(id) or nil
+  local R = {}
+  function R.attach(P)
+    P:attach("h", function(t, l, batch)
+      local T, C = t:size(1), t:size(2)
+      local s = slot(l)
+      if s.h then return end          -- the first batch only
+      if #a.tokens == 0 then
+        a.T = T
+        for i = 0, T - 1 do
+          local id = batch.ids.idata[row * T + i]
+          a.tokens[i + 1] = B.token_label(corpus, id)
+          a.categories[i + 1] = corpus.category and corpus.category(id) or nil
+        end
       end
-    end
-    a.C = C
-    local base, Ts, s = row * T * C, math.min(T, maxt), slot(l)
-    local d = t.data
-    s.first = first_stats(function(q, c) return d[base + q * C + c] end, T, C)
-    local h = {}
-    for i = 0, Ts * C - 1 do h[i + 1] = d[base + i] end
-    s.h = h
-  end)
-  P:attach("attn_probs", function(t, l)
-    local NH, T = t:size(1), t:size(2)
-    local base, Ts, s = row * NH * T * T, math.min(T, maxt), slot(l)
-    local d = t.data
-    a.NH = NH
-    s.sink = alphas(function(h, q, k) return d[base + (h * T + q) * T + k] end, NH, T)
-    local A = {}
-    for h = 0, NH - 1 do
-      for q = 0, Ts - 1 do
-        for k = 0, Ts - 1 do A[#A + 1] = d[base + (h * T + q) * T + k] end
+      a.C = C
+      local base, Ts = row * T * C, math.min(T, maxt)
+      local d = t.data
+      s.first = first_stats(function(q, c) return d[base + q * C + c] end, T, C)
+      local h = {}
+      for i = 0, Ts * C - 1 do h[i + 1] = d[base + i] end
+      s.h = h
+    end)
+    P:attach("attn_probs", function(t, l)
+      local NH, T = t:size(1), t:size(2)
+      local base, Ts, s = row * NH * T * T, math.min(T, maxt), slot(l)
+      if s.attn then return end
+      local d = t.data
+      a.NH = NH
+      s.sink = alphas(function(h, q, k) return d[base + (h * T + q) * T + k] end, NH, T)
+      local A = {}
+      for h = 0, NH - 1 do
+        for q = 0, Ts - 1 do
+          for k = 0, Ts - 1 do A[#A + 1] = d[base + (h * T + q) * T + k] end
+        end
       end
+      s.attn = A
+    end)
+  end
+  function R.record()
+    local ls = {}
+    for l in pairs(a.byl) do ls[#ls + 1] = l end
+    table.sort(ls)
+    local with_attn = true
+    for i, l in ipairs(ls) do
+      local s = a.byl[l]
+      if not s.h then error("views.capture: no layer output h at layer " .. l .. " (the model reports none)", 2) end
+      a.layers[i], a.h[i], a.first[i] = l, s.h, s.first
+      if s.attn then a.attn[i], a.sink[i] = s.attn, s.sink else with_attn = false end
     end
-    s.attn = A
-  end)
+    if #ls == 0 then error("views.capture: the model reported no layer output h", 2) end
+    local Ts = math.min(a.T, maxt)
+    local tokens, cats = {}, {}
+    for t = 1, Ts do tokens[t], cats[t] = a.tokens[t], a.categories[t] end
+    return M.from_arrays{ key = o.key, label = o.label, note = o.note, model = o.model, T = a.T,
+                          tokens = tokens, categories = #cats > 0 and cats or nil, layers = a.layers, C = a.C,
+                          h = a.h, first = a.first, NH = with_attn and a.NH or nil, attn = with_attn and a.attn or nil,
+                          sink = with_attn and a.sink or nil, max_tokens = maxt, max_channels = o.max_channels }
+  end
+  return R
+end
+
+-- Run the first held-out batch through a loaded model (the batches every analysis of the run
+-- sees) and make a record of its sequence o.row (M.recorder)
+function M.capture(ctx, m, corpus, spec, o)
+  local probes = require "outlierlab.measure.probes"
+  local B = require "outlierlab.measure.batches"
+  local R = M.recorder(corpus, o)
+  local P = probes.new{ points = { "h", "attn_probs" } }
+  R.attach(P)
   -- one batch of at most MAX_BATCH_TOKENS tokens: the attention probabilities of a paper-sized
   -- batch (480 × 1024 tokens, 12 heads) would not fit in memory; the default profiles' batches
   -- (32 × 64) are taken whole, so the sequence is the one every analysis of the run sees first
@@ -312,24 +350,7 @@ function M.capture(ctx, m, corpus, spec, o)
     spec = s2
   end
   B.probe_batches(ctx, m, P, corpus, spec, 1)
-  local ls = {}
-  for l in pairs(a.byl) do ls[#ls + 1] = l end
-  table.sort(ls)
-  local with_attn = true
-  for i, l in ipairs(ls) do
-    local s = a.byl[l]
-    if not s.h then error("views.capture: no layer output h at layer " .. l .. " (the model reports none)", 2) end
-    a.layers[i], a.h[i], a.first[i] = l, s.h, s.first
-    if s.attn then a.attn[i], a.sink[i] = s.attn, s.sink else with_attn = false end
-  end
-  if #ls == 0 then error("views.capture: the model reported no layer output h", 2) end
-  local Ts = math.min(a.T, maxt)
-  local tokens, cats = {}, {}
-  for t = 1, Ts do tokens[t], cats[t] = a.tokens[t], a.categories[t] end
-  return M.from_arrays{ key = o.key, label = o.label, note = o.note, model = o.model, T = a.T,
-                        tokens = tokens, categories = #cats > 0 and cats or nil, layers = a.layers, C = a.C,
-                        h = a.h, first = a.first, NH = with_attn and a.NH or nil, attn = with_attn and a.attn or nil,
-                        sink = with_attn and a.sink or nil, max_tokens = maxt, max_channels = o.max_channels }
+  return R.record()
 end
 
 -- ---------------------------------------------------------------- files
@@ -521,8 +542,19 @@ local function href(s) return (s:gsub("[^%w%-_%./~#]", function(c) return string
 
 local VERDICT_CLASS = { holds = "holds", ["does not hold"] = "fails" }
 
--- write an HTML page of views; returns its path, its size in bytes and the bytes of its data files
-function M.page(o)
+-- the Content-Security-Policy of a page of views: nothing from the network, scripts only from
+-- the page and local files; img adds sources for images (the report's PNG figures: "'self' file:")
+function M.csp(img)
+  return [[<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'self' 'unsafe-inline' file:; style-src 'unsafe-inline'; img-src ]] ..
+         (img and (img .. " ") or "") .. [[data: blob:">]]
+end
+
+-- The pieces of views that any page embeds (views.page here, the model report's index.html):
+--   o.path (the page's path: data files go beside it), o.views, o.assets, o.inline_bytes
+-- returns { css = the stylesheet's text, sections = { '<section ...>' per view, in order },
+--           tail = the data blocks, the library and the script (after the sections, before
+--           </body>), labels = { record labels in order }, records = the records, bytes = data-file bytes }
+function M.parts(o)
   if type(o) ~= "table" or type(o.path) ~= "string" then error("views.page: path is required", 2) end
   if type(o.views) ~= "table" or #o.views == 0 then error("views.page: views (a non-empty list) is required", 2) end
   local dir = o.path:match("^(.*)/[^/]+$") or "."
@@ -576,15 +608,32 @@ function M.page(o)
   local css = fs.read_file(root() .. "/plots/views.css") or ""
   local js = fs.read_file(root() .. "/plots/views.js")
   if not js then error("views.page: cannot read " .. root() .. "/plots/views.js", 2) end
+  local sections, tail = {}, { '<div id="olv-status" class="olv-status"></div>' }
+  for i, s in ipairs(specs) do sections[i] = '<section class="olv-view" id="' .. s.id .. '"></section>' end
+  for _, b in ipairs(blocks) do tail[#tail + 1] = b end
+  tail[#tail + 1] = '<script type="application/json" id="olv-spec">' .. M.script_json({ views = specs, assets = assets or cjson.null,
+    asset = M.ASSET, library = M.ECHARTS, labels = labels, files = next(files) and files or cjson.null }) .. '</script>'
+  -- the library only when it is there (a missing file would be a failed load in the console);
+  -- without it the page draws plain heat maps and says how to install it
+  local lib = assets and io.open(o.assets .. "/" .. M.ASSET, "rb")
+  if lib then lib:close() end
+  if lib then tail[#tail + 1] = '<script src="' .. href(assets .. "/" .. M.ASSET) .. '"></script>' end
+  tail[#tail + 1] = '<script>\n' .. js .. '\n</script>'
+  return { css = css, sections = sections, tail = table.concat(tail, "\n"), records = recs, bytes = inline and 0 or total }
+end
+
+-- write an HTML page of views; returns its path, its size in bytes and the bytes of its data files
+function M.page(o)
+  local p = M.parts(o)
+  local dir = o.path:match("^(.*)/[^/]+$") or "."
   local f = o.facts or {}
   local h = {}
   local function H(s) h[#h + 1] = s end
   H('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">')
   H('<meta name="viewport" content="width=device-width, initial-scale=1">')
-  -- nothing outside the folder: no network at all, scripts only from the page and its assets
-  H([[<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'self' 'unsafe-inline' file:; style-src 'unsafe-inline'; img-src data: blob:">]])
+  H(M.csp())
   H('<title>' .. M.html(o.title or "outlierlab views") .. '</title>')
-  H('<style>\n' .. css .. '</style>')
+  H('<style>\n' .. p.css .. '</style>')
   H('</head>\n<body>')
   H('<header><h1>' .. M.html(o.title or "outlierlab views") .. '</h1>')
   if o.subtitle then H('<p class="lead">' .. M.html(o.subtitle) .. '</p>') end
@@ -599,31 +648,18 @@ function M.page(o)
   local ls = {}
   for _, l in ipairs(o.links or {}) do ls[#ls + 1] = '<a href="' .. href(l[2]) .. '">' .. M.html(l[1]) .. '</a>' end
   if #ls > 0 then H('<dt>Files</dt><dd class="links">' .. table.concat(ls, " ") .. '</dd>') end
-  H('<dt>Models</dt><dd>' .. (function()
-    local t = {}
-    for _, r in ipairs(recs) do t[#t + 1] = M.html(r.label) .. (r.note and (' <small>(' .. M.html(r.note) .. ')</small>') or "") end
-    return table.concat(t, "<br>")
-  end)() .. '</dd>')
+  local models = {}
+  for _, r in ipairs(p.records) do models[#models + 1] = M.html(r.label) .. (r.note and (' <small>(' .. M.html(r.note) .. ')</small>') or "") end
+  H('<dt>Models</dt><dd>' .. table.concat(models, "<br>") .. '</dd>')
   H('</dl></aside>\n<main class="olv-views">')
-  for _, s in ipairs(specs) do
-    H('<section class="olv-view" id="' .. s.id .. '"></section>')
-  end
+  for _, s in ipairs(p.sections) do H(s) end
   H('</main>\n</div>')
-  H('<div id="olv-status" class="olv-status"></div>')
-  for _, b in ipairs(blocks) do H(b) end
-  H('<script type="application/json" id="olv-spec">' .. M.script_json({ views = specs, assets = assets or cjson.null,
-    asset = M.ASSET, library = M.ECHARTS, labels = labels, files = next(files) and files or cjson.null }) .. '</script>')
-  -- the library only when it is there (a missing file would be a failed load in the console);
-  -- without it the page draws plain heat maps and says how to install it
-  local lib = assets and io.open(o.assets .. "/" .. M.ASSET, "rb")
-  if lib then lib:close() end
-  if lib then H('<script src="' .. href(assets .. "/" .. M.ASSET) .. '"></script>') end
-  H('<script>\n' .. js .. '\n</script>')
+  H(p.tail)
   H('</body>\n</html>\n')
   local text = table.concat(h, "\n")
   fs.mkdir_p(dir, "views.page")
   fs.write_atomic(o.path, text)
-  return o.path, #text, inline and 0 or total
+  return o.path, #text, p.bytes
 end
 
 -- the views a record supports, in the order a page shows them

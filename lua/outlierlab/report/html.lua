@@ -1,8 +1,12 @@
 -- report/html — index.html of a model report: summary.md rendered (the verdicts first), the
--- figures beside their sections, links to report.nc and summary.md. Nothing is loaded from
--- outside the folder and nothing runs: the page has no script. Every piece of text is escaped
--- (M.escape) before any markup is added, so a token string such as "<script>" from the user's
--- text shows as text; summary.md already writes control characters and invalid UTF-8 as \xNN.
+-- figures and the interactive views (figure.views, the gallery's: |h| with hover, the first
+-- token's state, the sink map, the attention grid) beside their sections, links to report.nc,
+-- summary.md and the views' exports. Nothing is loaded from outside the results folder. Every
+-- piece of text is escaped (M.escape) before any markup is added, so a token string such as
+-- "<script>" from the user's text shows as text; summary.md already writes control characters
+-- and invalid UTF-8 as \xNN; the views' data blocks escape < > & (views.script_json).
+local views = require "outlierlab.figure.views"
+
 local M = {}
 
 function M.escape(s)
@@ -85,8 +89,16 @@ figcaption { font-size: .85em; color: #555; }
 .files { font-size: .9em; }
 ]]
 
--- page(src, r, data, cfg, v, figs = { {file =, title =}, ... }, md) -> the HTML text
-function M.page(src, r, data, cfg, v, figs, md)
+-- the sections of summary.md that each view sits under
+local VIEW_SECTION = {
+  activations = "Massive activations per layer (Sun et al. 2024)", first_token = "Massive activations per layer (Sun et al. 2024)",
+  sink_map = "Attention sinks (Gu et al. 2025)", attention_grid = "Attention sinks (Gu et al. 2025)",
+}
+
+-- page(src, r, data, cfg, v, figs = { {file =, title =}, ... }, md, o = { path =, assets = }) -> the
+-- HTML text; r.views (a views record) gives the interactive views, o.path the page's path (a large
+-- record goes into index-data/ beside it) and o.assets the charting library's folder
+function M.page(src, r, data, cfg, v, figs, md, o)
   local fig_html = {}
   for _, f in ipairs(figs) do
     fig_html[f.file] = string.format('<figure><img src="%s" alt="%s"><figcaption>%s (<a href="%s">PDF</a>)</figcaption></figure>',
@@ -100,14 +112,28 @@ function M.page(src, r, data, cfg, v, figs, md)
     ["The three kinds of outliers (SO Table 1)"] = fig_html["outliers.png"],
     ["What the outliers cost"] = fig_html["cost.png"],
   }
+  -- then the interactive views of the first held-out sequence under theirs
+  local vs = r.views and o and views.default_views(r.views)
+  local parts = vs and views.parts{ path = o.path, assets = o.assets, views = vs }
+  local files = '<a href="report.nc">report.nc</a> (CF NetCDF, every number of this page) · <a href="summary.md">summary.md</a>'
+  if parts then
+    for i, vw in ipairs(vs) do
+      local sec = VIEW_SECTION[vw.kind]
+      after[sec] = (after[sec] or "") .. "\n" .. parts.sections[i]
+    end
+    files = files .. ' · the views\' record <a href="views/model.json">views/model.json</a>, its h as CF NetCDF ' ..
+      '<a href="views/model.h.nc">views/model.h.nc</a>' ..
+      (r.views.attn and ', its attention for CircuitsVis <a href="views/model.attention.json">views/model.attention.json</a>' or "")
+  end
   return table.concat({
     "<!DOCTYPE html>",
     "<html lang=\"en\"><head><meta charset=\"utf-8\">",
-    "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src 'self'; style-src 'unsafe-inline'\">",
+    parts and views.csp("'self' file:") or "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src 'self'; style-src 'unsafe-inline'\">",
     "<title>" .. M.escape("Outlier report — " .. src.name) .. "</title>",
-    "<style>" .. STYLE .. "</style></head><body>",
+    "<style>" .. (parts and parts.css or "") .. STYLE .. "</style></head><body>",
     M.markdown(md, after),
-    "<p class=\"files\">Files: <a href=\"report.nc\">report.nc</a> (CF NetCDF, every number of this page) · <a href=\"summary.md\">summary.md</a></p>",
+    "<p class=\"files\">Files: " .. files .. "</p>",
+    parts and parts.tail or "",
     "</body></html>", "",
   }, "\n")
 end

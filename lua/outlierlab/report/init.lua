@@ -5,7 +5,10 @@
 --   summary.md    verdict first: massive activations, sinks, super weights, the three kinds of
 --                 outliers, kurtosis, quantisation, the first token's state; then the tables
 --   *.png         gnuplot figures (outlierlab.figure): massive, sinks, outliers, superweights, cost
---   index.html    the summary and the figures on one page (report/html.lua; token strings escaped)
+--   views/        the interactive views' record of the first held-out sequence and its exports
+--                 (figure.views: model.json, model.attention.json for CircuitsVis, model.h.nc)
+--   index.html    the summary, the figures and the interactive views on one page (report/html.lua;
+--                 token strings escaped)
 --
 --   bin/outlierlab report MODEL [--text=FILE] [--tau=100] [--tau_att=10] [--tau_w=5] [--seq_len=]
 --                        [--batch=] [--batches=4] [--candidates=2] [--control_k=10] [--stream=auto]
@@ -23,6 +26,7 @@ local sw = require "outlierlab.measure.superweights"
 local source = require "outlierlab.report.model"
 local measure = require "outlierlab.report.measure"
 local html = require "outlierlab.report.html"
+local views = require "outlierlab.figure.views"
 
 local M = {}
 
@@ -283,7 +287,12 @@ function M.run(model_path, cfg)
   local md = summary.text(src, r, data, cfg, v)
   fs.write_atomic(out .. "/summary.md", md)
   files[#files + 1] = out .. "/summary.md"
-  fs.write_atomic(out .. "/index.html", html.page(src, r, data, cfg, v, figs, md))
+  -- the interactive views (figure.views, the gallery's): the record and its exports in views/,
+  -- the charting library once for every report in <out>/../_assets (results/report/_assets)
+  for _, f in ipairs(views.save(out, r.views)) do files[#files + 1] = f end
+  local assets = out:match("^(.*)/[^/]+$") .. "/_assets"
+  views.install_assets(assets)
+  fs.write_atomic(out .. "/index.html", html.page(src, r, data, cfg, v, figs, md, { path = out .. "/index.html", assets = assets }))
   files[#files + 1] = out .. "/index.html"
   src:close()
   return out, files, r

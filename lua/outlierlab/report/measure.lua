@@ -10,6 +10,7 @@
 --   quantisation          compress.rtn (W8A8, W4A4, W4A4 + Hadamard; loss passes)
 --   the first token       measure.recent.scale_state (loss passes)
 --   SO Fig. 1's views     figure.overview (one sequence: the |h| map, the sink head's attention)
+--   interactive views     figure.views' record of the same sequence, in the same pass
 -- A streamed model (larger than memory) gets the one pass only: every loss pass would read the
 -- whole model again and needs its head, which the streamed skeleton does not hold.
 local analysis = require "outlierlab.measure.metrics"
@@ -21,6 +22,7 @@ local recent = require "outlierlab.measure.recent"
 local thresholds = require "outlierlab.judge.thresholds"
 local quant = require "outlierlab.compress.rtn"
 local overview = require "outlierlab.figure.overview"
+local views = require "outlierlab.figure.views"
 local progress = require "outlierlab.util.progress"
 
 local M = {}
@@ -82,7 +84,10 @@ function M.run(src, cfg)
   r.candidates = p.det:candidates(cfg.candidates)
   -- SO Fig. 1's views (one held-out sequence)
   local t1 = progress.now()
-  r.overview = overview.measure(src.ctx, src.m, src.corpus, src.spec, cfg.tau)
+  -- and in the same pass the interactive views' record of that sequence (figure.views)
+  local rec = views.recorder(src.corpus, { key = "model", label = src.name })
+  r.overview = overview.measure(src.ctx, src.m, src.corpus, src.spec, cfg.tau, rec.attach)
+  r.views = rec.record()
   r.timings.overview = progress.now() - t1
   -- the loss passes (in memory only)
   local batches = src:loss_batches()

@@ -188,7 +188,7 @@ function M.text(src, r, data, cfg, v)
   local t = r.timings
   add(string.format("- Wall time %.1f s: one pass %.1f s, SO Fig. 1's views %.1f s%s.", t.total, t.pass, t.overview, r.zero and string.format(", super weights %.1f s, quantisation %.1f s, first token %.1f s", t.superweights, t.quant, t.state) or ""))
   add(string.format("- Settings: τ = %g, τ_att = %g, τ_w = %g, %d batches, %d candidates, control_k = %d.", cfg.tau, cfg.tau_att, cfg.tau_w, cfg.batches, cfg.candidates, cfg.control_k))
-  add("- Files: report.nc (every number above), massive.png, sinks.png, outliers.png, superweights.png, cost.png, index.html.")
+  add("- Files: report.nc (every number above), massive.png, sinks.png, outliers.png, superweights.png, cost.png, views/ (the interactive views' record of the first held-out sequence, its h as NetCDF, its attention for CircuitsVis), index.html (this summary, the figures and the interactive views).")
   add("")
   return table.concat(lines, "\n")
 end
