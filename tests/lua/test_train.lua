@@ -191,6 +191,23 @@ do
   t.near(r2.losses[1], r1.losses[1], 1e-5, "step loss = mean of the micro-batch losses")
 end
 
+-- ------------------------------------------------------------------ stop_after (bench/organism.lua's real loop)
+-- the first steps of a recipe, with the full recipe's schedule: the same losses and learning
+-- rates as those steps of the full run, and the run ends there
+do
+  local function run(stop)
+    local ctx, m, tr = setup()
+    return train.run { ctx = ctx, model = m, loader = tr, stop_after = stop,
+                       cfg = { steps = 10, lr = 1e-2, warmup = 2, progress = "off" } }
+  end
+  local full, part = run(nil), run(4)
+  t.is(part.step, 4, "stop_after = 4 ends the run after step 4")
+  t.is(#part.losses, 4, "four steps trained")
+  local same = true
+  for s = 1, 4 do same = same and part.losses[s] == full.losses[s] and part.lrs[s] == full.lrs[s] end
+  t.ok(same, "its steps are the full run's first steps (losses and the 10-step schedule's lr)")
+end
+
 -- ------------------------------------------------------------------ clipping is applied
 do
   local ctx, m, tr = setup()

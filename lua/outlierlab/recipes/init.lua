@@ -213,7 +213,8 @@ end
 -- (resuming from ckpt when an interrupted run left one) and returns the training facts for
 -- done.lua. o = { cache_root = where a paper-scale corpus file goes (data/corpus_file), log =
 -- function(fmt, ...) }, both optional; the runner's cache passes them (runner/cache.lua), a
--- script may call the trainer on a directory of its own. An image spec (batch.kind = "image",
+-- script may call the trainer on a directory of its own. bench/organism.lua adds o.on_step
+-- (called after the tracker's) and o.stop_after (train.run's) to time the real loop's first steps. An image spec (batch.kind = "image",
 -- recipes.papers' image_spec) trains a ViT on the synthetic images.
 function M.trainer(spec)
   return function(dir, ckpt, o)
@@ -242,7 +243,9 @@ function M.trainer(spec)
       track = tracked.tracker(spec, dir, function(n, first) return tracked.measure_phenomena(ctx, m, corpus, spec, 16, n, first) end)
     end
     local res = train.run{ ctx = ctx, model = m, loader = loader, val_loader = val_loader, cfg = train_cfg(spec), ckpt = ckpt,
-                           on_step = track.on_step }
+                           stop_after = o.stop_after,
+                           on_step = o.on_step and function(step, rec) track.on_step(step, rec) o.on_step(step, rec) end
+                             or track.on_step }
     return facts(res, m, track)
   end
 end

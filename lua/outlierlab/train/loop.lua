@@ -321,11 +321,13 @@ end
 
 -- ---------------------------------------------------------------- the loop
 local known_args = { ctx = true, model = true, loader = true, val_loader = true, cfg = true,
-                     ckpt = true, log = true, on_step = true, decay = true, out = true }
+                     ckpt = true, log = true, on_step = true, decay = true, out = true, stop_after = true }
 
 -- train.run{ ctx, model, loader, val_loader = nil, cfg = {...}, ckpt = path or nil,
 --            log = fn(record) or nil, on_step = fn(step, record) or nil,
---            decay = fn(p) -> bool or nil (replaces the >= 2-D weight decay rule) }
+--            decay = fn(p) -> bool or nil (replaces the >= 2-D weight decay rule),
+--            stop_after = n or nil (stop after step n, as a signal would: bench/organism.lua times
+--            the first steps of a recipe with the full recipe's schedules and cadences) }
 -- -> { losses = {[s] = loss}, lrs =, gnorms =, val = { {step=, loss=, ...} }, step = n,
 --      resumed_from = step or nil, tok_s = mean throughput of this process's steps }
 -- Records given to log: {kind="step", step, loss, lr, gnorm, dt, items, tok_s},
@@ -570,6 +572,7 @@ function M.run(a)
     -- the two redoes the step from the previous checkpoint instead of skipping its record
     if a.on_step then a.on_step(step, rec) end
     if a.ckpt and cfg.ckpt_every > 0 and step % cfg.ckpt_every == 0 and step < cfg.steps then save(step) end
+    if a.stop_after and step >= a.stop_after then break end
     if dist and dist.signal_pending and step < cfg.steps and dist.signal_pending() > 0 then
       prog:note(string.format("signal received: saving a checkpoint at step %d and stopping", step))
       res.stopped_by_signal = step
