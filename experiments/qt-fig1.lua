@@ -14,6 +14,7 @@ local verdict = require "outlierlab.judge.verdict"
 local batcher = require "outlierlab.data.batcher"
 local batches = require "outlierlab.measure.batches"
 local recipes = require "outlierlab.recipes"
+local papers = require "outlierlab.recipes.papers"
 
 local model_spec = recipes.bert_mlm_spec   -- shared with qt-fig2: one trained model
 local CATS = analysis.categories
@@ -171,7 +172,7 @@ return {
   title = "6σ outliers by token and hidden dimension at the FFN output of a BERT-style encoder",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 1",
              claim = "Outliers at the FFN output of the last layers sit in a few hidden dimensions and almost only at delimiter tokens ([SEP], '.', ',')." },
-  profiles = recipes.profiles_with(recipes.BERT_MLM_PROFILES, { quick = { top_tokens = 8 }, default = { top_tokens = 12 }, paper = { top_tokens = 12 } }),
+  profiles = papers.qt_bert_profiles({ quick = { top_tokens = 8 }, default = { top_tokens = 12 }, paper = { top_tokens = 12 } }),
   stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

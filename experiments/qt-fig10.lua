@@ -19,6 +19,7 @@ local inspect = require "outlierlab.measure.inspect"
 local batcher = require "outlierlab.data.batcher"
 local batches = require "outlierlab.measure.batches"
 local recipes = require "outlierlab.recipes"
+local papers = require "outlierlab.recipes.papers"
 
 local model_spec = recipes.bert_mlm_spec   -- shared with qt-fig1/qt-fig2: one trained model
 
@@ -168,7 +169,7 @@ return {
   title = "Attention patterns (A, V, A·V) of outlier heads, ordinary heads and early layers of a BERT-style encoder",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 10–13",
              claim = "The heads that own the outlier dimensions attend almost only to delimiter tokens in the last layers (a no-op), unlike heads without outliers and unlike the early layers." },
-  profiles = recipes.profiles_with(recipes.BERT_MLM_PROFILES, {}),
+  profiles = papers.qt_bert_profiles({}),
   stages = figure.stages(train, analyze, FIG, { { "views", views.stage{ spec = model_spec } } }),
   summary = summary,
 }

@@ -15,6 +15,7 @@ local ffi = require "ffi"
 local batcher = require "outlierlab.data.batcher"
 local batches = require "outlierlab.measure.batches"
 local recipes = require "outlierlab.recipes"
+local papers = require "outlierlab.recipes.papers"
 
 local model_spec = recipes.bert_mlm_spec   -- shared with qt-fig1: one trained model
 
@@ -175,7 +176,7 @@ return {
   title = "Attention probabilities, values and their product for the head behind the top outlier dimension",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 2",
              claim = "The head that owns the outlier dimension attends mostly to delimiter tokens whose values are small: it learns to do nothing." },
-  profiles = recipes.profiles_with(recipes.BERT_MLM_PROFILES, {}),
+  profiles = papers.qt_bert_profiles({}),
   stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

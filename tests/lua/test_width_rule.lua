@@ -93,4 +93,15 @@ t.near(gain_of("width", "vit") or 0, math.sqrt(6), 1e-12, "QT's ViT at scale_rul
 t.is(run.data_leaf{ scale_rule = "width" }, "width", "a width-rule run writes results/<id>/width-<profile>/")
 t.is(run.data_leaf{ data = "kjv", scale_rule = "width" }, "kjv-width", "... and kjv-width-<profile> on the KJV")
 t.is(run.data_leaf{ scale_rule = "paper" }, nil, "the papers' rule keeps <id>/<profile>")
+t.is(run.data_leaf({ scale_rule = "width" }, "width"), nil, "a profile's own rule keeps <id>/<profile> (QT's width)")
+t.is(run.data_leaf({ scale_rule = "paper" }, "width"), "paper", "--scale_rule=paper on QT's profile writes <id>/paper-<profile>/")
+-- QT's experiments train under the width rule below the paper profile; the rest keep the papers' rule
+do
+  local function rule_of(id, prof) return dofile(OUTLIERLAB_ROOT .. "/experiments/" .. id .. ".lua").profiles[prof].scale_rule end
+  for _, id in ipairs({ "qt-fig1", "qt-fig2", "qt-fig3", "qt-fig10", "qt-fig14", "qt-fig15", "qt-fig16", "qt-table1", "qt-table2" }) do
+    t.is(rule_of(id, "default"), "width", id .. ": the default profile trains under the width rule")
+    t.is(rule_of(id, "paper"), "paper", id .. ": the paper profile keeps the papers' rule (gain 1 at their widths)")
+  end
+  t.is(rule_of("so-fig3", "default"), "paper", "so-fig3 keeps the papers' rule")
+end
 return t.done()

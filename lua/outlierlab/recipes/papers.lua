@@ -138,9 +138,14 @@ end
 -- the organism experiment's ViT: a profile of M.VIT_PROFILES with its seed
 function M.vit_organism_spec(c) return M.vit_spec(c) end
 
+-- QT's experiments translate the papers' initialisation to the organisms' width (--scale_rule=width,
+-- recipes.init_gain: BERT × √12, ViT × √6, the LLaMA decoder × 1) at the quick, default and long
+-- profiles; --scale_rule=paper keeps the papers' absolute std. The paper profile trains the papers'
+-- widths, where the rule's gain is 1, and keeps "paper".
+M.QT_SCALE_RULE = "width"
 local function qt_profile(name, extra)
   return merge(prefixed("bert", recipes.BERT_MLM_PROFILES[name]), prefixed("opt", recipes.LLAMA_LM_PROFILES[name]),
-               prefixed("vit", M.VIT_PROFILES[name]), { scale_rule = "paper" }, extra)
+               prefixed("vit", M.VIT_PROFILES[name]), { scale_rule = M.QT_SCALE_RULE }, extra)
 end
 local QT_PROFILES = {
   quick = qt_profile("quick", { n_seeds = 1, n_eval = 1, n_calib = 2, n_stats = 1 }),
@@ -157,6 +162,13 @@ local QT_PROFILES = {
 for _, p in pairs(M.VIT_PROFILES) do p.scale_rule = p.scale_rule or "paper" end
 M.QT_PROFILES = QT_PROFILES
 function M.qt_profiles(extra) return recipes.profiles_with(QT_PROFILES, extra or {}) end
+-- the BERT encoder's profiles of QT's experiments (qt-fig1, qt-fig2, qt-fig10): recipes.BERT_MLM_PROFILES
+-- under QT's scale rule (M.QT_SCALE_RULE) below the paper profile, with each profile's extra settings
+function M.qt_bert_profiles(extra)
+  local out = recipes.profiles_with(recipes.BERT_MLM_PROFILES, extra or {})
+  for name, p in pairs(out) do if name ~= "paper" then p.scale_rule = M.QT_SCALE_RULE end end
+  return out
+end
 
 -- QT's attention variants at the sequence length of the family (see M.qt_gamma):
 --   vanilla: softmax; clipped: BERT γ = −0.025 at T = 128, OPT γ = −α/T with α = 12,

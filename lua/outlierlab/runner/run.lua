@@ -71,13 +71,16 @@ local read_file, mkdir = fs.read_file, fs.mkdir_p
 local load_data, save_data = cache.load_data, cache.save_data
 local verdict_word, model_list, copy_histories = report.verdict_word, report.model_list, report.copy_histories
 local write_summary, write_run_json = report.write_summary, report.write_run_json
--- the results' name of a run on real text: "kjv" (--data=kjv), "mix50" (--p_text=0.5), else nil
-function M.data_leaf(cfg)
+-- the results' name of a run on real text: "kjv" (--data=kjv), "mix50" (--p_text=0.5), else nil;
+-- a run under another scale rule than its profile's own (profile_rule) adds the rule's name:
+-- "width" (--scale_rule=width on a profile of the papers' rule), "paper" (the reverse, e.g. QT's)
+function M.data_leaf(cfg, profile_rule)
   local leaf
   if cfg.data == "kjv" then leaf = "kjv" end
   if (cfg.p_text or 0) > 0 then leaf = string.format("mix%g", cfg.p_text * 100) end
-  -- a run under the width-translation rule (--scale_rule=width) keeps its own folder
-  if cfg.scale_rule == "width" then leaf = leaf and (leaf .. "-width") or "width" end
+  -- a run under another rule than its profile's keeps its own folder
+  local rule = cfg.scale_rule
+  if rule and rule ~= (profile_rule or "paper") then leaf = leaf and (leaf .. "-" .. rule) or rule end
   return leaf
 end
 
@@ -403,7 +406,7 @@ function M.run_file(exp, file)
   local run = setmetatable({
     id = exp.id, exp = exp, file = file, profile = opts.profile, cfg = cfg, seed = cfg.seed or 0,
     dir = report.results_dir(opts.out, exp.id, { profile = opts.profile, model = pretrained and pretrained.name,
-                                            data = not pretrained and M.data_leaf(cfg) or nil }),
+                                            data = not pretrained and M.data_leaf(cfg, prof.scale_rule) or nil }),
     results_root = opts.out, cache_root = opts.cache, pretrained = pretrained,
     sweep_index = opts.sweep_index, retrain = opts.retrain, reanalyze = opts.reanalyze, refresh_curves = opts.refresh_curves,
     shards = opts.shards, model_ranks = opts.model_ranks, flush_subnormals = opts.flush_subnormals, out = {}, files = {},
