@@ -1,11 +1,18 @@
 -- test_docs — the documentation stays readable and true to the tree.
 --
 -- Pages checked for length: README.md and every docs/guides/*.md and docs/reference/*.md.
---   * A paragraph is a run of consecutive prose lines. Not prose: fenced code blocks (``` to ```),
---     indented code blocks (lines of 4+ spaces after a blank line), table lines (starting with |), headings (#), HTML comments (<!-- … -->) and blank lines,
---     which end a paragraph. Each list item (a line starting with "- ", "* " or "1. ") is a
---     paragraph of its own, with its indented continuation lines. Limit: 120 words.
---   * Sentences: a paragraph's text with inline code replaced by one word, split after . ! ?
+--   * A paragraph is what the reader sees as one block: a run of prose lines with no blank line
+--     between them. So a tight list (items with no blank line between them, with their continuation
+--     lines and nested items) is one paragraph, and so is a paragraph glued to a list; a loose list's
+--     items (a blank line between them) and an item's own later paragraphs are paragraphs of their own.
+--     Not prose, and ending a paragraph: blank lines, fenced code blocks (``` or ~~~), indented code
+--     blocks (lines of 4+ spaces after a blank line, outside a list, where such a line continues the
+--     item), headings (# and a space), rules (---), HTML comments (<!-- … -->) and tables (a row
+--     starting with | above a |---| row, and the | rows after it; a prose line that starts with |,
+--     as |w|, is prose). Each table cell is a paragraph of its own: a cell over the limit is prose in
+--     disguise (cells are held to this limit, not to the sentence limit). Limit: 120 words.
+--   * Sentences: each list item and each run of plain lines of a paragraph (a list item ends a
+--     sentence), with inline code replaced by one word, split after . ! ?
 --     when the next word starts with a capital letter, a backtick, *, [ or ", unless the word before
 --     is an abbreviation (e.g., i.e., et al., Fig., vs., cf., …). Limit: 45 words.
 --   * Words are whitespace-separated tokens holding a letter or a digit.
@@ -53,18 +60,38 @@ local paragraphs, words, sentences, measure = D.paragraphs, D.words, D.sentences
 
 -- the rules work on a page made here
 do
+  local function w(n) return string.rep("w ", n) end
   local page = table.concat({
-    "# Title", "", "One short paragraph. It has two sentences, e.g. this one.", "",
+    "# Title", "", "One short paragraph. It has two sentences, e.g. this one.", "",        -- 1
     "```sh", string.rep("code ", 200), "```", "",
-    "| a | " .. string.rep("cell ", 200) .. "|", "",
-    "- an item", "  continued here", "- " .. string.rep("w ", 130), "",
+    "~~~", string.rep("code ", 200), "~~~", "",
+    "    " .. string.rep("code ", 200), "",
+    "| a | b |", "|---|---|", "| " .. w(20) .. "| " .. w(121) .. "|", "",                  -- 2, 3, 4, 5
+    "- an item", "  continued here", "- " .. w(30), "  - nested " .. w(30), "",               -- 6: a tight list
+    "- a loose item " .. w(60), "", "  its second paragraph", "",                            -- 7, 8
+    "    indented " .. w(70) .. "in a list: not code", "",                                   -- 9
+    "- " .. w(90), "", "Glued to a list:", "- " .. w(50), "- " .. w(50), "",                    -- 10, 11
+    "Prose whose line starts", "|w| with a bar: not a table " .. w(20), "",                  -- 12
+    "## Heading", "a paragraph glued to its heading",                                        -- 13
   }, "\n")
   local ps = paragraphs(page)
-  t.is(#ps, 3, "paragraphs: code blocks and tables are not prose; each list item is one")
-  t.is(words(ps[2].text), 4, "paragraphs: an item's indented lines belong to it")
+  t.is(#ps, 13, "paragraphs: code blocks, table rules and headings are not prose; a table cell is one")
+  t.ok(ps[2].cell and words(ps[2].text) == 1 and words(ps[5].text) == 121, "paragraphs: each table cell is one")
+  t.is(words(ps[6].text), 2 + 2 + 30 + 31, "paragraphs: a tight list is one, with continuation lines and nested items")
+  t.is(#ps[6].pieces, 3, "paragraphs: each item of a tight list is a piece of it (sentences end there)")
+  t.is(words(ps[8].text), 3, "paragraphs: an item's later paragraph is one of its own")
+  t.is(words(ps[9].text), 76, "paragraphs: an indented block inside a list is prose, not code")
+  t.is(words(ps[11].text), 4 + 50 + 50, "paragraphs: a paragraph glued to a list is one with it")
+  t.is(words(ps[12].text), 31, "paragraphs: a prose line starting with | is prose")
+  t.is(ps[13].line, #lines_of(page), "paragraphs: a heading ends a paragraph")
   t.is(#sentences(ps[1].text), 2, "sentences: split after a full stop before a capital, not after e.g.")
-  local pmax = measure(page)
-  t.is(pmax, 130, "measure: the longest paragraph is the long list item")
+  local pmax, pline, smax = measure(page)
+  t.is(pmax, 121, "measure: the longest paragraph is the long table cell")
+  t.is(smax, 90, "measure: a table cell's sentences are not measured (cells are terse catalogues)")
+  pmax = measure(table.concat({ "- " .. w(70), "- " .. w(70) }, "\n"))
+  t.is(pmax, 140, "measure: two 70-word items with no blank line between them are a 140-word paragraph")
+  local _, _, smax2 = measure(table.concat({ "- " .. w(30), "- " .. w(30) }, "\n"))
+  t.is(smax2, 30, "measure: sentences end with their list item")
 end
 
 for _, page in ipairs(limited) do
