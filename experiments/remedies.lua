@@ -43,8 +43,10 @@ local ALL = {
     claim = "SO / Sun et al.: an explicit sink removes the massive activation" },
   { key = "ca_scale", short = "(e) ctx scaling", label = "SO (e) context-aware scaling", attention = "ca_scale",
     claim = "SO: removes systematic outliers" },
-  { key = "sigmoid", short = "sigmoid −log T", label = "sigmoid, b = −log T (SO)", attention = "sigmoid" },
-  { key = "sigmoid_logn", short = "sigmoid −log n", label = "sigmoid, b = −log n (Ramapuram et al.)", attention = "sigmoid_logn" },
+  -- the organism trains at T = n (its context length), where SO's b = −log T and Ramapuram et al.'s
+  -- b = −log n are the same bias and the same model: one row (same_as), sigmoid_logn kept for --variants
+  { key = "sigmoid", short = "sigmoid −log T", label = "sigmoid, b = −log T (SO) = −log n (Ramapuram et al.) at T = n", attention = "sigmoid" },
+  { key = "sigmoid_logn", short = "sigmoid −log n", label = "sigmoid, b = −log n (Ramapuram et al.)", attention = "sigmoid_logn", same_as = "sigmoid" },
   { key = "sigmoid_nobias", short = "sigmoid no bias", label = "sigmoid, no bias (Gu et al.)", attention = "sigmoid_nobias",
     claim = "Gu et al.: no attention sink up to 1B parameters" },
   { key = "softmax1", short = "softmax1", label = "softmax1", attention = "softmax1",
@@ -300,8 +302,9 @@ local function profile(name, extra)
   for k, val in pairs(extra) do c[k] = val end
   return c
 end
+-- every distinct model once (a remedy with same_as is the same model as another at T = n)
 local KEYS = {}
-for i, v in ipairs(ALL) do KEYS[i] = v.key end
+for _, v in ipairs(ALL) do if not v.same_as then KEYS[#KEYS + 1] = v.key end end
 
 return {
   id = "remedies",

@@ -239,4 +239,17 @@ do
     "engine: sink_logit without s_h is an error naming it")
 end
 
+-- the leaderboard lists each distinct model once: at the organism's T = n, sigmoid −log T and −log n
+-- are the same bias, so the default profile trains one of them (experiments/remedies.lua, same_as)
+do
+  local exp = dofile(OUTLIERLAB_ROOT .. "/experiments/remedies.lua")
+  local seen = {}
+  for _, k in ipairs(exp.profiles.default.variants) do seen[k] = (seen[k] or 0) + 1 end
+  t.is(seen.sigmoid, 1, "remedies default: sigmoid −log T (= −log n at T = n) is a row")
+  t.is(seen.sigmoid_logn, nil, "remedies default: sigmoid −log n is not a second row of the same model")
+  local dims = { d_model = 8, n_head = 2, block_size = 16 }
+  t.is(attention.new(ctx, "sigmoid_logn", dims):sigmoid_bias(16), attention.new(ctx, "sigmoid", dims):sigmoid_bias(16),
+    "at T = n the two biases are the same number")
+end
+
 return t.done()
