@@ -239,42 +239,90 @@ static int64_t scratch_floats(const att_plan *d) {
  * Forward over all blocks. out (B,NH,Tq,HD) or NULL; probs (B,NH,Tq,Tk) or NULL; sink
  * (B,NH,Tq) or NULL. v may be NULL when only probabilities are wanted.
  */
+/* 1 when every product of the tiles runs on gemm.c's kernel (no call into OpenBLAS, whose
+ * OpenMP build must not be entered from the engine's own threads): the blocks then run on
+ * the engine's threads (pool.c), else in an OpenMP region. The same bits either way. */
+static int att_on_pool(const att_plan *d, int backward) {
+    int64_t HD = d->HD;
+    for (int64_t i0 = 0; i0 < d->Tq; i0 += TR) {
+        int R = (int)(d->Tq - i0 < TR ? d->Tq - i0 : TR), kmax = (int)tile_kmax(d, i0, R);
+        if (kmax == 0) continue;
+        int ok = ol__gemm_fast_serves(0, 1, R, kmax, (int)HD, d->scale, 0.0f) &&
+                 ol__gemm_fast_serves(0, 0, R, (int)HD, kmax, 1.0f, 0.0f);
+        if (ok && backward)
+            ok = ol__gemm_fast_serves(0, 1, R, kmax, (int)HD, 1.0f, 0.0f) &&
+                 ol__gemm_fast_serves(1, 0, kmax, (int)HD, R, 1.0f, 1.0f) &&
+                 ol__gemm_fast_serves(0, 0, R, (int)HD, kmax, d->scale, 1.0f) &&
+                 ol__gemm_fast_serves(1, 0, kmax, (int)HD, R, d->scale, 1.0f);
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* threads that may run blocks: scratch slots by thread id (OpenMP's or the pool's) */
+static int att_threads(void) {
+    int a = omp_get_max_threads(), b = ol_get_num_threads();
+    return a > b ? a : b;
+}
+
+typedef struct {
+    att_plan *d;
+    const float *q, *k, *v, *kp, *vp;
+    float *out, *probs, *sink, *scratch;
+} att_fwd_job;
+
+/* one (b, h) block of the forward, with thread tid's scratch */
+static void att_fwd_block(void *arg, int64_t blk, int tid) {
+    const att_fwd_job *j = arg;
+    att_plan *d = j->d;
+    const float *q = j->q, *k = j->k, *v = j->v, *kp = j->kp, *vp = j->vp;
+    float *out = j->out, *probs = j->probs, *sink = j->sink;
+    int64_t HD = d->HD, Tq = d->Tq, Tk = d->Tk;
+    float *S = j->scratch + (int64_t)tid * scratch_floats(d), *ps = S + 2 * TR * Tk;
+    int64_t b = blk / d->NH, h = blk % d->NH, row0 = blk * Tq;
+    const float *Q = q + blk * Tq * HD, *K = k + blk * Tk * HD, *V = v ? v + blk * Tk * HD : NULL;
+    const float *kph = kp ? kp + h * HD : NULL, *vph = vp ? vp + h * HD : NULL;
+    for (int64_t i0 = 0; i0 < Tq; i0 += TR) {
+        int64_t R = Tq - i0 < TR ? Tq - i0 : TR, kmax = tile_kmax(d, i0, R);
+        tile_probs(d, b, h, row0, i0, R, kmax, Q, K, kph, S, ps, 1);
+        if (d->kind == OL_ATTN_CLIPPED) tile_clip(d, b, i0, R, S);
+        if (d->kind == OL_ATTN_SOFTPICK) tile_softpick(d, row0, i0, R, S);
+        if (probs)
+            for (int64_t r = 0; r < R; r++) {
+                float *dst = probs + (row0 + i0 + r) * Tk;
+                memcpy(dst, S + r * Tk, (size_t)kmax * 4);
+                for (int64_t jj = kmax; jj < Tk; jj++) dst[jj] = 0.0f;
+            }
+        if (sink && (has_sink(d->kind) || d->kind == OL_ATTN_SINK_LOGIT)) memcpy(sink + row0 + i0, ps, (size_t)R * 4);
+        if (!out) continue;
+        if (d->drop_p > 0.0f) tile_dropout(d, row0, i0, R, S, has_sink(d->kind) ? ps : NULL);
+        float *O = out + (blk * Tq + i0) * HD;
+        if (kmax > 0)
+            ol__sgemm(0, 0, (int)R, (int)HD, (int)kmax, 1.0f,
+                        S, (int)Tk, V, (int)HD, 0.0f, O, (int)HD);
+        else memset(O, 0, (size_t)(R * HD) * 4);
+        if (d->kind == OL_ATTN_FIXED_BIAS)
+            for (int64_t r = 0; r < R; r++) for (int64_t c = 0; c < HD; c++) O[r * HD + c] += vph[c];
+        if (has_sink(d->kind))
+            for (int64_t r = 0; r < R; r++) for (int64_t c = 0; c < HD; c++) O[r * HD + c] += ps[r] * vph[c];
+    }
+}
+
+/*
+ * Forward over all blocks. out (B,NH,Tq,HD) or NULL; probs (B,NH,Tq,Tk) or NULL; sink
+ * (B,NH,Tq) or NULL. v may be NULL when only probabilities are wanted.
+ */
 static int att_forward(att_plan *d, const float *q, const float *k, const float *v, const float *kp,
                        const float *vp, float *out, float *probs, float *sink, ol_ctx *ctx) {
-    int nthr = omp_get_max_threads();
+    int nthr = att_threads();
     float *scratch = ol__step_alloc(ctx, (int64_t)nthr * scratch_floats(d) * 4, "attention scratch");
     if (!scratch) return -1;
-    int64_t nblk = d->B * d->NH, HD = d->HD, Tq = d->Tq, Tk = d->Tk;
-    #pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < nblk; blk++) {
-        float *S = scratch + (int64_t)omp_get_thread_num() * scratch_floats(d), *ps = S + 2 * TR * Tk;
-        int64_t b = blk / d->NH, h = blk % d->NH, row0 = blk * Tq;
-        const float *Q = q + blk * Tq * HD, *K = k + blk * Tk * HD, *V = v ? v + blk * Tk * HD : NULL;
-        const float *kph = kp ? kp + h * HD : NULL, *vph = vp ? vp + h * HD : NULL;
-        for (int64_t i0 = 0; i0 < Tq; i0 += TR) {
-            int64_t R = Tq - i0 < TR ? Tq - i0 : TR, kmax = tile_kmax(d, i0, R);
-            tile_probs(d, b, h, row0, i0, R, kmax, Q, K, kph, S, ps, 1);
-            if (d->kind == OL_ATTN_CLIPPED) tile_clip(d, b, i0, R, S);
-            if (d->kind == OL_ATTN_SOFTPICK) tile_softpick(d, row0, i0, R, S);
-            if (probs)
-                for (int64_t r = 0; r < R; r++) {
-                    float *dst = probs + (row0 + i0 + r) * Tk;
-                    memcpy(dst, S + r * Tk, (size_t)kmax * 4);
-                    for (int64_t j = kmax; j < Tk; j++) dst[j] = 0.0f;
-                }
-            if (sink && (has_sink(d->kind) || d->kind == OL_ATTN_SINK_LOGIT)) memcpy(sink + row0 + i0, ps, (size_t)R * 4);
-            if (!out) continue;
-            if (d->drop_p > 0.0f) tile_dropout(d, row0, i0, R, S, has_sink(d->kind) ? ps : NULL);
-            float *O = out + (blk * Tq + i0) * HD;
-            if (kmax > 0)
-                ol__sgemm(0, 0, (int)R, (int)HD, (int)kmax, 1.0f,
-                            S, (int)Tk, V, (int)HD, 0.0f, O, (int)HD);
-            else memset(O, 0, (size_t)(R * HD) * 4);
-            if (d->kind == OL_ATTN_FIXED_BIAS)
-                for (int64_t r = 0; r < R; r++) for (int64_t c = 0; c < HD; c++) O[r * HD + c] += vph[c];
-            if (has_sink(d->kind))
-                for (int64_t r = 0; r < R; r++) for (int64_t c = 0; c < HD; c++) O[r * HD + c] += ps[r] * vph[c];
-        }
+    int64_t nblk = d->B * d->NH;
+    att_fwd_job j = { d, q, k, v, kp, vp, out, probs, sink, scratch };
+    if (att_on_pool(d, 0)) ol__par(nblk, att_fwd_block, &j);
+    else {
+        #pragma omp parallel for schedule(static)
+        for (int64_t blk = 0; blk < nblk; blk++) att_fwd_block(&j, blk, omp_get_thread_num());
     }
     return 0;
 }
@@ -284,17 +332,141 @@ typedef struct att_saved {
     ol_tensor *vp, *pad, *bh;
 } att_saved;
 
+typedef struct {
+    att_plan *d;
+    ol_tensor *q, *k, *v, *kp, *vp;
+    const float *dO;
+    float *scratch, *pkp, *pvp;
+    double *pbh;
+    int drop, fq, fk, fv;
+    float a;
+} att_bwd_job;
+
+/* one (b, h) block of the backward, with thread tid's scratch */
+static void att_bwd_block(void *arg, int64_t blk, int tid) {
+    const att_bwd_job *jb = arg;
+    att_plan *d = jb->d;
+    ol_tensor *q = jb->q, *k = jb->k, *v = jb->v, *kp = jb->kp, *vp = jb->vp;
+    const float *dO = jb->dO;
+    float *pkp = jb->pkp, *pvp = jb->pvp;
+    double *pbh = jb->pbh;
+    const int drop = jb->drop, fq = jb->fq, fk = jb->fk, fv = jb->fv;
+    float a = jb->a;
+    int64_t HD = d->HD, Tq = d->Tq, Tk = d->Tk;
+    float *S = jb->scratch + (int64_t)tid * scratch_floats(d);
+    float *G = S + TR * Tk, *ps = G + TR * Tk, *Z = drop ? ps + TR + 16 : NULL;
+    int64_t b = blk / d->NH, h = blk % d->NH, row0 = blk * Tq;
+    if (fq) memset(q->grad + blk * Tq * HD, 0, (size_t)(Tq * HD) * 4);
+    if (fk) memset(k->grad + blk * Tk * HD, 0, (size_t)(Tk * HD) * 4);
+    if (fv) memset(v->grad + blk * Tk * HD, 0, (size_t)(Tk * HD) * 4);
+    const float *Q = q->data + blk * Tq * HD, *K = k->data + blk * Tk * HD, *V = v->data + blk * Tk * HD;
+    const float *kph = kp ? kp->data + h * HD : NULL, *vph = vp ? vp->data + h * HD : NULL;
+    const int32_t *pad = d->pad ? d->pad + b * Tk : NULL;
+    for (int64_t i0 = 0; i0 < Tq; i0 += TR) {
+        int64_t R = Tq - i0 < TR ? Tq - i0 : TR, kmax = tile_kmax(d, i0, R);
+        const float *dOt = dO + (blk * Tq + i0) * HD;
+        tile_probs(d, b, h, row0, i0, R, kmax, Q, K, kph, S, ps, 0);
+        /* G = dA = dO_t·V[0:kmax]ᵀ */
+        if (kmax > 0)
+            ol__sgemm(0, 1, (int)R, (int)kmax, (int)HD, 1.0f,
+                        dOt, (int)HD, V, (int)HD, 0.0f, G, (int)Tk);
+        for (int64_t r = 0; r < R; r++) {
+            int64_t i = i0 + r, kv = row_kmax(d, i);
+            float *p = S + r * Tk, *g = G + r * Tk;
+            const float *dOi = dOt + r * HD;
+            for (int64_t j = kv; j < kmax; j++) g[j] = 0.0f;
+            if (drop) {   /* dA = z ⊙ dÃ; z kept in Z for Ã below */
+                float *z = Z + r * Tk;
+                for (int64_t j = 0; j < kv; j++) {
+                    z[j] = keepf(d, d->drop_seed, (uint64_t)((row0 + i) * Tk + j));
+                    g[j] *= z[j];
+                }
+            }
+            if (d->kind == OL_ATTN_SOFTPICK) {   /* p holds e_j here */
+                int64_t row = row0 + i;
+                float c = expf(-d->m[row]), l = d->l[row], inv = l > 0.0f ? 1.0f / l : 0.0f, D = 0.0f;
+                for (int64_t j = 0; j < kv; j++)
+                    if (!pad || pad[j]) D += softpick_a(p[j], c, inv) * g[j];
+                for (int64_t j = 0; j < kv; j++) {
+                    float w = p[j] * inv;
+                    g[j] = (pad && !pad[j]) ? 0.0f : p[j] > c ? w * (g[j] - D) : p[j] < c ? w * D : 0.0f;
+                }
+                continue;
+            }
+            if (d->kind == OL_ATTN_SIGMOID) {
+                for (int64_t j = 0; j < kv; j++) g[j] = (!pad || pad[j]) ? g[j] * p[j] * (1.0f - p[j]) : 0.0f;
+                if (pbh) {
+                    double sg = 0;
+                    for (int64_t j = 0; j < kv; j++) sg += g[j];
+                    pbh[blk] += sg;
+                }
+                continue;
+            }
+            if (d->kind == OL_ATTN_CLIPPED)
+                for (int64_t j = 0; j < kv; j++) {
+                    float c = a * p[j] + d->gamma;
+                    g[j] = ol__keepf((c > 0.0f) & (c < 1.0f), g[j] * a);   /* 0 < c < 1 ? g·a : 0 */
+                }
+            float dsp = 0.0f, D = 0.0f;
+            /* sink: z′ and the weight P̃′ = P′·z′ that multiplied v′ */
+            float zs = drop && has_sink(d->kind) ? keepf(d, d->sink_seed, (uint64_t)(row0 + i)) : 1.0f;
+            float pw = drop ? ps[r] * zs : ps[r];
+            for (int64_t j = 0; j < kv; j++) D += p[j] * g[j];
+            if (d->kind == OL_ATTN_ATTN_BIAS) {
+                float dP = dotf(dOi, vph, HD);
+                if (drop) dP *= zs;
+                D += ps[r] * dP;
+                dsp = ps[r] * (dP - D);
+            } else if (d->kind == OL_ATTN_CA_BIAS) {
+                float dP = dotf(dOi, vph, HD);
+                if (drop) dP *= zs;
+                dsp = dP * ps[r] * (1.0f - ps[r]);
+                D += dsp;
+            }
+            if (d->kind == OL_ATTN_SINK_LOGIT && pbh) pbh[blk] -= (double)ps[r] * D;   /* ds_h = −P′·D */
+            for (int64_t j = 0; j < kv; j++) g[j] = p[j] * (g[j] - D);   /* masked: p = 0 */
+            if (has_sink(d->kind)) {
+                if (q->requires_grad) {
+                    float *dq = q->grad + (blk * Tq + i) * HD;
+                    for (int64_t c = 0; c < HD; c++) dq[c] += d->scale * dsp * kph[c];
+                }
+                if (pkp) for (int64_t c = 0; c < HD; c++) pkp[blk * HD + c] += d->scale * dsp * Q[i * HD + c];
+                if (pvp) for (int64_t c = 0; c < HD; c++) pvp[blk * HD + c] += pw * dOi[c];
+            }
+            if (d->kind == OL_ATTN_FIXED_BIAS && pvp)
+                for (int64_t c = 0; c < HD; c++) pvp[blk * HD + c] += dOi[c];
+        }
+        if (kmax == 0) continue;
+        if (d->kind == OL_ATTN_CLIPPED) tile_clip(d, b, i0, R, S);
+        if (d->kind == OL_ATTN_SOFTPICK) tile_softpick(d, row0, i0, R, S);
+        if (drop)   /* Ã = A ⊙ z */
+            for (int64_t r = 0; r < R; r++) {
+                int64_t kv = row_kmax(d, i0 + r);
+                for (int64_t j = 0; j < kv; j++) S[r * Tk + j] *= Z[r * Tk + j];
+            }
+        if (v->requires_grad)   /* dV[0:kmax] += Ãᵀ·dO_t */
+            ol__sgemm(1, 0, (int)kmax, (int)HD, (int)R, 1.0f,
+                        S, (int)Tk, dOt, (int)HD, 1.0f, v->grad + blk * Tk * HD, (int)HD);
+        if (q->requires_grad)   /* dQ_t += scale·dS·K */
+            ol__sgemm(0, 0, (int)R, (int)HD, (int)kmax, d->scale,
+                        G, (int)Tk, K, (int)HD, 1.0f, q->grad + (blk * Tq + i0) * HD, (int)HD);
+        if (k->requires_grad)   /* dK[0:kmax] += scale·dSᵀ·Q_t */
+            ol__sgemm(1, 0, (int)kmax, (int)HD, (int)R, d->scale,
+                        G, (int)Tk, Q + i0 * HD, (int)HD, 1.0f, k->grad + blk * Tk * HD, (int)HD);
+    }
+}
+
 static void attention_backward(ol_node *nd) {
     att_saved *sv = nd->saved;
     att_plan *d = &sv->plan;
     ol_tensor *q = nd->in[0], *k = nd->in[1], *v = nd->in[2], *kp = nd->in[3], *vp = sv->vp, *bh = sv->bh;
     ol_ctx *ctx = q->ctx;
     const float *dO = nd->out->grad;
-    int64_t nblk = d->B * d->NH, HD = d->HD, Tq = d->Tq, Tk = d->Tk;
+    int64_t nblk = d->B * d->NH, HD = d->HD;
     int need_kp = kp && kp->requires_grad, need_vp = vp && vp->requires_grad, need_bh = bh && bh->requires_grad;
     float *gkp = need_kp ? ol__grad(kp) : NULL, *gvp = need_vp ? ol__grad(vp) : NULL;
     float *gbh = need_bh ? ol__grad(bh) : NULL;
-    int nthr = omp_get_max_threads();
+    int nthr = att_threads();
     float *scratch = ol__step_alloc(ctx, (int64_t)nthr * scratch_floats(d) * 4, "attention backward scratch");
     /* per-block partial sums of dk′, dv′ and db_h, reduced over b in order afterwards */
     float *pkp = need_kp ? ol__step_alloc(ctx, nblk * HD * 4, "attention backward") : NULL;
@@ -309,109 +481,11 @@ static void attention_backward(ol_node *nd) {
     /* pending (write-first) gradients of q, k, v: each block zero-fills its own slice */
     int fq = q->requires_grad && ol__grad_first(q), fk = k->requires_grad && ol__grad_first(k);
     int fv = v->requires_grad && ol__grad_first(v);
-    #pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < nblk; blk++) {
-        float *S = scratch + (int64_t)omp_get_thread_num() * scratch_floats(d);
-        float *G = S + TR * Tk, *ps = G + TR * Tk, *Z = drop ? ps + TR + 16 : NULL;
-        int64_t b = blk / d->NH, h = blk % d->NH, row0 = blk * Tq;
-        if (fq) memset(q->grad + blk * Tq * HD, 0, (size_t)(Tq * HD) * 4);
-        if (fk) memset(k->grad + blk * Tk * HD, 0, (size_t)(Tk * HD) * 4);
-        if (fv) memset(v->grad + blk * Tk * HD, 0, (size_t)(Tk * HD) * 4);
-        const float *Q = q->data + blk * Tq * HD, *K = k->data + blk * Tk * HD, *V = v->data + blk * Tk * HD;
-        const float *kph = kp ? kp->data + h * HD : NULL, *vph = vp ? vp->data + h * HD : NULL;
-        const int32_t *pad = d->pad ? d->pad + b * Tk : NULL;
-        for (int64_t i0 = 0; i0 < Tq; i0 += TR) {
-            int64_t R = Tq - i0 < TR ? Tq - i0 : TR, kmax = tile_kmax(d, i0, R);
-            const float *dOt = dO + (blk * Tq + i0) * HD;
-            tile_probs(d, b, h, row0, i0, R, kmax, Q, K, kph, S, ps, 0);
-            /* G = dA = dO_t·V[0:kmax]ᵀ */
-            if (kmax > 0)
-                ol__sgemm(0, 1, (int)R, (int)kmax, (int)HD, 1.0f,
-                            dOt, (int)HD, V, (int)HD, 0.0f, G, (int)Tk);
-            for (int64_t r = 0; r < R; r++) {
-                int64_t i = i0 + r, kv = row_kmax(d, i);
-                float *p = S + r * Tk, *g = G + r * Tk;
-                const float *dOi = dOt + r * HD;
-                for (int64_t j = kv; j < kmax; j++) g[j] = 0.0f;
-                if (drop) {   /* dA = z ⊙ dÃ; z kept in Z for Ã below */
-                    float *z = Z + r * Tk;
-                    for (int64_t j = 0; j < kv; j++) {
-                        z[j] = keepf(d, d->drop_seed, (uint64_t)((row0 + i) * Tk + j));
-                        g[j] *= z[j];
-                    }
-                }
-                if (d->kind == OL_ATTN_SOFTPICK) {   /* p holds e_j here */
-                    int64_t row = row0 + i;
-                    float c = expf(-d->m[row]), l = d->l[row], inv = l > 0.0f ? 1.0f / l : 0.0f, D = 0.0f;
-                    for (int64_t j = 0; j < kv; j++)
-                        if (!pad || pad[j]) D += softpick_a(p[j], c, inv) * g[j];
-                    for (int64_t j = 0; j < kv; j++) {
-                        float w = p[j] * inv;
-                        g[j] = (pad && !pad[j]) ? 0.0f : p[j] > c ? w * (g[j] - D) : p[j] < c ? w * D : 0.0f;
-                    }
-                    continue;
-                }
-                if (d->kind == OL_ATTN_SIGMOID) {
-                    for (int64_t j = 0; j < kv; j++) g[j] = (!pad || pad[j]) ? g[j] * p[j] * (1.0f - p[j]) : 0.0f;
-                    if (pbh) {
-                        double sg = 0;
-                        for (int64_t j = 0; j < kv; j++) sg += g[j];
-                        pbh[blk] += sg;
-                    }
-                    continue;
-                }
-                if (d->kind == OL_ATTN_CLIPPED)
-                    for (int64_t j = 0; j < kv; j++) {
-                        float c = a * p[j] + d->gamma;
-                        g[j] = ol__keepf((c > 0.0f) & (c < 1.0f), g[j] * a);   /* 0 < c < 1 ? g·a : 0 */
-                    }
-                float dsp = 0.0f, D = 0.0f;
-                /* sink: z′ and the weight P̃′ = P′·z′ that multiplied v′ */
-                float zs = drop && has_sink(d->kind) ? keepf(d, d->sink_seed, (uint64_t)(row0 + i)) : 1.0f;
-                float pw = drop ? ps[r] * zs : ps[r];
-                for (int64_t j = 0; j < kv; j++) D += p[j] * g[j];
-                if (d->kind == OL_ATTN_ATTN_BIAS) {
-                    float dP = dotf(dOi, vph, HD);
-                    if (drop) dP *= zs;
-                    D += ps[r] * dP;
-                    dsp = ps[r] * (dP - D);
-                } else if (d->kind == OL_ATTN_CA_BIAS) {
-                    float dP = dotf(dOi, vph, HD);
-                    if (drop) dP *= zs;
-                    dsp = dP * ps[r] * (1.0f - ps[r]);
-                    D += dsp;
-                }
-                if (d->kind == OL_ATTN_SINK_LOGIT && pbh) pbh[blk] -= (double)ps[r] * D;   /* ds_h = −P′·D */
-                for (int64_t j = 0; j < kv; j++) g[j] = p[j] * (g[j] - D);   /* masked: p = 0 */
-                if (has_sink(d->kind)) {
-                    if (q->requires_grad) {
-                        float *dq = q->grad + (blk * Tq + i) * HD;
-                        for (int64_t c = 0; c < HD; c++) dq[c] += d->scale * dsp * kph[c];
-                    }
-                    if (pkp) for (int64_t c = 0; c < HD; c++) pkp[blk * HD + c] += d->scale * dsp * Q[i * HD + c];
-                    if (pvp) for (int64_t c = 0; c < HD; c++) pvp[blk * HD + c] += pw * dOi[c];
-                }
-                if (d->kind == OL_ATTN_FIXED_BIAS && pvp)
-                    for (int64_t c = 0; c < HD; c++) pvp[blk * HD + c] += dOi[c];
-            }
-            if (kmax == 0) continue;
-            if (d->kind == OL_ATTN_CLIPPED) tile_clip(d, b, i0, R, S);
-            if (d->kind == OL_ATTN_SOFTPICK) tile_softpick(d, row0, i0, R, S);
-            if (drop)   /* Ã = A ⊙ z */
-                for (int64_t r = 0; r < R; r++) {
-                    int64_t kv = row_kmax(d, i0 + r);
-                    for (int64_t j = 0; j < kv; j++) S[r * Tk + j] *= Z[r * Tk + j];
-                }
-            if (v->requires_grad)   /* dV[0:kmax] += Ãᵀ·dO_t */
-                ol__sgemm(1, 0, (int)kmax, (int)HD, (int)R, 1.0f,
-                            S, (int)Tk, dOt, (int)HD, 1.0f, v->grad + blk * Tk * HD, (int)HD);
-            if (q->requires_grad)   /* dQ_t += scale·dS·K */
-                ol__sgemm(0, 0, (int)R, (int)HD, (int)kmax, d->scale,
-                            G, (int)Tk, K, (int)HD, 1.0f, q->grad + (blk * Tq + i0) * HD, (int)HD);
-            if (k->requires_grad)   /* dK[0:kmax] += scale·dSᵀ·Q_t */
-                ol__sgemm(1, 0, (int)kmax, (int)HD, (int)R, d->scale,
-                            G, (int)Tk, Q + i0 * HD, (int)HD, 1.0f, k->grad + blk * Tk * HD, (int)HD);
-        }
+    att_bwd_job jb = { d, q, k, v, kp, vp, dO, scratch, pkp, pvp, pbh, drop, fq, fk, fv, a };
+    if (att_on_pool(d, 1)) ol__par(nblk, att_bwd_block, &jb);
+    else {
+        #pragma omp parallel for schedule(static)
+        for (int64_t blk = 0; blk < nblk; blk++) att_bwd_block(&jb, blk, omp_get_thread_num());
     }
     for (int64_t h = 0; h < d->NH; h++)
         for (int64_t b = 0; b < d->B; b++)
@@ -528,12 +602,12 @@ ol_tensor *ol_attention(ol_tensor *q, ol_tensor *k, ol_tensor *v, ol_tensor *kp,
     d.m = ol__step_alloc(ctx, rows * 4, "attention row max");
     d.l = ol__step_alloc(ctx, rows * 4, "attention row sum");
     if (!out || !sv || !d.m || !d.l) return NULL;
-    if (att_forward(&d, q->data, k->data, v->data, kp ? kp->data : NULL, vp ? vp->data : NULL, out->data,
-                    NULL, NULL, ctx)) return NULL;
     /* the per-head scalar parameter with a gradient: b_h (sigmoid) or s_h (sink_logit) */
     ol_tensor *ins[4] = { q, k, v, kp }, *bh = cfg->kind == OL_ATTN_SINK_LOGIT ? cfg->sink_logit : cfg->sigmoid_bias_h;
     int need = ol__needs_grad(ctx, 4, ins) || (vp && ctx->grad_enabled && vp->requires_grad) ||
                (bh && ctx->grad_enabled && bh->requires_grad);
+    if (att_forward(&d, q->data, k->data, v->data, kp ? kp->data : NULL, vp ? vp->data : NULL, out->data,
+                    NULL, NULL, ctx)) return NULL;
     if (need) {
         ol_node *n = ol__record("attention", attention_backward, out, 4, ins);
         if (!n) return NULL;

@@ -226,9 +226,19 @@ int ol__gemm_fast_bt(int ta, int m, int n, int k, float alpha, const float *A, i
  * the items other threads have started. Items must not depend on which thread runs them. */
 typedef void (*ol_item_fn)(void *arg, int64_t item, int tid);
 void ol__par(int64_t n, ol_item_fn fn, void *arg);
+/* fn(arg, lo, hi) over [0, n) in fixed ranges of `grain` (the last one shorter), on the
+ * engine's threads (ol__par) when par (the caller's size test, as an OpenMP region's if clause)
+ * and there is more than one range, else as one call fn(arg, 0, n) on the calling thread. For loops whose elements are independent (or
+ * whose ranges are fixed by `grain` alone): the bits do not depend on the thread count. The
+ * elementwise ops of a training step use it instead of an OpenMP region: no fork/join barrier
+ * that waits for a thread the host has descheduled (pool.c). */
+typedef void (*ol_range_fn)(void *arg, int64_t lo, int64_t hi);
+void ol__par_range(int64_t n, int64_t grain, int par, ol_range_fn fn, void *arg);
 
 /* OpenMP: parallelise loops with at least this many elements of work. */
 #define OL_PAR_MIN 32768
+/* ol__par_range: elements per range of an elementwise loop (16 ranges for a 2048 × 64 tensor) */
+#define OL_PAR_GRAIN 8192
 
 /* rows = numel / last dim */
 /* rows = the product of the leading dims (not numel / last: a last dim of 0 must not divide) */

@@ -34,6 +34,25 @@ static inline float at(const ol_tensor *t, int64_t i, int64_t n) {
     return t->numel == n ? t->data[i] : t->data[i % t->numel];
 }
 
+/* d = g (copy) or d += g over ranges of OL_PAR_GRAIN elements on the engine's threads: items
+ * 0 .. nr−1 are ranges of da, nr .. 2·nr−1 the same ranges of db (add_grads) */
+typedef struct { float *da, *db; const float *g; int64_t n, nr; int fa, fb; } add_job;
+static void copy_or_add(float *restrict d, const float *restrict g, int64_t i0, int64_t i1, int copy) {
+    if (copy) {
+        #pragma omp simd
+        for (int64_t i = i0; i < i1; i++) d[i] = g[i];
+    } else {
+        #pragma omp simd
+        for (int64_t i = i0; i < i1; i++) d[i] += g[i];
+    }
+}
+static void add_item(void *arg, int64_t it, int tid) {
+    const add_job *j = arg;
+    (void)tid;
+    int second = it >= j->nr;
+    int64_t i0 = (second ? it - j->nr : it) * OL_PAR_GRAIN, i1 = i0 + OL_PAR_GRAIN < j->n ? i0 + OL_PAR_GRAIN : j->n;
+    copy_or_add(second ? j->db : j->da, j->g, i0, i1, second ? j->fb : j->fa);
+}
 /* One pass per operand, no temporary: the full-size operand's gradient is accumulated in
  * place (dx += g·other), vectorised per op; the repeating operand's gradient is the sum of
  * g·other over its repeats, each element's repeats added in row order in double (the same
@@ -45,13 +64,10 @@ static void grad_full(float *restrict dx, const float *restrict g, int op, int w
     int64_t ma = a->numel, mb = b->numel;
     const float *A = a->data, *B = b->data;
     if (op == BIN_ADD || (op == BIN_SUB && which == 0)) {
-        if (fresh) {   /* a copy of a gradient (which never holds −0): 0 + g is g */
-            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-            for (int64_t i = 0; i < n; i++) dx[i] = g[i];
-        } else {
-            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-            for (int64_t i = 0; i < n; i++) dx[i] += g[i];
-        }
+        /* fresh: a copy of a gradient (which never holds −0): 0 + g is g */
+        add_job j = { dx, NULL, g, n, (n + OL_PAR_GRAIN - 1) / OL_PAR_GRAIN, fresh, 0 };
+        if (n > OL_PAR_MIN) ol__par(j.nr, add_item, &j);
+        else copy_or_add(dx, g, 0, n, fresh);
     } else if (op == BIN_SUB) {
         OL_GRAD_LOOP(fresh, n, dx, -g[i]);
     } else if (ma == n && mb == n) {
@@ -100,25 +116,11 @@ static void grad_repeat(float *dx, const float *g, int op, int which, const ol_t
 }
 
 /* a + b with both full-size and both wanting a gradient (the residual adds): both gradients
- * in one parallel region (each a copy of gy when pending, else gy added, as grad_full) */
+ * in one job (each a copy of gy when pending, else gy added, as grad_full) */
 static void add_grads(float *restrict da, float *restrict db, const float *restrict g, int64_t n, int fa, int fb) {
-    #pragma omp parallel if (n > OL_PAR_MIN)
-    {
-        if (fa) {
-            #pragma omp for simd schedule(static) nowait
-            for (int64_t i = 0; i < n; i++) da[i] = g[i];
-        } else {
-            #pragma omp for simd schedule(static) nowait
-            for (int64_t i = 0; i < n; i++) da[i] += g[i];
-        }
-        if (fb) {
-            #pragma omp for simd schedule(static) nowait
-            for (int64_t i = 0; i < n; i++) db[i] = g[i];
-        } else {
-            #pragma omp for simd schedule(static) nowait
-            for (int64_t i = 0; i < n; i++) db[i] += g[i];
-        }
-    }
+    add_job j = { da, db, g, n, (n + OL_PAR_GRAIN - 1) / OL_PAR_GRAIN, fa, fb };
+    if (n > OL_PAR_MIN) ol__par(2 * j.nr, add_item, &j);
+    else { copy_or_add(da, g, 0, n, fa); copy_or_add(db, g, 0, n, fb); }
 }
 
 static void binary_backward(ol_node *nd) {
@@ -143,28 +145,38 @@ static void binary_backward(ol_node *nd) {
     }
 }
 
+/* elements [i0, i1) of a op b with equal shapes (binary_fwd), on the engine's threads */
+typedef struct { int op; const float *A, *B; float *o; } bin_job;
+static void bin_range(void *arg, int64_t i0, int64_t i1) {
+    const bin_job *j = arg;
+    const float *A = j->A, *B = j->B;
+    float *restrict o = j->o;
+    switch (j->op) {
+    case BIN_ADD:
+        #pragma omp simd
+        for (int64_t i = i0; i < i1; i++) o[i] = A[i] + B[i];
+        break;
+    case BIN_SUB:
+        #pragma omp simd
+        for (int64_t i = i0; i < i1; i++) o[i] = A[i] - B[i];
+        break;
+    case BIN_MUL:
+        #pragma omp simd
+        for (int64_t i = i0; i < i1; i++) o[i] = A[i] * B[i];
+        break;
+    default:
+        #pragma omp simd
+        for (int64_t i = i0; i < i1; i++) o[i] = A[i] / B[i];
+    }
+}
+
 /* y = a op b: vectorised loops for equal shapes and for a repeating operand (row by row) */
 static void binary_fwd(int op, const ol_tensor *a, const ol_tensor *b, float *restrict o, int64_t n) {
     int64_t ma = a->numel, mb = b->numel;
     const float *A = a->data, *B = b->data;
     if (ma == n && mb == n) {
-        switch (op) {
-        case BIN_ADD:
-            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-            for (int64_t i = 0; i < n; i++) o[i] = A[i] + B[i];
-            break;
-        case BIN_SUB:
-            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-            for (int64_t i = 0; i < n; i++) o[i] = A[i] - B[i];
-            break;
-        case BIN_MUL:
-            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-            for (int64_t i = 0; i < n; i++) o[i] = A[i] * B[i];
-            break;
-        default:
-            #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-            for (int64_t i = 0; i < n; i++) o[i] = A[i] / B[i];
-        }
+        bin_job j = { op, A, B, o };
+        ol__par_range(n, OL_PAR_GRAIN, n > OL_PAR_MIN, bin_range, &j);
         return;
     }
     int64_t m = ma == n ? mb : ma, R = n / m;   /* the repeating operand has m elements */

@@ -100,10 +100,16 @@ typedef struct { int64_t B, T, NH, HD; rope_saved *rs; } heads_saved;
 
 /* (B,T,NH,HD) <-> (B,NH,T,HD): row (b,t,h) of the first is row (b,h,t) of the second.
  * to_heads: src is (B,T,NH,HD); rs: rotate the rows (sgn); add as rope_row (copies: 0 or 1). */
-static void heads_move(const heads_saved *d, const float *src, float *dst, int to_heads, float sgn, int add) {
-    int64_t B = d->B, T = d->T, NH = d->NH, HD = d->HD;
-    #pragma omp parallel for schedule(static) if (B * T * NH * HD > OL_PAR_MIN)
-    for (int64_t bt = 0; bt < B * T; bt++) {
+typedef struct { const heads_saved *d; const float *src; float *dst; int to_heads; float sgn; int add; } heads_job;
+static void heads_rows(void *arg, int64_t bt0, int64_t bt1) {
+    const heads_job *j = arg;
+    const heads_saved *d = j->d;
+    const float *src = j->src;
+    float *dst = j->dst;
+    int to_heads = j->to_heads, add = j->add;
+    float sgn = j->sgn;
+    int64_t T = d->T, NH = d->NH, HD = d->HD;
+    for (int64_t bt = bt0; bt < bt1; bt++) {
         int64_t b = bt / T, t = bt % T;
         for (int64_t h = 0; h < NH; h++) {
             const float *x = src + (to_heads ? (bt * NH + h) * HD : ((b * NH + h) * T + t) * HD);
@@ -120,6 +126,11 @@ static void heads_move(const heads_saved *d, const float *src, float *dst, int t
             }
         }
     }
+}
+static void heads_move(const heads_saved *d, const float *src, float *dst, int to_heads, float sgn, int add) {
+    int64_t B = d->B, T = d->T, NH = d->NH, HD = d->HD, row = NH * HD > 0 ? NH * HD : 1;
+    heads_job j = { d, src, dst, to_heads, sgn, add };
+    ol__par_range(B * T, OL_PAR_GRAIN / row > 0 ? OL_PAR_GRAIN / row : 1, B * T * NH * HD > OL_PAR_MIN, heads_rows, &j);
 }
 
 static void heads_backward(ol_node *nd) {
@@ -198,6 +209,27 @@ static inline __attribute__((always_inline)) void swiglu_bwd_span(
     }
 }
 
+typedef struct { const float *dh, *G, *U; float *du, *dg; int kind, fu; } swiglu_bwd;
+static void swiglu_bwd_range(void *arg, int64_t i0, int64_t i1) {
+    const swiglu_bwd *j = arg;
+    const float *dh = j->dh, *G = j->G, *U = j->U;
+    float *du = j->du, *dg = j->dg;
+    int fu = j->fu;
+    switch (j->kind) {
+    case 0: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 0, fu, 0);
+            swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 0, 1, 0, 0); break;
+    case 1: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 1, 0, 0); break;
+    case 2: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 1, 0, 1); break;
+    case 3: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 1, 1, 0); break;
+    case 4: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 1, 1, 1); break;
+    case 5: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 0, 0, 0); break;
+    case 6: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 0, 1, 0); break;
+    case 7: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 0, 1, 0, 0); break;
+    case 8: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 0, 1, 0, 1); break;
+    default: break;
+    }
+}
+
 static void swiglu_backward(ol_node *nd) {
     ol_tensor *g = nd->in[0], *u = nd->in[1];
     const float *dh = nd->out->grad, *G = g->data, *U = u->data;
@@ -207,23 +239,19 @@ static void swiglu_backward(ol_node *nd) {
     float *du = nu ? u->grad : NULL, *dg = ng ? g->grad : NULL;
     /* g == u (silu(x)·x): u's pass, then g's adding to it */
     int kind = g == u ? 0 : nu && ng ? 1 + 2 * fu + fg : nu ? 5 + fu : ng ? 7 + fg : -1;
-    const int64_t chunk = 4096;
-    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
-        int64_t i1 = i0 + chunk < n ? i0 + chunk : n;
-        switch (kind) {
-        case 0: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 0, fu, 0);
-                swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 0, 1, 0, 0); break;
-        case 1: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 1, 0, 0); break;
-        case 2: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 1, 0, 1); break;
-        case 3: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 1, 1, 0); break;
-        case 4: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 1, 1, 1); break;
-        case 5: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 0, 0, 0); break;
-        case 6: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 1, 0, 1, 0); break;
-        case 7: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 0, 1, 0, 0); break;
-        case 8: swiglu_bwd_span(dh, G, U, du, dg, i0, i1, 0, 1, 0, 1); break;
-        default: break;
-        }
+    swiglu_bwd j = { dh, G, U, du, dg, kind, fu };
+    ol__par_range(n, 4096, n > OL_PAR_MIN, swiglu_bwd_range, &j);
+}
+
+typedef struct { const float *G, *U; float *H; } swiglu_fwd;
+static void swiglu_fwd_range(void *arg, int64_t i0, int64_t i1) {
+    const swiglu_fwd *j = arg;
+    const float *restrict G = j->G, *restrict U = j->U;
+    float *restrict H = j->H;
+    #pragma omp simd
+    for (int64_t i = i0; i < i1; i++) {
+        float o = G[i] * swiglu_sig(G[i]);
+        H[i] = o * U[i];
     }
 }
 
@@ -237,11 +265,8 @@ ol_tensor *ol_swiglu(ol_tensor *g, ol_tensor *u) {
     int64_t n = g->numel;
     const float *G = g->data, *U = u->data;
     float *H = h->data;
-    #pragma omp parallel for simd schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float o = G[i] * swiglu_sig(G[i]);
-        H[i] = o * U[i];
-    }
+    swiglu_fwd j = { G, U, H };
+    ol__par_range(n, OL_PAR_GRAIN, n > OL_PAR_MIN, swiglu_fwd_range, &j);
     ol_tensor *ins[2] = { g, u };
     if (ol__needs_grad(g->ctx, 2, ins)) {
         ol_node *nd = ol__record("swiglu", swiglu_backward, h, 2, ins);

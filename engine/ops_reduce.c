@@ -106,6 +106,44 @@ ol_tensor *ol_softmax(ol_tensor *a, int32_t causal) {
 /* ------------------------------------------------------------- cross-entropy */
 /* loss = (1/N) Σ_{r: t_r != ignore} (logsumexp(x_r) − x_r[t_r]), N = number of kept rows.
  * Saves logsumexp per row; backward: dx_r = (softmax(x_r) − onehot(t_r)) · dloss / N. */
+typedef struct { ol_tensor *x, *t; const float *lse; float *lse_out; double *part; int32_t ignore; float g; int fresh; } ce_job;
+static void ce_bwd_rows(void *arg, int64_t r0, int64_t r1) {
+    const ce_job *j = arg;
+    const ol_tensor *x = j->x, *t = j->t;
+    const float *lse = j->lse;
+    int64_t V = ol__last(x);
+    float g = j->g;
+    int fresh = j->fresh;
+    for (int64_t r = r0; r < r1; r++) {
+        int32_t tr = t->idata[r];
+        float *dr = x->grad + r * V;
+        if (tr == j->ignore) {
+            if (fresh) memset(dr, 0, (size_t)V * 4);
+            continue;
+        }
+        const float *xr = x->data + r * V;
+        if (fresh) for (int64_t c = 0; c < V; c++) dr[c] = 0.0f + g * expf(xr[c] - lse[r]);
+        else       for (int64_t c = 0; c < V; c++) dr[c] += g * expf(xr[c] - lse[r]);
+        dr[tr] -= g;
+    }
+}
+/* rows [r0, r1) of the forward: logsumexp and each row's loss term */
+static void ce_fwd_rows(void *arg, int64_t r0, int64_t r1) {
+    const ce_job *j = arg;
+    const ol_tensor *x = j->x, *t = j->t;
+    int64_t V = ol__last(x);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x->data + r * V;
+        float m = -INFINITY;
+        for (int64_t c = 0; c < V; c++) m = xr[c] > m ? xr[c] : m;
+        double s = 0;
+        for (int64_t c = 0; c < V; c++) s += expf(xr[c] - m);
+        j->lse_out[r] = m + (float)log(s);
+        int32_t tr = t->idata[r];
+        j->part[r] = tr == j->ignore ? 0.0 : (double)j->lse_out[r] - xr[tr];
+    }
+}
+
 static void ce_backward(ol_node *nd) {
     ol_tensor *x = nd->in[0], *t = nd->in[1];
     int64_t V = ol__last(x), R = ol__rows(x);
@@ -115,19 +153,8 @@ static void ce_backward(ol_node *nd) {
     if (count == 0) return;
     float g = nd->out->grad[0] / count;
     int fresh = ol__grad_first(x);   /* a pending gradient: store (internal.h) */
-    #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
-    for (int64_t r = 0; r < R; r++) {
-        int32_t tr = t->idata[r];
-        float *dr = x->grad + r * V;
-        if (tr == ignore) {
-            if (fresh) memset(dr, 0, (size_t)V * 4);
-            continue;
-        }
-        const float *xr = x->data + r * V;
-        if (fresh) for (int64_t j = 0; j < V; j++) dr[j] = 0.0f + g * expf(xr[j] - lse[r]);
-        else       for (int64_t j = 0; j < V; j++) dr[j] += g * expf(xr[j] - lse[r]);
-        dr[tr] -= g;
-    }
+    ce_job j = { x, t, lse, NULL, NULL, ignore, g, fresh };
+    ol__par_range(R, OL_PAR_GRAIN / V > 0 ? OL_PAR_GRAIN / V : 1, x->numel > OL_PAR_MIN, ce_bwd_rows, &j);
 }
 
 ol_tensor *ol_cross_entropy(ol_tensor *x, ol_tensor *t, int32_t ignore_index) {
@@ -152,17 +179,8 @@ ol_tensor *ol_cross_entropy(ol_tensor *x, ol_tensor *t, int32_t ignore_index) {
     if (!lse || !y) return NULL;
     double *part = ol__step_alloc(x->ctx, R * 8, "cross_entropy");
     if (!part) return NULL;
-    #pragma omp parallel for schedule(static) if (x->numel > OL_PAR_MIN)
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x->data + r * V;
-        float m = -INFINITY;
-        for (int64_t j = 0; j < V; j++) m = xr[j] > m ? xr[j] : m;
-        double s = 0;
-        for (int64_t j = 0; j < V; j++) s += expf(xr[j] - m);
-        lse[r] = m + (float)log(s);
-        int32_t tr = t->idata[r];
-        part[r] = tr == ignore_index ? 0.0 : (double)lse[r] - xr[tr];
-    }
+    ce_job j = { x, t, lse, lse, part, ignore_index, 0.0f, 0 };
+    ol__par_range(R, OL_PAR_GRAIN / V > 0 ? OL_PAR_GRAIN / V : 1, x->numel > OL_PAR_MIN, ce_fwd_rows, &j);
     double total = 0;
     int64_t count = 0;
     for (int64_t r = 0; r < R; r++) {

@@ -35,6 +35,30 @@ static void adamw_chunk(float *restrict p, const float *restrict gr, float *rest
     }
 }
 
+typedef struct {
+    ol_ctx *c;
+    const int64_t *first;
+    float gscale, lr, beta1, beta2, bc1, bc2, eps;
+    const float *lr_scale, *wd;
+} adamw_job;
+/* item it: chunk it − first[i] of parameter i (found by bisection) */
+static void adamw_item(void *arg, int64_t it, int tid) {
+    const adamw_job *j = arg;
+    const ol_ctx *c = j->c;
+    (void)tid;
+    int32_t lo = 0, hi = c->nparams;   /* first[lo] <= it < first[hi] */
+    while (hi - lo > 1) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (j->first[mid] <= it) lo = mid; else hi = mid;
+    }
+    int64_t off = c->ptab[lo].offset, n = c->ptab[lo].t->numel, o = (it - j->first[lo]) * ADAMW_CHUNK;
+    int32_t g = c->ptab[lo].group;
+    float lrg = j->lr * (j->lr_scale ? j->lr_scale[g] : 1.0f), wdg = j->wd ? j->wd[g] : 0.0f;
+    adamw_chunk(c->params + off + o, c->grads + off + o, c->adam_m + off + o, c->adam_v + off + o,
+                n - o < ADAMW_CHUNK ? n - o : ADAMW_CHUNK, j->gscale, j->beta1, j->beta2, j->bc1, j->bc2, lrg, wdg,
+                j->eps);
+}
+
 /* For each parameter p of group g (Loshchilov & Hutter, decoupled weight decay), with the
  * gradient scaled by gscale (the clipping factor; 1 = as stored):
  *   m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
@@ -48,6 +72,18 @@ int ol_adamw_step_scaled(ol_ctx *c, float gscale, float lr, float beta1, float b
                         c->ptab[i].t->name, c->ptab[i].group, ngroups);
     float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
     int par = c->param_used > OL_PAR_MIN;
+    /* the chunks of every parameter as the items of one job on the engine's threads (first[i]:
+     * parameter i's first item) */
+    int64_t *first = par ? ol__step_alloc(c, ((int64_t)c->nparams + 1) * 8, "adamw") : NULL;
+    if (par && !first) ol_clear_error();   /* arena full: the OpenMP region below */
+    if (first) {
+        first[0] = 0;
+        for (int32_t i = 0; i < c->nparams; i++)
+            first[i + 1] = first[i] + (c->ptab[i].t->numel + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+        adamw_job j = { c, first, gscale, lr, beta1, beta2, bc1, bc2, eps, lr_scale, wd };
+        ol__par(first[c->nparams], adamw_item, &j);
+        return 0;
+    }
     #pragma omp parallel if (par)
     for (int32_t i = 0; i < c->nparams; i++) {
         int64_t off = c->ptab[i].offset, n = c->ptab[i].t->numel;

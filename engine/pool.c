@@ -132,3 +132,21 @@ void ol__par(int64_t n, ol_item_fn fn, void *arg) {
 #endif
     }
 }
+
+/* ranges of one loop as ol__par items (ol__par_range) */
+typedef struct { ol_range_fn fn; void *arg; int64_t n, grain; } range_job;
+static void range_item(void *a, int64_t it, int tid) {
+    const range_job *r = a;
+    (void)tid;
+    int64_t lo = it * r->grain, hi = lo + r->grain < r->n ? lo + r->grain : r->n;
+    r->fn(r->arg, lo, hi);
+}
+
+void ol__par_range(int64_t n, int64_t grain, int par, ol_range_fn fn, void *arg) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    int64_t items = (n + grain - 1) / grain;
+    if (!par || items < 2) { fn(arg, 0, n); return; }
+    range_job r = { fn, arg, n, grain };
+    ol__par(items, range_item, &r);
+}

@@ -139,6 +139,20 @@ for _, family in ipairs { "llama", "gpt2", "bert" } do
   end
 end
 
+-- the organism's batch (B 32, T 64: 2,048 rows, one shard) puts every op of the step above the
+-- engine's parallel threshold, so RMSNorm, SwiGLU, the heads, attention, the residual adds,
+-- cross-entropy and AdamW run as items on the engine's threads (pool.c): threads 1, 2 and 4
+-- give the same bits
+for _, family in ipairs { "llama", "gpt2" } do
+  local args = "--family=" .. family .. " --shards=1 --B=32 --T=64"
+  local l1, r1, o1 = det_run("OMP_NUM_THREADS=1", args)
+  local _, r2 = det_run("OMP_NUM_THREADS=2", args)
+  local _, r4 = det_run("OMP_NUM_THREADS=4", args)
+  t.ok(r1 ~= nil and r1 == r2 and r1 == r4, family .. "-tiny, B 32 × T 64 in one shard: threads 1, 2, 4 give bit-identical " ..
+       "parameters (" .. tostring(r1) .. ", " .. tostring(r2) .. ", " .. tostring(r4) .. "; loss " .. tostring(l1) .. ")",
+       r1 == nil and o1 or nil)
+end
+
 -- cfg.shards is checked: a power of two, not with accumulation
 local train_mod = require "outlierlab.train.loop"
 t.ok(not pcall(train_mod.config, { steps = 1, shards = 3 }), "train: cfg.shards = 3 (not a power of two) is an error")
