@@ -253,6 +253,26 @@ for _, fam in ipairs({ "bert", "vit", "gpt2", "opt", "llama" }) do
     quant.NORM_CLASSES = saved
     t.is(quant.evaluate(fc, fm, bs), before, "and the model is FP again, bit for bit")
   end
+  if fam == "llama" then   -- the rescalers (nn/norms.lua): their output is what q, k, v, gate and up read
+    for _, variant in ipairs({ "preaffine", "gated", "dyt" }) do
+      local nc = ol.Context({ seed = 41 })
+      local nm = models.build(nc, models.preset("llama-quick", { norm_variant = variant }))
+      local nb = lm_batches(nc, fcfg.vocab_size, { n = 1 })
+      local fp = quant.evaluate(nc, nm, nb)
+      local hn = quant.apply(nc, nm, { smooth = 0.5, calib = nb })
+      local bad, n = {}, 0
+      for _, l in ipairs(hn.linears) do
+        local smoothed = rawget(l.mod, "_pre") ~= nil and #l.mod._pre > 0
+        local want = l.name:match("[qkv]_proj%.weight$") or l.name:match("up_proj%.weight$") or l.name:match("gate_proj%.weight$")
+        if smoothed then n = n + 1 end
+        if smoothed ~= (want ~= nil) then bad[#bad + 1] = l.name end
+      end
+      hn.restore()
+      t.ok(#bad == 0 and n > 0, "llama, norm_variant " .. variant .. ": SmoothQuant smooths q, k, v, gate and up only (not GatedNorm's gate_down)",
+           table.concat(bad, ", "))
+      t.is(quant.evaluate(nc, nm, nb), fp, "llama, norm_variant " .. variant .. ": restored to FP bit for bit")
+    end
+  end
   local fp = quant.evaluate(fc, fm, bs)
   local hk = quant.apply(fc, fm, { kv_bits = 4, kv_keep = 1, kv_top = 1 })
   local kv = quant.evaluate(fc, fm, bs)

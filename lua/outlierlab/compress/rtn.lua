@@ -301,7 +301,12 @@ end
 -- new norm module joins by its class in M.NORM_CLASSES or a field is_norm = true.
 -- scope "per_linear" (the project's SmoothQuant before issue 50): every linear, o_proj and
 -- down_proj included, its own scale from its own weight.
-M.NORM_CLASSES = { [nn.RMSNorm] = true, [nn.LayerNorm] = true }
+-- The rescalers of nn/norms.lua: PreAffine returns its inner norm's output (found as that norm);
+-- GatedNorm's output y ⊙ g and DyT's γ ⊙ tanh(α·x) + β are what the block's linears read, and 1/s
+-- folds into them exactly (DyT: γ and β; GatedNorm: the inner norm's gain, with s into gate_down's
+-- columns), so each is the norm of its readers; GatedNorm's own gate_down is then not smoothed.
+local norms = require "outlierlab.nn.norms"
+M.NORM_CLASSES = { [nn.RMSNorm] = true, [nn.LayerNorm] = true, [norms.GatedNorm] = true, [norms.DyT] = true }
 local function addr(x) return tonumber(ffi.cast("intptr_t", ffi.cast("const void *", x))) end
 
 -- calibrate: per linear, max|X_j| over the calib batches (maxes[i]) and the norm module whose
