@@ -98,9 +98,10 @@ do
   local json = require "outlierlab.util.json"
   local serialize = require "outlierlab.util.serialize"
   local root = (os.getenv("TMPDIR") or "/tmp") .. "/outlierlab-test-onset-table-" .. os.time() .. "-" .. math.random(1e6)
-  local function model(name, overrides, seed, c)
+  local function model(name, overrides, seed, c, training)
     local d = root .. "/" .. name
     fs.mkdir_p(d)
+    if not training then fs.write_atomic(d .. "/done.lua", serialize.serialize{ steps = 80 }) end
     local spec = { model = { preset = "llama-quick", overrides = overrides }, train = { steps = 80 }, seed = seed,
                    batch = { B = 1, T = 1, kind = "lm" }, data = { kind = "organism" } }
     fs.write_atomic(d .. "/spec.json", json.encode({ spec = spec }) .. "\n")
@@ -108,12 +109,20 @@ do
   end
   model("a", { embed_scale = 20 }, 1, curve)
   model("b", { embed_scale = 20, norm_variant = "gated" }, 1, { { step = 0, sink_rate = 0, resid_share = 0.1 }, { step = 80, sink_rate = 0.1, resid_share = 0.2 } })
-  local f = io.popen(string.format("cd '%s' && bin/outlierlab run scripts/onset-table.lua --models='%s' 2>&1", ol.root, root))
-  local out = f:read("*a")
-  f:close()
+  model("c", { embed_scale = 20, norm_variant = "dyt" }, 2, { { step = 0, sink_rate = 0 }, { step = 40, sink_rate = 0.9 } }, true)
+  local function table_of(args)
+    local f = io.popen(string.format("cd '%s' && bin/outlierlab run scripts/onset-table.lua --models='%s' %s 2>&1", ol.root, root, args))
+    local out = f:read("*a")
+    f:close()
+    return out
+  end
+  local out = table_of("")
   t.ok(out:find("| vanilla (llama-quick, 80 steps) | 1 | 20 (held 60) | 20 (held 80) | 60 | 80 |", 1, true)
        and out:find("| norm_variant=gated (llama-quick, 80 steps) | 1 | — | n/a | — | 80 |", 1, true),
        "scripts/onset-table.lua: one row per cached model, labelled by what its spec sets", out)
+  t.ok(not out:find("norm_variant=dyt", 1, true), "onset-table: a model still training (no done.lua) is left out", out)
+  t.ok(table_of("--partial"):find("| norm_variant=dyt (llama-quick, 80 steps) | 2 | 40 | n/a | n/a | 40 |", 1, true),
+       "onset-table --partial: it is listed with its last tracked step")
   os.execute("rm -rf '" .. root .. "'")
 end
 
