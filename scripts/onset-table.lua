@@ -5,18 +5,19 @@
 -- stay across (judge/onsets). Models trained before the residual-sink share was tracked say "n/a".
 --
 --   bin/outlierlab run scripts/onset-table.lua [--models=cache/models] [--steps=0 (any)]
---        [--preset=""] [--sink_rate=0.5] [--massive_ratio=100] [--resid_share=0.9]
+--        [--preset=""] [--sink_rate=0.5] [--massive_ratio=100] [--resid_share=0.9] [--partial]
 --
 -- A model's label is what its spec sets beyond its preset: the attention variant, the optimizer,
 -- the norm options (norm_gain, norm_variant, residual_clip, embed_proj); "vanilla" when none.
 -- --steps and --preset keep only the models of that many steps / that preset; of models with the
--- same label and seed (retrained under newer code) the latest is kept. Prints markdown.
+-- same label and seed (retrained under newer code) the latest is kept; a model still training (no
+-- done.lua yet) is left out unless --partial, which lists it with its last tracked step. Prints markdown.
 local fs = require "outlierlab.util.fs"
 local serialize = require "outlierlab.util.serialize"
 local onsets = require "outlierlab.judge.onsets"
 local cache = require "outlierlab.runner.cache"
 local cfg = require("outlierlab.config").get{ models = "cache/models", steps = 0, preset = "", sink_rate = 0.5, massive_ratio = 100,
-                                              resid_share = 0.9 }
+                                              resid_share = 0.9, partial = false }
 
 local function label(spec)
   local parts = {}
@@ -38,7 +39,7 @@ local rows = {}
 for _, name in ipairs(fs.list_dir(cfg.models) or error("onset-table: cannot list " .. cfg.models, 0)) do
   local d = cfg.models .. "/" .. name
   local track = fs.read_file(d .. "/track.lua")
-  local spec = track and cache.read_spec(d)
+  local spec = track and (cfg.partial or fs.read_file(d .. "/done.lua")) and cache.read_spec(d)
   if spec and (cfg.steps == 0 or spec.train.steps == cfg.steps) and (cfg.preset == "" or spec.model.preset == cfg.preset) then
     local curve = serialize.deserialize(track, "@" .. d .. "/track.lua")
     if type(curve) == "table" and #curve > 0 then

@@ -98,9 +98,10 @@ do
   local json = require "outlierlab.util.json"
   local serialize = require "outlierlab.util.serialize"
   local root = (os.getenv("TMPDIR") or "/tmp") .. "/outlierlab-test-onset-table-" .. os.time() .. "-" .. math.random(1e6)
-  local function model(name, overrides, seed, c)
+  local function model(name, overrides, seed, c, training)
     local d = root .. "/" .. name
     fs.mkdir_p(d)
+    if not training then fs.write_atomic(d .. "/done.lua", serialize.serialize{ steps = 80 }) end
     local spec = { model = { preset = "llama-quick", overrides = overrides }, train = { steps = 80 }, seed = seed,
                    batch = { B = 1, T = 1, kind = "lm" }, data = { kind = "organism" } }
     fs.write_atomic(d .. "/spec.json", json.encode({ spec = spec }) .. "\n")
@@ -108,12 +109,69 @@ do
   end
   model("a", { embed_scale = 20 }, 1, curve)
   model("b", { embed_scale = 20, norm_variant = "gated" }, 1, { { step = 0, sink_rate = 0, resid_share = 0.1 }, { step = 80, sink_rate = 0.1, resid_share = 0.2 } })
-  local f = io.popen(string.format("cd '%s' && bin/outlierlab run scripts/onset-table.lua --models='%s' 2>&1", ol.root, root))
-  local out = f:read("*a")
-  f:close()
+  model("c", { embed_scale = 20, norm_variant = "dyt" }, 2, { { step = 0, sink_rate = 0 }, { step = 40, sink_rate = 0.9 } }, true)
+  local function table_of(args)
+    local f = io.popen(string.format("cd '%s' && bin/outlierlab run scripts/onset-table.lua --models='%s' %s 2>&1", ol.root, root, args))
+    local out = f:read("*a")
+    f:close()
+    return out
+  end
+  local out = table_of("")
   t.ok(out:find("| vanilla (llama-quick, 80 steps) | 1 | 20 (held 60) | 20 (held 80) | 60 | 80 |", 1, true)
        and out:find("| norm_variant=gated (llama-quick, 80 steps) | 1 | — | n/a | — | 80 |", 1, true),
        "scripts/onset-table.lua: one row per cached model, labelled by what its spec sets", out)
+  t.ok(not out:find("norm_variant=dyt", 1, true), "onset-table: a model still training (no done.lua) is left out", out)
+  t.ok(table_of("--partial"):find("| norm_variant=dyt (llama-quick, 80 steps) | 2 | 40 | n/a | n/a | 40 |", 1, true),
+       "onset-table --partial: it is listed with its last tracked step")
+  os.execute("rm -rf '" .. root .. "'")
+end
+
+-- ---------------------------------------------------------------- scripts/snapshot-series.lua: a real run's series
+do
+  local root = (os.getenv("TMPDIR") or "/tmp") .. "/outlierlab-test-snapshots-" .. os.time() .. "-" .. math.random(1e6)
+  local function run(args)
+    local f = io.popen(string.format("cd '%s' && bin/outlierlab run scripts/snapshot-series.lua %s 2>&1", ol.root, args))
+    local out = f:read("*a")
+    f:close()
+    return out
+  end
+  local out = run("--profile=quick --every=8 --out='" .. root .. "'")
+  local function exists(p) local f = io.open(p, "rb") if f then f:close() return true end return false end
+  local want = { 0, 8, 16, 20 }   -- step 0, every 8 steps, and the last of the quick profile's 20
+  local all = true
+  for _, s in ipairs(want) do
+    all = all and exists(root .. "/series/step" .. s .. "/model.safetensors") and exists(root .. "/series/step" .. s .. "/spec.json")
+  end
+  t.ok(all and not exists(root .. "/series/step4"), "snapshot-series: weights and spec at steps 0, 8, 16 and 20 only", out)
+  t.ok(out:find("The tracked curve of the same run", 1, true), "snapshot-series: prints the tracked curve's onset table", out)
+  -- the last snapshot is the trained model's weights; step 0 is the initialisation, not them
+  local function params(path)
+    local spec = assert(require("outlierlab.runner.cache").read_spec(root .. "/series/step0"))
+    local _, m = require("outlierlab.recipes").load(spec, { ckpt = path })
+    local w = m.embed_tokens.weight
+    local v = {}
+    local n = tonumber(w.numel)
+    for i = 0, n - 1 do v[i] = w.data[i] end
+    return v, n
+  end
+  local last, n = params(root .. "/series/step20/model.safetensors")
+  local final = params(root .. "/final/model.ckpt")
+  local init = params(root .. "/series/step0/model.safetensors")
+  local same, moved = true, false
+  for i = 0, n - 1 do
+    if last[i] ~= final[i] then same = false end
+    if last[i] ~= init[i] then moved = true end
+  end
+  t.ok(same and moved, "snapshot-series: step 20's weights are the trained model's bit for bit, and differ from step 0's")
+  local f = io.popen(string.format("cd '%s' && bin/outlierlab run scripts/checkpoint-series.lua --dir='%s/series' 2>&1", ol.root, root))
+  local series = f:read("*a")
+  f:close()
+  t.ok(series:find("step16 ", 1, true) and series:find("| " .. root .. "/series |", 1, true),
+       "checkpoint-series reads the snapshots: one line per step and the onset table", series)
+  t.ok(run("--profile=quick --every=0 --out='" .. root .. "'"):find("--every must be a positive integer", 1, true),
+       "snapshot-series: --every=0 is refused with a message")
+  t.ok(run("--profile=quick --bogus=1 --out='" .. root .. "'"):find("unknown key --bogus", 1, true),
+       "snapshot-series: an unknown key is refused by name")
   os.execute("rm -rf '" .. root .. "'")
 end
 

@@ -214,7 +214,9 @@ end
 -- done.lua. o = { cache_root = where a paper-scale corpus file goes (data/corpus_file), log =
 -- function(fmt, ...) }, both optional; the runner's cache passes them (runner/cache.lua), a
 -- script may call the trainer on a directory of its own. bench/organism.lua adds o.on_step
--- (called after the tracker's) and o.stop_after (train.run's) to time the real loop's first steps. An image spec (batch.kind = "image",
+-- (called after the tracker's, as o.on_step(step, rec, ctx)) and o.stop_after (train.run's) to time
+-- the real loop's first steps; scripts/snapshot-series.lua adds o.on_start(ctx) (before the first
+-- step of a run that does not resume) and o.on_step to save the weights along the way. An image spec (batch.kind = "image",
 -- recipes.papers' image_spec) trains a ViT on the synthetic images.
 function M.trainer(spec)
   return function(dir, ckpt, o)
@@ -242,9 +244,13 @@ function M.trainer(spec)
       log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, b.B, b.T)
       track = tracked.tracker(spec, dir, function(n, first) return tracked.measure_phenomena(ctx, m, corpus, spec, 16, n, first) end)
     end
+    if o.on_start then
+      local f = ckpt and io.open(ckpt, "rb")
+      if f then f:close() else o.on_start(ctx) end   -- (a resumed run has passed its start)
+    end
     local res = train.run{ ctx = ctx, model = m, loader = loader, val_loader = val_loader, cfg = train_cfg(spec), ckpt = ckpt,
                            stop_after = o.stop_after,
-                           on_step = o.on_step and function(step, rec) track.on_step(step, rec) o.on_step(step, rec) end
+                           on_step = o.on_step and function(step, rec) track.on_step(step, rec) o.on_step(step, rec, ctx) end
                              or track.on_step }
     return facts(res, m, track)
   end
@@ -288,7 +294,7 @@ function M.load(spec, handle)
   local checkpoint = require "outlierlab.train.checkpoint"
   local ctx = ol.Context{ seed = spec.seed }
   local m = models.build(ctx, model_cfg(spec))
-  checkpoint.load(handle.ckpt, ctx)
+  checkpoint.load(handle.ckpt, ctx, { optim = false })   -- evaluation: the weights (a snapshot has no moments)
   if m.eval then m:eval() end
   return ctx, m, eval_loaders(spec, handle.cache_root)
 end
