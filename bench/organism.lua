@@ -47,12 +47,12 @@ local function loadavg()
   return (s:match("^(%S+ %S+ %S+)")) or "?"
 end
 
-local function sgemm_peak(M, K, N)
+local function sgemm_peak(M, K, N, reps)
   local ctx = ol.Context { params = 2 ^ 22, step_bytes = 2 ^ 28 }
   M, K, N = M or 4096, K or 768, N or 3072
   local w = ctx:param("w", { N, K }):normal_(0, 0.02, 1)
   local best = math.huge
-  for r = 0, cfg.peak_reps do
+  for r = 0, reps or cfg.peak_reps do
     ctx:reset()
     local x = ctx:tensor({ M, K }):uniform_(-1, 1, 2)
     local t0 = now()
@@ -131,10 +131,33 @@ end
 
 print(string.format("== organism shapes: training step throughput (threads %d, OpenBLAS %s), load average %s ==",
                     ol.num_threads(), require("ffi").string(C.ol_blas_core()), loadavg()))
+-- The same product with its operands away from this core's cache, as in a training step, where
+-- each product reads the activations another op wrote a while before and writes a fresh output:
+-- 48 inputs x (512 KB each) made first, then 48 products one after the other (2 MB of output
+-- each, new memory), best of 3 rounds. The organism's products are short (K = 64: 64 FMAs per
+-- output element), so moving their operands costs about as much as the arithmetic: the
+-- ratio of the two lines is the step's memory-bound share of its products.
+local function kernel_from_memory(M, K, N)
+  local NX = 48
+  local ctx = ol.Context { params = 2 ^ 20, step_bytes = NX * (M * K + M * N) * 4 + 2 ^ 24 }
+  local w = ctx:param("w", { N, K }):normal_(0, 0.02, 1)
+  local best = math.huge
+  for _ = 1, 4 do
+    ctx:reset()
+    local xs = {}
+    for i = 1, NX do xs[i] = ctx:tensor({ M, K }):uniform_(-1, 1, i) end
+    local t0 = now()
+    ctx:no_grad(function() for i = 1, NX do xs[i]:linear(w) end end)
+    best = math.min(best, (now() - t0) / NX)
+  end
+  return 2 * M * K * N / best / 1e9
+end
 sgemm_peak(2048, 64, 256)   -- calibrates the engine kernel for the shape (engine/gemm.c)
+local hot = sgemm_peak(2048, 64, 256, 30)   -- 0.5 ms a product: more reps than the big peak's
 print(string.format("engine kernel on 2048×64·(256×64)ᵀ: %s; %.0f GFLOP/s (the sgemm peak below is OpenBLAS's 4096×768·(3072×768)ᵀ)",
-                    C.ol_gemm_engine_kernel(0, 1, 256, 256, 64) == 1 and "used" or "not used (OpenBLAS)",
-                    sgemm_peak(2048, 64, 256)))
+                    C.ol_gemm_engine_kernel(0, 1, 256, 256, 64) == 1 and "used" or "not used (OpenBLAS)", hot))
+local cold = kernel_from_memory(2048, 64, 256)
+print(string.format("  operands from memory (as in a step): %.0f GFLOP/s = %.0f%% of the in-cache rate", cold, 100 * cold / hot))
 -- e^x in vector loops (docs/journal/2026-11-performance.md, "e^x on a CPU without AVX-512"): the SwiGLU forward of
 -- the organism's FFN (2048 × 256 elements: one e^x, a division and two products each) against a
 -- plain product of the same tensors (memory traffic alone), best of 20 each. Vectorised e^x

@@ -11,7 +11,25 @@ clipping to 1, AdamW (betas 0.9/0.95, weight decay 0.1 on >= 2-D weights). Same 
 GPT-2: learned positions, pre-LayerNorm blocks without biases, causal softmax attention, GELU
 (tanh) MLP, final LayerNorm, tied lm head. LLaMA: RMSNorm, RoPE (rotate-half), SwiGLU, untied
 head, no biases."""
-import json, math, os, statistics, sys, time
+import ctypes, json, math, os, statistics, sys, time
+
+# The same OpenBLAS kernels as the engine: OpenBLAS picks its kernel set once, when it loads, and
+# on a CPU model it does not know it falls back to old SSE3 ones (engine/blas.c), which the
+# engine corrects for itself (OPENBLAS_CORETYPE) but PyTorch would not: measured on a 2-core
+# Xeon that OpenBLAS took for a Prescott, PyTorch's organism step was 5x slower with those.
+# So the kernel set the engine ran with (peer.json's blas_core) is set here before torch loads
+# OpenBLAS; a user's own OPENBLAS_CORETYPE wins.
+def _engine_blas_core(path):
+    try:
+        with open(path) as f:
+            return json.load(f).get("blas_core")
+    except (OSError, ValueError):
+        return None
+
+
+_core = _engine_blas_core(sys.argv[1] if len(sys.argv) > 1 else "build/bench/peer.json")
+if _core and "OPENBLAS_CORETYPE" not in os.environ:
+    os.environ["OPENBLAS_CORETYPE"] = _core
 
 import torch
 import torch.nn as nn
@@ -132,13 +150,24 @@ def bench(shape, threads):
     return B * T / dt, dt
 
 
+def _openblas_core():
+    """the kernel set of the OpenBLAS torch loaded (the same library: one soname per process)"""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return "?"
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "build/bench/peer.json"
     with open(path) as f:
         run = json.load(f)
     threads = int(run.get("threads") or os.cpu_count())
     torch.set_num_threads(threads)
-    print(f"PyTorch {torch.__version__} eager, {threads} threads")
+    print(f"PyTorch {torch.__version__} eager, {threads} threads, OpenBLAS kernels {_openblas_core()} "
+          f"(the engine's: {run.get('blas_core', '?')})")
     for sh in run["shapes"]:
         tok_s, dt = bench(sh, threads)
         print(f"pytorch  {sh['name']:<16} B={sh['B']:<3} T={sh['T']:<5} {tok_s:9.0f} tok/s ({dt:.4f} s/step) | "

@@ -52,6 +52,10 @@ local w1, c1 = out:match("rank 1 wall ([%d%.]+) cpu ([%d%.]+)")
 w1, c1 = tonumber(w1), tonumber(c1)
 t.ok(w1 and w1 >= 1.8, "the sweep's early rank waited for the other's 2 s member", out)
 t.ok(c1 and w1 and c1 < 0.25 * w1, "it waited asleep: CPU seconds under a quarter of the wait", out)
+-- and lent its thread meanwhile (runner/lend): rank 0's member ran on 2 threads once rank 1 was
+-- idle, and rank 0 is back to its own 1 after the sweep
+t.is(out:match("threads alone (%d+)"), "2", "rank 0 ran its member on rank 1's thread too while rank 1 waited", out)
+t.is(out:match("threads alone %d+ after (%d+)"), "1", "and on its own 1 thread after the sweep", out)
 os.execute("rm -rf '" .. tmp .. "'")
 
 -- the quiet barrier itself: a barrier (rank 0 leaves only after rank 1's 1 s sleep), asleep

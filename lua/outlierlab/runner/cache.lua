@@ -22,6 +22,7 @@ local serialize = require "outlierlab.util.serialize"
 local json = require "outlierlab.util.json"
 local dist = require "outlierlab.util.dist"
 local progress = require "outlierlab.util.progress"
+local lend = require "outlierlab.runner.lend"
 local results = require "outlierlab.figure.netcdf"
 local sources = require "outlierlab.util.sources"
 
@@ -238,8 +239,11 @@ function M.model(self, spec, trainer)
     if first then ok, res = pcall(M.model, self, spec, trainer) end
     dist.unsplit()
     -- the others wait asleep (an MPI collective polls at 100 % of a core, which the training
-    -- rank's threads or another job could use), then all meet in the collective below
+    -- rank's threads or another job could use) and lend it their threads (runner/lend), then
+    -- all meet in the collective below
+    if not first then lend.idle(true) end
     dist.quiet_barrier()
+    lend.idle(false)
     -- rank 0's error reaches every rank as serialised data (a message, or the runner's
     -- { exit_status =, message = } of a requeue)
     local err = not ok and (type(res) == "table" and { exit_status = res.exit_status, message = res.message } or tostring(res))
@@ -283,7 +287,9 @@ function M.model(self, spec, trainer)
   local before = {}
   for name in pairs(package.loaded) do before[name] = true end
   -- the trainer's options: where a paper-scale corpus file goes, and the run's log
-  local ok, info = pcall(trainer, dir, ckpt, { cache_root = self.cache_root, log = function(...) self:log(...) end })
+  -- (on_step: threads lent by idle ranks join at the first step and every lend.POLL steps)
+  local ok, info = pcall(trainer, dir, ckpt, { cache_root = self.cache_root, log = function(...) self:log(...) end,
+                                               on_step = lend.on_step })
   -- the lock is released only after done.lua is written (a waiting run then finds the model
   -- done), or now when there will be no done.lua
   local function unlock()

@@ -64,6 +64,7 @@ end
 -- (the Slurm script requeues on it; outlierlab.runner.slurm)
 local serialize = require "outlierlab.util.serialize"
 local dist = require "outlierlab.util.dist"
+local lend = require "outlierlab.runner.lend"
 local fs = require "outlierlab.util.fs"
 local report = require "outlierlab.runner.report"
 local bounds = require "outlierlab.train.bounds"
@@ -224,8 +225,10 @@ function Run:sweep(items, fn)
     os.remove(self.dir .. "/.progress")   -- only when empty
   end
   -- a rank whose members are done waits here asleep (not in the allgather's busy poll, which
-  -- would take a core from the ranks still training)
+  -- would take a core from the ranks still training), and lends its threads to them (runner/lend)
+  lend.idle(true)
   dist.quiet_barrier()
+  lend.idle(false)
   local out = {}
   local lead = wr < G   -- world ranks 0..G-1 are the groups' rank 0
   for _, text in ipairs(dist.allgather_string(lead and serialize.serialize(mine) or serialize.serialize({}))) do
@@ -415,6 +418,7 @@ function M.run_file(exp, file)
                            model_ranks = opts.model_ranks, log = function(...) run:log(...) end }
   run.model_hashes = run.cache.model_hashes   -- the models the run used (report.lua)
   mkdir(run.dir)
+  lend.setup(run.dir)   -- idle ranks lend their threads to the training ones (RANKS=N)
   local ftext = read_file(file) or ""
   local t_all = progress.now()
   local timings = {}
