@@ -134,7 +134,7 @@ print(string.format("== organism shapes: training step throughput (threads %d, O
 -- The same product with its operands away from this core's cache, as in a training step, where
 -- each product reads the activations another op wrote a while before and writes a fresh output:
 -- 48 inputs x (512 KB each) made first, then 48 products one after the other (2 MB of output
--- each, new memory), best of 3 rounds. The organism's products are short (K = 64: 64 FMAs per
+-- each, new memory), best of 4 rounds (the first also faults the arena's pages in). The organism's products are short (K = 64: 64 FMAs per
 -- output element), so moving their operands costs about as much as the arithmetic: the
 -- ratio of the two lines is the step's memory-bound share of its products.
 local function kernel_from_memory(M, K, N)

@@ -56,5 +56,5 @@ end
 os.execute("mkdir -p \"$(dirname '" .. cfg.out .. "')\"")
 local f = assert(io.open(cfg.out, "w"))
 -- blas_core: the OpenBLAS kernel set the engine ran with, which the peer then uses too (torch_peer.py)
-f:write(json.encode({ threads = ol.num_threads(), blas_core = require("ffi").string(ol.C.ol_blas_core()), shapes = out }))
+f:write(json.encode({ threads = ol.num_threads(), blas_core = require("outlierlab.figure.netcdf").machine().blas_core, shapes = out }))
 f:close()

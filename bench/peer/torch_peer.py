@@ -27,7 +27,8 @@ def _engine_blas_core(path):
         return None
 
 
-_core = _engine_blas_core(sys.argv[1] if len(sys.argv) > 1 else "build/bench/peer.json")
+PEER_JSON = sys.argv[1] if len(sys.argv) > 1 else "build/bench/peer.json"
+_core = _engine_blas_core(PEER_JSON)
 if _core and "OPENBLAS_CORETYPE" not in os.environ:
     os.environ["OPENBLAS_CORETYPE"] = _core
 
@@ -161,8 +162,7 @@ def _openblas_core():
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "build/bench/peer.json"
-    with open(path) as f:
+    with open(PEER_JSON) as f:
         run = json.load(f)
     threads = int(run.get("threads") or os.cpu_count())
     torch.set_num_threads(threads)

@@ -21,14 +21,6 @@ local fs = require "outlierlab.util.fs"
 local M = { POLL = 25 }
 local S = nil   -- this rank's state once set up: { dir, rank, world, host, base, current }
 
-local function hostname()
-  local f = io.open("/proc/sys/kernel/hostname")
-  local h = f and f:read("*l")
-  if f then f:close() end
-  h = h or os.getenv("HOSTNAME")
-  return h and h:match("^%S+$") and h or nil
-end
-
 -- The threads that the idle ranks of `host` lend: the markers in dir of every rank but `me` of
 -- `world` ranks (a missing or unreadable marker lends nothing).
 function M.lent(dir, me, world, host)
@@ -58,8 +50,8 @@ end
 function M.setup(run_dir)
   S = nil
   if dist.world_size() <= 1 or os.getenv("OUTLIERLAB_LEND") == "0" then return end
-  local host = hostname()
-  if not host then return end
+  local host = fs.hostname()
+  if host == "?" then return end   -- no host name: no telling which ranks share this machine
   local dir = run_dir .. "/.lend"
   fs.mkdir_p(dir)
   S = { dir = dir, rank = dist.world_rank(), world = dist.world_size(), host = host, base = ol.num_threads() }
