@@ -249,4 +249,10 @@ static inline int64_t ol__rows(const ol_tensor *t) {
 }
 static inline int64_t ol__last(const ol_tensor *t) { return t->shape[t->ndim - 1]; }
 
+/* ---- erff and expf bit for bit as GNU libm on x86-64 (engine/libm_exact.c) ------------ */
+float ol__erff1(float x);
+float ol__expf1(float x);
+void  ol__erff_n(const float *x, float *y, int64_t n);   /* y[i] = erff(x[i]); vectorised */
+void  ol__expf_n(const float *x, float *y, int64_t n);   /* y[i] = expf(x[i]); vectorised */
+
 #endif

@@ -351,30 +351,41 @@ static void silu_bwd(const float *x, const float *g, float *da, int64_t n, int s
     else              OL_GRAD_LOOP(fresh, n, da, g[i] * silu_d(x[i]));
 }
 
-/* ---- GELU, erf form (BERT's and the ViT's): 0.5·x·(1 + erf(x/√2)), with libm's erff. Under
- * grad the forward keeps 1 + erf(x/√2) of every element (nd->saved) for the backward, which
- * would otherwise call erff again: the same float, so the same bits as un_fwd / un_bwd, one
- * erff per element instead of two (tests/lua/test_train_kernels.lua checks both bit for bit). */
+/* ---- GELU, erf form (BERT's and the ViT's): 0.5·x·(1 + erf(x/√2)). Under grad the forward
+ * keeps 1 + erf(x/√2) of every element (nd->saved) for the backward, which would otherwise
+ * compute erf again. erf and e^x are libm's erff and expf bit for bit, but vectorised
+ * (engine/libm_exact.c): block by block, the products into a buffer, the function over the
+ * buffer, then the rest; the same bits as un_fwd / un_bwd's libm formula
+ * (tests/lua/test_train_kernels.lua; tests/c/test_libm_exact.c). */
+#define GELU_BLK 512
 static void gelu_erf_fwd(const float *x, float *o, float *keep, int64_t n) {
+    int64_t nb = (n + GELU_BLK - 1) / GELU_BLK;
     #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float e1 = 1.0f + erff(x[i] * 0.7071067811865476f);
-        if (keep) keep[i] = e1;
-        o[i] = 0.5f * x[i] * e1;
+    for (int64_t b = 0; b < nb; b++) {
+        float u[GELU_BLK], e[GELU_BLK];
+        int64_t i0 = b * GELU_BLK, m = n - i0 < GELU_BLK ? n - i0 : GELU_BLK;
+        const float *xb = x + i0;
+        for (int64_t j = 0; j < m; j++) u[j] = xb[j] * 0.7071067811865476f;
+        ol__erff_n(u, e, m);
+        for (int64_t j = 0; j < m; j++) {
+            float e1 = 1.0f + e[j];
+            if (keep) keep[i0 + j] = e1;
+            o[i0 + j] = 0.5f * xb[j] * e1;
+        }
     }
 }
-static inline float gelu_erf_d(float x, float e1) {
-    return 0.5f * e1 + x * 0.3989422804014327f * expf(-0.5f * x * x);
-}
-/* (not OL_GRAD_LOOP: its `simd` makes GCC pack lanes around each scalar expf call, which was
- * slower than the plain loop) */
 static void gelu_erf_bwd(const float *x, const float *e1, const float *g, float *da, int64_t n, int fresh) {
-    if (fresh) {
-        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) da[i] = 0.0f + g[i] * gelu_erf_d(x[i], e1[i]);
-    } else {
-        #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) da[i] += g[i] * gelu_erf_d(x[i], e1[i]);
+    int64_t nb = (n + GELU_BLK - 1) / GELU_BLK;
+    #pragma omp parallel for schedule(static) if (n > OL_PAR_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        float t[GELU_BLK], e[GELU_BLK];
+        int64_t i0 = b * GELU_BLK, m = n - i0 < GELU_BLK ? n - i0 : GELU_BLK;
+        const float *xb = x + i0, *eb = e1 + i0, *gb = g + i0;
+        float *db = da + i0;
+        for (int64_t j = 0; j < m; j++) t[j] = -0.5f * xb[j] * xb[j];
+        ol__expf_n(t, e, m);
+        if (fresh) for (int64_t j = 0; j < m; j++) db[j] = 0.0f + gb[j] * (0.5f * eb[j] + xb[j] * 0.3989422804014327f * e[j]);
+        else       for (int64_t j = 0; j < m; j++) db[j] += gb[j] * (0.5f * eb[j] + xb[j] * 0.3989422804014327f * e[j]);
     }
 }
 
