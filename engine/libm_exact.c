@@ -77,11 +77,15 @@ float ol__expf1(float x) {
     return t * t;
 }
 
+/* the out-of-range lanes are flagged by an OR over the vector loop, and only then looked for
+ * (a scan with a branch per element cost as much as the loop itself) */
 void ol__expf_n(const float *x, float *y, int64_t n) {
+    int out = 0;
     for (int64_t i = 0; i < n; i++) {
-        float xi = ol__clampf(x[i], EXP_LO, EXP_HI);
-        y[i] = expf_core(xi);
+        out |= (x[i] < EXP_LO) | (x[i] > EXP_HI) | (x[i] != x[i]);
+        y[i] = expf_core(ol__clampf(x[i], EXP_LO, EXP_HI));
     }
+    if (!out) return;
     for (int64_t i = 0; i < n; i++)
         if (!(x[i] >= EXP_LO && x[i] <= EXP_HI)) y[i] = ol__expf1(x[i]);
 }
@@ -199,13 +203,21 @@ void ol__erff_n(const float *x, float *y, int64_t n) {
         const float *xb = x + i0;
         float *yb = y + i0;
         float far[ERF_BLK], fy[ERF_BLK];
-        int idx[ERF_BLK], k = 0;
-        for (int64_t j = 0; j < m; j++) yb[j] = erf_near(xb[j]);
-        for (int64_t j = 0; j < m; j++)
-            if (erf_far(f2u(xb[j]) & 0x7fffffffu)) { idx[k] = (int)j; far[k++] = xb[j]; }
-        for (int j = 0; j < k; j++) fy[j] = erf_r3(far[j], fabsf(far[j]));
-        for (int j = 0; j < k; j++) yb[idx[j]] = fy[j];
-        for (int64_t j = 0; j < m; j++)
-            if (erf_special(f2u(xb[j]) & 0x7fffffffu)) yb[j] = ol__erff1(xb[j]);
+        int idx[ERF_BLK], k = 0, nfar = 0, nspecial = 0;
+        for (int64_t j = 0; j < m; j++) {
+            uint32_t ix = f2u(xb[j]) & 0x7fffffffu;
+            nfar += erf_far(ix);
+            nspecial |= erf_special(ix);
+            yb[j] = erf_near(xb[j]);
+        }
+        if (nfar) {
+            for (int64_t j = 0; j < m; j++)
+                if (erf_far(f2u(xb[j]) & 0x7fffffffu)) { idx[k] = (int)j; far[k++] = xb[j]; }
+            for (int j = 0; j < k; j++) fy[j] = erf_r3(far[j], fabsf(far[j]));
+            for (int j = 0; j < k; j++) yb[idx[j]] = fy[j];
+        }
+        if (nspecial)
+            for (int64_t j = 0; j < m; j++)
+                if (erf_special(f2u(xb[j]) & 0x7fffffffu)) yb[j] = ol__erff1(xb[j]);
     }
 }
