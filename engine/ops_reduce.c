@@ -106,6 +106,9 @@ ol_tensor *ol_softmax(ol_tensor *a, int32_t causal) {
 /* ------------------------------------------------------------- cross-entropy */
 /* loss = (1/N) Σ_{r: t_r != ignore} (logsumexp(x_r) − x_r[t_r]), N = number of kept rows.
  * Saves logsumexp per row; backward: dx_r = (softmax(x_r) − onehot(t_r)) · dloss / N. */
+/* e^x is libm's expf bit for bit, a block of a row at a time through ol__expf_n (vectorised,
+ * engine/libm_exact.c); the sum runs in the same order as before, so the same bits */
+#define CE_BLK 512
 typedef struct { ol_tensor *x, *t; const float *lse; float *lse_out; double *part; int32_t ignore; float g; int fresh; } ce_job;
 static void ce_bwd_rows(void *arg, int64_t r0, int64_t r1) {
     const ce_job *j = arg;
@@ -122,8 +125,14 @@ static void ce_bwd_rows(void *arg, int64_t r0, int64_t r1) {
             continue;
         }
         const float *xr = x->data + r * V;
-        if (fresh) for (int64_t c = 0; c < V; c++) dr[c] = 0.0f + g * expf(xr[c] - lse[r]);
-        else       for (int64_t c = 0; c < V; c++) dr[c] += g * expf(xr[c] - lse[r]);
+        float d[CE_BLK], e[CE_BLK];
+        for (int64_t c0 = 0; c0 < V; c0 += CE_BLK) {
+            int64_t m = V - c0 < CE_BLK ? V - c0 : CE_BLK;
+            for (int64_t c = 0; c < m; c++) d[c] = xr[c0 + c] - lse[r];
+            ol__expf_n(d, e, m);
+            if (fresh) for (int64_t c = 0; c < m; c++) dr[c0 + c] = 0.0f + g * e[c];
+            else       for (int64_t c = 0; c < m; c++) dr[c0 + c] += g * e[c];
+        }
         dr[tr] -= g;
     }
 }
@@ -137,7 +146,13 @@ static void ce_fwd_rows(void *arg, int64_t r0, int64_t r1) {
         float m = -INFINITY;
         for (int64_t c = 0; c < V; c++) m = xr[c] > m ? xr[c] : m;
         double s = 0;
-        for (int64_t c = 0; c < V; c++) s += expf(xr[c] - m);
+        float d[CE_BLK], e[CE_BLK];
+        for (int64_t c0 = 0; c0 < V; c0 += CE_BLK) {
+            int64_t n = V - c0 < CE_BLK ? V - c0 : CE_BLK;
+            for (int64_t c = 0; c < n; c++) d[c] = xr[c0 + c] - m;
+            ol__expf_n(d, e, n);
+            for (int64_t c = 0; c < n; c++) s += e[c];
+        }
         j->lse_out[r] = m + (float)log(s);
         int32_t tr = t->idata[r];
         j->part[r] = tr == j->ignore ? 0.0 : (double)j->lse_out[r] - xr[tr];
