@@ -92,38 +92,39 @@ void ol__expf_n(const float *x, float *y, int64_t n) {
 
 /* ---- erff ----------------------------------------------------------------------------- */
 
+/* fdlibm's polynomials, highest power first, evaluated by horner() in libm's order: p = c[0]·s +
+ * c[1], then p = p·s + c[i], each product and sum rounded on its own (a − b is a + (−b), so
+ * libm's subtractions of constants are the negated constants here) */
+static inline float horner(float s, const float *c, int n) {
+    float p = c[0] * s + c[1];
+    for (int i = 2; i < n; i++) p = p * s + c[i];
+    return p;
+}
+static const float ERF_R1[5] = { -0x1.8ead62p-16f, -0x1.7a2912p-8f, -0x1.d2a51ep-6f, -0x1.4cd7d6p-2f, 0x1.06eba8p-3f };
+static const float ERF_S1[6] = { -0x1.09c434p-18f, 0x1.15dc92p-13f, 0x1.4d022cp-8f, 0x1.0a54c6p-4f, 0x1.97779cp-2f, 1.0f };
+static const float ERF_P2[7] = { -0x1.1bf38p-9f, 0x1.22a366p-5f, -0x1.c63984p-4f, 0x1.45fca8p-2f, -0x1.7d241p-2f,
+                                 0x1.a8d00ap-2f, -0x1.359b8cp-9f };
+static const float ERF_Q2[7] = { 0x1.88b546p-7f, 0x1.bedc26p-7f, 0x1.02660ep-3f, 0x1.2635cep-4f, 0x1.14af0ap-1f,
+                                 0x1.b3e662p-4f, 1.0f };
+static const float ERF_RA[8] = { -0x1.3a0efcp+3f, -0x1.452656p+6f, -0x1.7135cep+7f, -0x1.44cb18p+7f, -0x1.f300aep+5f,
+                                 -0x1.51e044p+3f, -0x1.63416ep-1f, -0x1.434126p-7f };
+static const float ERF_SA[9] = { -0x1.eeff2ep-5f, 0x1.a47ef8p+2f, 0x1.b28a3ep+6f, 0x1.ad0216p+8f, 0x1.42b192p+9f,
+                                 0x1.b290dep+8f, 0x1.1350c6p+7f, 0x1.3a6b9cp+4f, 1.0f };
+static const float ERF_RB[7] = { -0x1.e384eap+8f, -0x1.004616p+10f, -0x1.3ec882p+9f, -0x1.4145d4p+7f, -0x1.1c2096p+4f,
+                                 -0x1.993ba8p-1f, -0x1.434124p-7f };
+static const float ERF_SB[8] = { -0x1.670e24p+4f, 0x1.da874ep+8f, 0x1.3f219cp+11f, 0x1.8ffb76p+11f, 0x1.802eb2p+10f,
+                                 0x1.45cae2p+8f, 0x1.e568b2p+4f, 1.0f };
+
 /* |x| < 0.84375: x + x·R1(x²)/S1(x²) */
 static inline float erf_r1(float x) {
     float z = x * x;
-    float r = -0x1.8ead62p-16f * z - 0x1.7a2912p-8f;
-    r = r * z - 0x1.d2a51ep-6f;
-    r = r * z - 0x1.4cd7d6p-2f;
-    r = r * z + 0x1.06eba8p-3f;
-    float s = -0x1.09c434p-18f * z + 0x1.15dc92p-13f;
-    s = s * z + 0x1.4d022cp-8f;
-    s = s * z + 0x1.0a54c6p-4f;
-    s = s * z + 0x1.97779cp-2f;
-    s = s * z + 1.0f;
-    return r / s * x + x;
+    return horner(z, ERF_R1, 5) / horner(z, ERF_S1, 6) * x + x;
 }
 
 /* 0.84375 <= |x| < 1.25: ±(erx + P(|x| − 1)/Q(|x| − 1)) */
 static inline float erf_r2(float x, float ax) {
     float s = ax - 1.0f;
-    float p = -0x1.1bf38p-9f * s + 0x1.22a366p-5f;
-    p = p * s - 0x1.c63984p-4f;
-    p = p * s + 0x1.45fca8p-2f;
-    p = p * s - 0x1.7d241p-2f;
-    p = p * s + 0x1.a8d00ap-2f;
-    p = p * s - 0x1.359b8cp-9f;
-    float q = 0x1.88b546p-7f * s + 0x1.bedc26p-7f;
-    q = q * s + 0x1.02660ep-3f;
-    q = q * s + 0x1.2635cep-4f;
-    q = q * s + 0x1.14af0ap-1f;
-    q = q * s + 0x1.b3e662p-4f;
-    q = q * s;
-    q = q + 1.0f;
-    float y = p / q;
+    float y = horner(s, ERF_P2, 7) / horner(s, ERF_Q2, 7);
     return pick(f2u(x) >> 31, -0x1.b0ac16p-1f - y, y + 0x1.b0ac16p-1f);
 }
 
@@ -131,36 +132,9 @@ static inline float erf_r2(float x, float ax) {
  * low 12 mantissa bits cleared; R/S in s = 1/x² on [1.25, 1/0.35) and [1/0.35, 6) */
 static inline float erf_r3(float x, float ax) {
     float s = 1.0f / (x * x);
-    float ra = -0x1.3a0efcp+3f * s - 0x1.452656p+6f;
-    ra = ra * s - 0x1.7135cep+7f;
-    ra = ra * s - 0x1.44cb18p+7f;
-    ra = ra * s - 0x1.f300aep+5f;
-    ra = ra * s - 0x1.51e044p+3f;
-    ra = ra * s - 0x1.63416ep-1f;
-    ra = ra * s - 0x1.434126p-7f;
-    float sa = -0x1.eeff2ep-5f * s + 0x1.a47ef8p+2f;
-    sa = sa * s + 0x1.b28a3ep+6f;
-    sa = sa * s + 0x1.ad0216p+8f;
-    sa = sa * s + 0x1.42b192p+9f;
-    sa = sa * s + 0x1.b290dep+8f;
-    sa = sa * s + 0x1.1350c6p+7f;
-    sa = sa * s + 0x1.3a6b9cp+4f;
-    sa = sa * s + 1.0f;
-    float rb = -0x1.e384eap+8f * s - 0x1.004616p+10f;
-    rb = rb * s - 0x1.3ec882p+9f;
-    rb = rb * s - 0x1.4145d4p+7f;
-    rb = rb * s - 0x1.1c2096p+4f;
-    rb = rb * s - 0x1.993ba8p-1f;
-    rb = rb * s - 0x1.434124p-7f;
-    float sb = -0x1.670e24p+4f * s + 0x1.da874ep+8f;
-    sb = sb * s + 0x1.3f219cp+11f;
-    sb = sb * s + 0x1.8ffb76p+11f;
-    sb = sb * s + 0x1.802eb2p+10f;
-    sb = sb * s + 0x1.45cae2p+8f;
-    sb = sb * s + 0x1.e568b2p+4f;
-    sb = sb * s + 1.0f;
     int near = f2u(ax) <= 0x4036db6du;
-    float R = pick(near, ra, rb), S = pick(near, sa, sb);
+    float R = pick(near, horner(s, ERF_RA, 8), horner(s, ERF_RB, 7));
+    float S = pick(near, horner(s, ERF_SA, 9), horner(s, ERF_SB, 8));
     float z = u2f(f2u(ax) & 0xfffff000u);
     float e1 = expf_core(-z * z - 0.5625f);
     float e2 = expf_core((z - ax) * (z + ax) + R / S);
