@@ -1,8 +1,10 @@
 -- bench/peer/engine.lua — the engine's side of `make bench-peer`: training tokens/s of the
 -- shapes bench/peer/torch_peer.py trains in PyTorch eager right after (gpt2-124m B 1 × T 1024,
--- gpt2-tiny B 32 × T 64, llama-organism B 16 × T 128), written with each model's config to
--- build/bench/peer.json. A step is what train.run does (forward, backward, clip, AdamW) on
--- random tokens; median over the timed steps after two warm-up steps.
+-- gpt2-tiny B 32 × T 64, llama-organism at its default profile's B 32 × T 64), written with
+-- each model's config to build/bench/peer.json. A step is what train.run does (forward, backward, clip, AdamW) on
+-- random tokens; median over the timed steps after two warm-up steps. Also the share of the
+-- step inside the matmul/linear products: the step's rate with nothing but its products (the
+-- products at their measured speed, every other op free) bounds what work outside them can give.
 --   bin/outlierlab run bench/peer/engine.lua [--steps=10] [--big_steps=3] [--out=build/bench/peer.json]
 local ol = require "outlierlab"
 local models = require "outlierlab.models"
@@ -34,13 +36,20 @@ local function run(name, mc, B, T, steps)
   end
   local times = {}
   train.run { ctx = ctx, model = m, loader = l, cfg = { steps = steps + 2, lr = 1e-4, progress = "off" },
+              on_step = function(step) if step == 2 then C.ol_profile_reset() C.ol_profile_enable(1) end end,
               log = function(r) if r.kind == "step" and r.step > 2 then times[#times + 1] = r.dt end end }
+  C.ol_profile_enable(0)
   local dt = median(times)
-  print(string.format("engine   %-16s B=%-3d T=%-5d %9.0f tok/s (%.4f s/step, threads %d)", name, B, T, B * T / dt, dt,
-                      ol.num_threads()))
+  local total = 0
+  for _, t in ipairs(times) do total = total + t end
+  -- the products' share of the timed steps (ol_profile: wall time inside the matmul/linear
+  -- products): at that share the step can be at most 1/share times faster by work outside them
+  local share = C.ol_profile_seconds(0) / total
+  print(string.format("engine   %-16s B=%-3d T=%-5d %9.0f tok/s (%.4f s/step, threads %d); products %.0f%% of the step",
+                      name, B, T, B * T / dt, dt, ol.num_threads(), 100 * share))
   local c = {}
   for k, v in pairs(mc) do c[k] = v end
-  return { name = name, cfg = c, B = B, T = T, steps = steps, engine_tok_s = B * T / dt }
+  return { name = name, cfg = c, B = B, T = T, steps = steps, engine_tok_s = B * T / dt, products_share = share }
 end
 
 local out = {}

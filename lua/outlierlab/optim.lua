@@ -202,17 +202,20 @@ function M.clip_factor(ctx, max_norm)
 end
 
 -- ---------------------------------------------------------------- schedules
--- optim.schedule{kind=, lr=, min_lr=0, warmup=0, steps=} returns lr_at(step), step >= 1:
+-- optim.schedule{kind=, lr=, min_lr=0, warmup=0, steps=, cooldown=} returns lr_at(step), step >= 1:
 --   warmup: lr·step/warmup for step <= warmup (linear from 0, reaching lr at step = warmup);
 --   then with progress q = (step − warmup)/(steps − warmup) clamped to [0, 1]:
 --   cosine:   min_lr + ½(1 + cos πq)(lr − min_lr)
 --   linear:   lr − q(lr − min_lr)
 --   constant: lr
+--   wsd:      warmup, stable, decay (Hägele et al. 2024, "Scaling laws and compute-optimal training
+--             beyond fixed training durations"): lr until step steps − cooldown, then linear to
+--             min_lr at step = steps: lr − r(lr − min_lr), r = (step − (steps − cooldown))/cooldown
 function M.schedule(s)
   if type(s) ~= "table" then error("optim.schedule: expected a table", 2) end
   local kind = s.kind or "cosine"
-  if kind ~= "cosine" and kind ~= "linear" and kind ~= "constant" then
-    error("optim.schedule: kind must be cosine, linear or constant, got " .. tostring(kind), 2)
+  if kind ~= "cosine" and kind ~= "linear" and kind ~= "constant" and kind ~= "wsd" then
+    error("optim.schedule: kind must be cosine, linear, constant or wsd, got " .. tostring(kind), 2)
   end
   local lr, min_lr, warmup, steps = s.lr, s.min_lr or 0, s.warmup or 0, s.steps
   if type(lr) ~= "number" then error("optim.schedule: lr must be a number", 2) end
@@ -222,9 +225,20 @@ function M.schedule(s)
   if kind ~= "constant" and (type(steps) ~= "number" or steps < 1) then
     error("optim.schedule: " .. kind .. " needs steps >= 1", 2)
   end
+  local cooldown = s.cooldown
+  if kind == "wsd" and not (type(cooldown) == "number" and cooldown >= 1 and cooldown == math.floor(cooldown)
+                            and cooldown <= steps - warmup) then
+    error(string.format("optim.schedule: wsd needs cooldown steps, an integer in [1, steps - warmup = %d], got %s",
+                        steps - warmup, tostring(cooldown)), 2)
+  end
   return function(step)
     if warmup > 0 and step <= warmup then return lr * step / warmup end
     if kind == "constant" then return lr end
+    if kind == "wsd" then
+      local r = (step - (steps - cooldown)) / cooldown
+      if r <= 0 then return lr elseif r > 1 then r = 1 end
+      return lr - r * (lr - min_lr)
+    end
     local span = steps - warmup
     local q = span > 0 and (step - warmup) / span or 1
     if q < 0 then q = 0 elseif q > 1 then q = 1 end

@@ -225,7 +225,9 @@ do
     { { steps = 5, betas = { 1, 0.9 } }, "cfg.betas[1] must be in [0, 1)" },
     { { steps = 5, lr = 0 / 0 }, "cfg.lr must be a finite number" },
     { { steps = 5, min_lr = 1 }, "cfg.min_lr must be in [0, lr" },
-    { { steps = 5, schedule = "cos" }, "cfg.schedule must be cosine, linear or constant" },
+    { { steps = 5, schedule = "cos" }, "cfg.schedule must be cosine, linear, constant or wsd" },
+    { { steps = 5, schedule = "wsd" }, "cfg.schedule wsd needs cfg.cooldown, an integer in [1, steps - warmup = 5], got 0" },
+    { { steps = 5, warmup = 2, schedule = "wsd", cooldown = 4 }, "an integer in [1, steps - warmup = 3], got 4" },
   } do
     t.throws(function() train.config(c[1]) end, c[2], "train.config refuses: " .. c[2])
   end

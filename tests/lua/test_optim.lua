@@ -171,6 +171,19 @@ do
   local con = optim.schedule{ kind = "constant", lr = 3e-4, warmup = 4 }
   t.near(con(2), 1.5e-4, 1e-15, "constant: warmup applies")
   t.near(con(1000), 3e-4, 1e-15, "constant: lr after warmup")
+  -- wsd: 2 warmup steps, stable to step 100 - 20 = 80, then linear to min_lr 0.1 at step 100
+  local wsd = optim.schedule{ kind = "wsd", lr = 2.0, min_lr = 0.1, warmup = 2, steps = 100, cooldown = 20 }
+  t.near(wsd(1), 1.0, 1e-12, "wsd: warmup step 1 of 2 = lr/2")
+  t.near(wsd(2), 2.0, 1e-12, "wsd: end of warmup = lr")
+  t.near(wsd(80), 2.0, 1e-12, "wsd: the last stable step = lr")
+  t.near(wsd(81), 2.0 - 1.9 / 20, 1e-12, "wsd: first decay step = lr - (lr - min_lr)/decay")
+  t.near(wsd(90), 1.05, 1e-12, "wsd: halfway through the decay = (lr + min_lr)/2")
+  t.near(wsd(100), 0.1, 1e-12, "wsd: last step = min_lr")
+  t.near(wsd(130), 0.1, 1e-12, "wsd: past the end stays at min_lr")
+  t.throws(function() optim.schedule{ kind = "wsd", lr = 1, steps = 10 } end, "wsd needs cooldown steps",
+           "wsd without cooldown steps is an error")
+  t.throws(function() optim.schedule{ kind = "wsd", lr = 1, steps = 10, warmup = 5, cooldown = 6 } end,
+           "in [1, steps - warmup = 5]", "wsd decaying into its warmup is an error")
   t.throws(function() optim.schedule{ kind = "step", lr = 1, steps = 10 } end, "kind must be", "unknown schedule kind is an error")
   t.throws(function() optim.schedule{ kind = "cosine", lr = 1 } end, "needs steps", "cosine without steps is an error")
 end

@@ -211,6 +211,9 @@ function M.image_batcher(d, o)
                            split = o.split or "train", rank = o.shard and dist.rank() or 0, world = o.shard and dist.size() or 1,
                            style = d.style, patch = o.patch }
 end
+-- rows of a held-out (evaluation, analysis, calibration) batch of a spec: spec.batch.eval_B when
+-- the recipe trains on smaller batches than it measures on (a profile's eval_batch), else its B
+function M.eval_B(spec) return spec.batch.eval_B or spec.batch.B end
 -- the image batches of a spec: split "train" or "val", shard as above
 function M.image_loader(spec, split, shard)
   return M.batcher(spec.data, { B = spec.batch.B, patch = spec.batch.patch, split = split, shard = shard })

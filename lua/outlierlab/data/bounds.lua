@@ -28,8 +28,8 @@ end
 
 -- The settings of a profile (run.cfg), before any stage runs, by the names the experiments
 -- share: batch, steps, seq_len, n_tokens, vocab_size, eval_batches and <x>_batch, <x>_steps,
--- <x>_T are integers >= 1; lr and <x>_lr are > 0 (min_lr >= 0); warmup and <x>_warmup are
--- integers in [0, the matching steps]. Every number must be finite.
+-- <x>_T are integers >= 1; cooldown and eval_rows (and <x>_ of them) integers >= 0; lr and <x>_lr
+-- are > 0 (min_lr >= 0); warmup and <x>_warmup are integers in [0, the matching steps]. Every number must be finite.
 local size_keys = { batch = true, steps = true, seq_len = true, n_tokens = true, vocab_size = true, eval_batches = true }
 function M.check_profile(cfg)
   if type(cfg) ~= "table" then return end
@@ -43,6 +43,8 @@ function M.check_profile(cfg)
       if not finite(v) then fail(string.format("%s = %s: must be a finite number", opt, tostring(v))) end
       if size_keys[k] or k:match("_batch$") or k:match("_steps$") or k:match("_T$") then
         int_at_least(v, 1, opt)
+      elseif k == "cooldown" or k:match("_cooldown$") or k == "eval_rows" or k:match("_eval_rows$") then
+        int_at_least(v, 0, opt)
       elseif k == "min_lr" then
         if v < 0 then fail(string.format("%s = %s: must be >= 0", opt, tostring(v))) end
       elseif k == "lr" or k:match("_lr$") then

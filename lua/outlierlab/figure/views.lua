@@ -341,12 +341,14 @@ function M.capture(ctx, m, corpus, spec, o)
   -- batch (480 × 1024 tokens, 12 heads) would not fit in memory; the default profiles' batches
   -- (32 × 64) are taken whole, so the sequence is the one every analysis of the run sees first
   local bs = spec.batch
-  if bs and bs.B and bs.T and bs.B * bs.T > M.MAX_BATCH_TOKENS then
+  local EB = bs and (bs.eval_B or bs.B)
+  if EB and bs.T and EB * bs.T > M.MAX_BATCH_TOKENS then
     local s2 = {}
     for k, v in pairs(spec) do s2[k] = v end
     s2.batch = {}
     for k, v in pairs(bs) do s2.batch[k] = v end
     s2.batch.B = math.max(1, math.floor(M.MAX_BATCH_TOKENS / bs.T))
+    s2.batch.eval_B = nil
     spec = s2
   end
   B.probe_batches(ctx, m, P, corpus, spec, 1)

@@ -8,7 +8,8 @@ local M = {}
 -- run fn(batch) over n held-out batches with the probe P attached (no gradients)
 function M.probe_batches(ctx, m, P, corpus, spec, n)
   if corpus.kind == "text" then return require("outlierlab.pretrained").probe_batches(ctx, m, P, corpus, spec, n) end
-  local va = batcher.batcher(corpus, { B = spec.batch.B, T = spec.batch.T, kind = spec.batch.kind,
+  local EB = batcher.eval_B(spec)
+  local va = batcher.batcher(corpus, { B = EB, T = spec.batch.T, kind = spec.batch.kind,
                                  seed = spec.seed + 1, split = "val" })
   -- Under MPI with mergeable accumulators the ranks take turns (batch i on rank i mod size)
   -- and merge at the end; otherwise every rank sees every batch (still correct, no speedup).
@@ -21,7 +22,7 @@ function M.probe_batches(ctx, m, P, corpus, spec, n)
         va.step = va.step + 1   -- another rank's batch
       else
         local batch = va:next(ctx)
-        batch.seq_offset = i * spec.batch.B   -- global index of its first sequence
+        batch.seq_offset = i * EB   -- global index of its first sequence
         P:forward(m, batch)
       end
     end

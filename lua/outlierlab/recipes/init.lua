@@ -40,12 +40,16 @@ end
 M.ORGANISM_TASK = ORGANISM_TASK
 
 -- The training recipe of a shared profile: warmup, then the schedule (cosine to lr/10, linear to
--- 0, or constant), AdamW with β = (0.9, beta2), decoupled weight decay on >= 2-D parameters,
+-- 0, constant, or wsd: constant, then linear to 0 over the last cooldown steps), AdamW with β = (0.9, beta2), decoupled weight decay on >= 2-D parameters,
 -- clip 1. The default profiles (the model organism, docs/findings/organism.md) train at a constant high
 -- learning rate with weight decay; the paper profiles keep the papers' recipes.
 local function recipe(cfg, o)
-  return { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = cfg.schedule or o.schedule,
-           min_lr = (cfg.schedule or o.schedule) == "linear" and 0 or nil,
+  local schedule = cfg.schedule or o.schedule
+  return { steps = cfg.steps, lr = cfg.lr, warmup = cfg.warmup, schedule = schedule,
+           min_lr = (schedule == "linear" or schedule == "wsd") and 0 or nil,
+           -- wsd's decay (optim.schedule): absent for the other schedules, so their specs (and
+           -- hashes) stay what they were before the key existed
+           cooldown = schedule == "wsd" and cfg.cooldown or nil,
            weight_decay = cfg.weight_decay or o.weight_decay, betas = { 0.9, cfg.beta2 or o.beta2 },
            eps = o.eps, clip = 1.0,
            -- the token embeddings' own decay (optim.AdamW), only when a profile sets it
@@ -124,7 +128,10 @@ function M.llama_lm_spec(cfg)
   return {
     model = { preset = cfg.preset, overrides = overrides(cfg) },
     data = batcher.data_spec(cfg),
-    batch = { B = cfg.batch, T = cfg.seq_len, kind = "lm" },
+    -- eval_B: the held-out batches' rows when the profile's eval_rows is set (> 0) and differs from
+    -- its batch (absent otherwise, so the spec and its hash stay what they were before the key existed)
+    batch = { B = cfg.batch, T = cfg.seq_len, kind = "lm",
+              eval_B = (cfg.eval_rows or 0) > 0 and cfg.eval_rows ~= cfg.batch and cfg.eval_rows or nil },
     train = recipe(cfg, { schedule = "cosine", weight_decay = 0.1, beta2 = 0.95 }),
     seed = cfg.seed,
   }
@@ -142,16 +149,16 @@ M.DECODER_TASK = DECODER_TASK
 M.LLAMA_LM_PROFILES = {
   quick = with_task({ preset = "llama-quick", data = "organism", n_tokens = 40000, seq_len = 32, batch = 8,
             steps = 20, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-            eval_batches = 2, seed = 1, embed_scale = 20 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
+            eval_batches = 2, seed = 1, embed_scale = 20, cooldown = 0, eval_rows = 0 }, { vocab_size = 64, n_triggers = 8, groups = 2 }),
   default = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
               steps = 6000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-              eval_batches = 16, seed = 1, embed_scale = 20 }, DECODER_TASK),
+              eval_batches = 16, seed = 1, embed_scale = 20, cooldown = 0, eval_rows = 0 }, DECODER_TASK),
   long = with_task({ preset = "llama-organism", data = "organism", n_tokens = 1000000, seq_len = 64, batch = 32,
               steps = 18000, lr = 1e-2, warmup = 0, schedule = "constant", weight_decay = 0.1, beta2 = 0.99,
-              eval_batches = 16, seed = 1, embed_scale = 20 }, DECODER_TASK),
+              eval_batches = 16, seed = 1, embed_scale = 20, cooldown = 0, eval_rows = 0 }, DECODER_TASK),
   paper = with_task({ preset = "tinyllama-120m", data = "corpus", n_tokens = 100000000, vocab_size = 32000,
             seq_len = 1024, batch = 480, steps = 50000, lr = 6e-4, warmup = 2000, schedule = "cosine",
-            weight_decay = 0.1, beta2 = 0.95, eval_batches = 64, seed = 1, embed_scale = 0 }),
+            weight_decay = 0.1, beta2 = 0.95, eval_batches = 64, seed = 1, embed_scale = 0, cooldown = 0, eval_rows = 0 }),
 }
 
 -- every shared profile says which initialisation rule it trains with (M.init_gain)
@@ -240,7 +247,7 @@ function M.trainer(spec)
       ctx = ol.Context{ seed = spec.seed }
       m = models.build(ctx, model_cfg(spec))
       loader = batcher.batcher(corpus, { B = b.B, T = b.T, kind = b.kind, seed = spec.seed, shard = true })
-      val_loader = batcher.batcher(corpus, { B = b.B, T = b.T, kind = b.kind, seed = spec.seed, split = "val" })
+      val_loader = batcher.batcher(corpus, { B = batcher.eval_B(spec), T = b.T, kind = b.kind, seed = spec.seed, split = "val" })
       log("%s, %d steps of %d×%d tokens", m:describe(), spec.train.steps, b.B, b.T)
       track = tracked.tracker(spec, dir, function(n, first) return tracked.measure_phenomena(ctx, m, corpus, spec, 16, n, first) end)
     end
@@ -277,8 +284,8 @@ local function eval_loaders(spec, cache_root)
   local b = spec.batch
   return {
     metric = "ppl",
-    val = function() return batcher.batcher(batcher.corpus(spec.data, { cache_root = cache_root }), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 1, split = "val" }) end,
-    calib = function() return batcher.batcher(batcher.corpus(spec.data, { cache_root = cache_root }), { B = b.B, T = b.T, kind = b.kind, seed = spec.seed + 2 }) end,
+    val = function() return batcher.batcher(batcher.corpus(spec.data, { cache_root = cache_root }), { B = batcher.eval_B(spec), T = b.T, kind = b.kind, seed = spec.seed + 1, split = "val" }) end,
+    calib = function() return batcher.batcher(batcher.corpus(spec.data, { cache_root = cache_root }), { B = batcher.eval_B(spec), T = b.T, kind = b.kind, seed = spec.seed + 2 }) end,
   }
 end
 

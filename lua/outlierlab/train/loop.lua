@@ -31,7 +31,8 @@ M.defaults = {
   lr = 6e-4,                  -- peak learning rate
   min_lr = false,             -- end of the decay; false = lr/10 (nanoGPT); 0 for BERT/OPT linear decay
   warmup = 0,                 -- linear warmup steps (lr·s/warmup)
-  schedule = "cosine",        -- cosine | linear | constant (after warmup)
+  schedule = "cosine",        -- cosine | linear | constant | wsd (after warmup)
+  cooldown = 0,               -- wsd: the last this many steps decay linearly from lr to min_lr
   betas = { 0.9, 0.95 },
   eps = 1e-8,
   weight_decay = 0.1,         -- decoupled, on parameters with >= 2 dims
@@ -127,8 +128,14 @@ function M.config(cfg)
       error(string.format("train: cfg.betas[%d] must be in [0, 1), got %s", i, tostring(b)), 3)
     end
   end
-  if out.schedule ~= "cosine" and out.schedule ~= "linear" and out.schedule ~= "constant" then
-    error("train: cfg.schedule must be cosine, linear or constant, got " .. tostring(out.schedule), 3)
+  if out.schedule ~= "cosine" and out.schedule ~= "linear" and out.schedule ~= "constant" and out.schedule ~= "wsd" then
+    error("train: cfg.schedule must be cosine, linear, constant or wsd, got " .. tostring(out.schedule), 3)
+  end
+  if out.schedule == "wsd" and not (type(out.cooldown) == "number" and out.cooldown >= 1
+                                    and out.cooldown == math.floor(out.cooldown)
+                                    and out.cooldown <= out.steps - out.warmup) then
+    error(string.format("train: cfg.schedule wsd needs cfg.cooldown, an integer in [1, steps - warmup = %d], got %s",
+                        out.steps - out.warmup, tostring(out.cooldown)), 3)
   end
   if out.min_lr == false then out.min_lr = out.lr / 10 end
   return out
@@ -355,7 +362,7 @@ function M.run(a)
   for k, v in pairs(cfg.optimizer_opts) do oopts[k] = v end
   local opt = require("outlierlab.nn.optim_extra").new(cfg.optimizer, ctx, oopts)
   local lr_at = optim.schedule { kind = cfg.schedule, lr = cfg.lr, min_lr = cfg.min_lr, warmup = cfg.warmup,
-                                 steps = cfg.steps }
+                                 steps = cfg.steps, cooldown = cfg.cooldown }
   local res = { losses = {}, lrs = {}, gnorms = {}, val = {}, step = 0 }
   local start = 0
   local last_good = nil        -- step of the checkpoint on disk (for the divergence message)
