@@ -1,10 +1,10 @@
 -- bench/peer/engine.lua — the engine's side of `make bench-peer`: training tokens/s of the
 -- shapes bench/peer/torch_peer.py trains in PyTorch eager right after (gpt2-124m B 1 × T 1024,
--- gpt2-tiny B 32 × T 64, llama-organism at its default profile's B 32 × T 64), written with
--- each model's config to build/bench/peer.json. A step is what train.run does (forward, backward, clip, AdamW) on
--- random tokens; median over the timed steps after two warm-up steps. Also the share of the
--- step inside the matmul/linear products: the step's rate with nothing but its products (the
--- products at their measured speed, every other op free) bounds what work outside them can give.
+-- gpt2-tiny B 32 × T 64, llama-organism at its default profile's batch × T 64), written with
+-- each model's config to build/bench/peer.json. A step is what train.run does (forward,
+-- backward, clip, AdamW) on random tokens; median over the timed steps after two warm-up steps.
+-- Also the share of the step inside the matmul/linear products: the step's rate with nothing but
+-- its products (at their measured speed, every other op free) bounds what work outside them can give.
 --   bin/outlierlab run bench/peer/engine.lua [--steps=10] [--big_steps=3] [--out=build/bench/peer.json]
 local ol = require "outlierlab"
 local models = require "outlierlab.models"

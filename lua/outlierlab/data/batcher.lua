@@ -212,7 +212,7 @@ function M.image_batcher(d, o)
                            style = d.style, patch = o.patch }
 end
 -- rows of a held-out (evaluation, analysis, calibration) batch of a spec: spec.batch.eval_B when
--- the recipe trains on smaller batches than it measures on (a profile's eval_batch), else its B
+-- the recipe measures on batches of other rows than it trains on (a profile's eval_rows), else its B
 function M.eval_B(spec) return spec.batch.eval_B or spec.batch.B end
 -- the image batches of a spec: split "train" or "val", shard as above
 function M.image_loader(spec, split, shard)

@@ -29,7 +29,8 @@ end
 -- The settings of a profile (run.cfg), before any stage runs, by the names the experiments
 -- share: batch, steps, seq_len, n_tokens, vocab_size, eval_batches and <x>_batch, <x>_steps,
 -- <x>_T are integers >= 1; cooldown and eval_rows (and <x>_ of them) integers >= 0; lr and <x>_lr
--- are > 0 (min_lr >= 0); warmup and <x>_warmup are integers in [0, the matching steps]. Every number must be finite.
+-- are > 0 (min_lr >= 0); warmup and <x>_warmup are integers in [0, the matching steps]. Every
+-- number must be finite.
 local size_keys = { batch = true, steps = true, seq_len = true, n_tokens = true, vocab_size = true, eval_batches = true }
 function M.check_profile(cfg)
   if type(cfg) ~= "table" then return end

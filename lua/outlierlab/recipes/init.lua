@@ -40,8 +40,8 @@ end
 M.ORGANISM_TASK = ORGANISM_TASK
 
 -- The training recipe of a shared profile: warmup, then the schedule (cosine to lr/10, linear to
--- 0, constant, or wsd: constant, then linear to 0 over the last cooldown steps), AdamW with β = (0.9, beta2), decoupled weight decay on >= 2-D parameters,
--- clip 1. The default profiles (the model organism, docs/findings/organism.md) train at a constant high
+-- 0, constant, or wsd: constant, then linear to 0 over the last cooldown steps), AdamW with
+-- β = (0.9, beta2), decoupled weight decay on >= 2-D parameters, clip 1. The default profiles (the model organism, docs/findings/organism.md) train at a constant high
 -- learning rate with weight decay; the paper profiles keep the papers' recipes.
 local function recipe(cfg, o)
   local schedule = cfg.schedule or o.schedule
