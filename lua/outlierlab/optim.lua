@@ -211,10 +211,20 @@ end
 --   wsd:      warmup, stable, decay (Hägele et al. 2024, "Scaling laws and compute-optimal training
 --             beyond fixed training durations"): lr until step steps − cooldown, then linear to
 --             min_lr at step = steps: lr − r(lr − min_lr), r = (step − (steps − cooldown))/cooldown
+M.SCHEDULES = { cosine = true, linear = true, constant = true, wsd = true }
+
+-- what is wrong with a wsd schedule's cooldown (nil: nothing): an integer in [1, steps − warmup]
+-- (optim.schedule and train.config's pre-flight check word their errors around it)
+function M.cooldown_problem(steps, warmup, cooldown)
+  if type(cooldown) == "number" and cooldown >= 1 and cooldown == math.floor(cooldown)
+     and cooldown <= steps - warmup then return nil end
+  return string.format("an integer in [1, steps - warmup = %d], got %s", steps - warmup, tostring(cooldown))
+end
+
 function M.schedule(s)
   if type(s) ~= "table" then error("optim.schedule: expected a table", 2) end
   local kind = s.kind or "cosine"
-  if kind ~= "cosine" and kind ~= "linear" and kind ~= "constant" and kind ~= "wsd" then
+  if not M.SCHEDULES[kind] then
     error("optim.schedule: kind must be cosine, linear, constant or wsd, got " .. tostring(kind), 2)
   end
   local lr, min_lr, warmup, steps = s.lr, s.min_lr or 0, s.warmup or 0, s.steps
@@ -226,11 +236,8 @@ function M.schedule(s)
     error("optim.schedule: " .. kind .. " needs steps >= 1", 2)
   end
   local cooldown = s.cooldown
-  if kind == "wsd" and not (type(cooldown) == "number" and cooldown >= 1 and cooldown == math.floor(cooldown)
-                            and cooldown <= steps - warmup) then
-    error(string.format("optim.schedule: wsd needs cooldown steps, an integer in [1, steps - warmup = %d], got %s",
-                        steps - warmup, tostring(cooldown)), 2)
-  end
+  local bad = kind == "wsd" and M.cooldown_problem(steps, warmup, cooldown)
+  if bad then error("optim.schedule: wsd needs cooldown steps, " .. bad, 2) end
   return function(step)
     if warmup > 0 and step <= warmup then return lr * step / warmup end
     if kind == "constant" then return lr end

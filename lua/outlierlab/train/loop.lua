@@ -18,6 +18,7 @@
 --     check it is finite; AdamW step with lr = schedule(s).
 -- The reported step loss is the mean of the micro-batch losses. See docs/reference/training.md.
 local ol = require "outlierlab"
+local optim = require "outlierlab.optim"
 local progress = require "outlierlab.util.progress"
 local ffi = require "ffi"
 local C = ol.C
@@ -128,15 +129,11 @@ function M.config(cfg)
       error(string.format("train: cfg.betas[%d] must be in [0, 1), got %s", i, tostring(b)), 3)
     end
   end
-  if out.schedule ~= "cosine" and out.schedule ~= "linear" and out.schedule ~= "constant" and out.schedule ~= "wsd" then
+  if not optim.SCHEDULES[out.schedule] then
     error("train: cfg.schedule must be cosine, linear, constant or wsd, got " .. tostring(out.schedule), 3)
   end
-  if out.schedule == "wsd" and not (type(out.cooldown) == "number" and out.cooldown >= 1
-                                    and out.cooldown == math.floor(out.cooldown)
-                                    and out.cooldown <= out.steps - out.warmup) then
-    error(string.format("train: cfg.schedule wsd needs cfg.cooldown, an integer in [1, steps - warmup = %d], got %s",
-                        out.steps - out.warmup, tostring(out.cooldown)), 3)
-  end
+  local bad = out.schedule == "wsd" and optim.cooldown_problem(out.steps, out.warmup, out.cooldown)
+  if bad then error("train: cfg.schedule wsd needs cfg.cooldown, " .. bad, 3) end
   if out.min_lr == false then out.min_lr = out.lr / 10 end
   return out
 end
@@ -349,7 +346,6 @@ function M.run(a)
   if type(model) ~= "table" or type(model.loss) ~= "function" then error("train.run: model must have a loss(batch, opts) method", 2) end
   if type(loader) ~= "table" or type(loader.next) ~= "function" then error("train.run: loader must have a next(ctx) method", 2) end
   local cfg = M.config(a.cfg)
-  local optim = require "outlierlab.optim"
   local log = a.log or function() end
   -- the run's floating-point mode on every thread, whatever an earlier run left; the caller's
   -- mode comes back when the run returns
