@@ -142,11 +142,12 @@ local function w8a8_ranges(family)
   return { weight_range = opt and "mse" or "minmax", estimator = opt and "percentile" or "running_minmax", percentile = 99.999 }
 end
 
--- 2. FP metric, outlier statistics and W8A8 metric of every model
+-- 2. FP metric, outlier statistics and W8A8 metric of every model: one model per sweep member, so
+-- that under MPI each rank analyses its share of the models (run:sweep; the rows the same on
+-- every rank, and each row the same bits as one process computes)
 local function analyze(run)
   local cfg = run.cfg
-  local rows = {}
-  for _, t in ipairs(run.out.train) do
+  local rows = run:sweep(run.out.train, function(t)
     local ranges = w8a8_ranges(t.family)
     local r = papers.qt_row(t.spec, t.handle, t.family, {
       n_eval = cfg.n_eval, n_calib = cfg.n_calib, n_stats = cfg.n_stats,
@@ -175,10 +176,10 @@ local function analyze(run)
     r.quant = quant.measure(ctx, m, L, { n_eval = cfg.n_eval, n_calib = cfg.n_calib, metric = L.metric, log = function(fmt, ...)
       run:log("%s %-8s seed %d: " .. fmt, t.family, t.variant, t.seed, ...) end })
     run:log("%s %-8s seed %d, 4-bit era (RTN per channel / per token): %s", t.family, t.variant, t.seed, quant.describe(r.quant))
-    rows[#rows + 1] = r
     ctx, m = nil, nil
     collectgarbage()
-  end
+    return r
+  end)
   local sl = seeds.list(cfg)
   local v = { paper_value = {}, n_seeds = #sl, clipped_gamma = {}, tokens = {} }
   local fams = families(cfg)

@@ -183,10 +183,10 @@ local function outliers(ctx, m, batches, cfg)
   return { kurtosis = k / nl, kurtosis_no_first = kn / nl, massive_first = massive, peak_abs = peak }
 end
 
+-- one model per sweep member: under MPI each rank analyses its share (run:sweep)
 local function analyze(run)
   local cfg = run.cfg
-  local rows = {}
-  for _, t in ipairs(run.out.train) do
+  local rows = run:sweep(run.out.train, function(t)
     local ctx, m, L = recipes.load(t.spec, t.handle)
     local val = quant.batches(ctx, L.val(), cfg.n_eval)
     local calib = quant.batches(ctx, L.calib(), cfg.n_calib)
@@ -202,8 +202,8 @@ local function analyze(run)
     run:log("%-14s seed %d: loss %.3f, sink rate %.0f%%, massive at first %.1f, kurtosis %.1f (w/o first %.1f), W8A8 %.3f, W4A4 %.3f, +H %.3f, +SQ %.3f",
       t.key, t.seed, r.val_loss, r.sink_rate, r.massive_first, r.kurtosis, r.kurtosis_no_first, r.w8a8, r.w4a4,
       r.w4a4_hadamard, r.w4a4_smooth)
-    rows[#rows + 1] = r
-  end
+    return r
+  end)
   local sl = seeds.list(cfg)
   local v = { metric_value = {}, metric_mean = {}, metric_sd = {}, quant_loss = {}, quant_delta_mean = {}, quant_delta_sd = {},
               sink_rate_mean = {}, sink_rate_sd = {}, n_seeds = #sl }

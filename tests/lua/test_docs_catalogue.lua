@@ -152,4 +152,46 @@ do
   t.ok(out:find("\nso%-fig11\tdoes not hold\t") ~= nil, "verdicts --update: a row without a run file is kept")
 end
 
+-- scripts/findings-tables.lua: a marked block becomes the summary's table of that rank; a block
+-- already equal is left; --check fails while one differs; a missing table is an error naming it;
+-- every block of the findings pages names an experiment of the catalogue
+do
+  local dir = os.tmpname(); os.remove(dir)
+  os.execute("mkdir -p '" .. dir .. "/so-fig11/default'")
+  local function put(path, s) local f = io.open(path, "w"); f:write(s); f:close() end
+  put(dir .. "/so-fig11/default/summary.md", "# so-fig11\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\ntext | not a table\n\n" ..
+      "| setting | value |\n|---|---|\n| seeds | 3 |\n| lr | 0.02 |\nafter\n")
+  local OPEN2 = "<!-- generated table: so-fig11 #2 (scripts/findings-tables.lua) -->\n"
+  local CLOSE = "<!-- end of generated table -->"
+  put(dir .. "/page.md", "# page\n\n" .. OPEN2 .. "| old |\n" .. CLOSE .. "\n\nprose\n" ..
+      "<!-- generated table: so-fig11 #1 (scripts/findings-tables.lua) -->\n| a | b |\n|---|---|\n| 1 | 2 |\n" .. CLOSE .. "\nend\n")
+  local cmd = "cd " .. root .. " && bin/outlierlab run scripts/findings-tables.lua --doc=" .. dir .. "/page.md --results=" .. dir
+  local out1, ok1 = sh(cmd .. " --check")
+  t.ok(not ok1 and out1:find("differs: so-fig11 #2", 1, true) and not out1:find("#1\n", 1, true),
+       "findings-tables --check: the stale block named, the command fails", out1)
+  local out2 = sh(cmd .. " --write")
+  local page = slurp(dir .. "/page.md") or ""
+  t.is(page, "# page\n\n" .. OPEN2 .. "| setting | value |\n|---|---|\n| seeds | 3 |\n| lr | 0.02 |\n" .. CLOSE .. "\n\nprose\n" ..
+       "<!-- generated table: so-fig11 #1 (scripts/findings-tables.lua) -->\n| a | b |\n|---|---|\n| 1 | 2 |\n" .. CLOSE .. "\nend\n",
+       "findings-tables --write: the second table copied into its block, the rest of the page kept")
+  t.ok(out2:find("2 generated table(s), 1 rewritten", 1, true), "findings-tables --write: counts the blocks", out2)
+  local _, ok3 = sh(cmd .. " --check")
+  t.ok(ok3, "findings-tables --check: passes once the blocks are the run files' tables")
+  put(dir .. "/page.md", "<!-- generated table: so-fig11 #3 (scripts/findings-tables.lua) -->\n" .. CLOSE .. "\n")
+  local out4, ok4 = sh(cmd .. " --check 2>&1")
+  t.ok(not ok4 and out4:find("block so-fig11 #3: " .. dir .. "/so-fig11/default/summary.md has 2 table(s)", 1, true),
+       "findings-tables: a missing table is an error naming the block and the file", out4)
+  os.execute("rm -rf '" .. dir .. "'")
+  local ids = {}
+  for _, e in ipairs(catalogue.list()) do ids[e.id] = true end
+  local bad = {}
+  for _, page in ipairs({ "results.md", "organism.md" }) do
+    local text = slurp(root .. "/docs/findings/" .. page) or ""
+    for id in text:gmatch("<!%-%- generated table: ([%w%-_]+) #%d+") do
+      if not ids[id] then bad[#bad + 1] = page .. ": " .. id end
+    end
+  end
+  t.ok(#bad == 0, "every generated table of the findings pages names an experiment", table.concat(bad, ", "))
+end
+
 return t.done()

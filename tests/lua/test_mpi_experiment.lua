@@ -70,8 +70,10 @@ local sweep = "bin/outlierlab run experiments/so-fig12.lua --profile=quick"
 local s1, oks1 = run(env .. sweep .. dirs("sweep1"))
 local s2, oks2 = run(env .. "mpirun --oversubscribe -np 2 " .. sweep .. dirs("sweep2"))
 t.ok(oks1 and oks2, "the sweep ran on 1 and on 2 ranks", s1 .. s2)
-local function data(tag)
-  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/so-fig12/quick/so-fig12.nc", tmp, tag))
+-- the data section of an experiment's NetCDF file in the run <tag> (id: so-fig12 unless given)
+local function data(tag, id)
+  id = id or "so-fig12"
+  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/%s/quick/%s.nc", tmp, tag, id, id))
   local x = p:read("*a")
   p:close()
   return x:match("\ndata:\n(.*)$") or "(no data)"
@@ -119,15 +121,20 @@ t.ok(bad:find("--sweep_index=6 but the sweep has 6 members", 1, true), "an index
 local qt = "bin/outlierlab run experiments/qt-table1.lua --profile=quick"
 local q1, okq1 = run(env .. qt .. dirs("qt1"))
 local q2, okq2 = run(env .. "mpirun --oversubscribe -np 2 " .. qt .. dirs("qt2"))
-local function qdata(tag)
-  local p = io.popen(string.format("ncdump -p 9,17 %s/out-%s/qt-table1/quick/qt-table1.nc", tmp, tag))
-  local x = p:read("*a")
-  p:close()
-  return x:match("\ndata:\n(.*)$") or "(no data)"
-end
+local function qdata(tag) return data(tag, "qt-table1") end
 local qmodels = 0
 for _ in io.popen("ls -d " .. tmp .. "/cache-qt2/models/*/done.lua 2>/dev/null"):lines() do qmodels = qmodels + 1 end
 t.ok(okq1 and okq2 and qmodels == 3 and #qdata("qt1") > 100 and qdata("qt1") == qdata("qt2"),
      "qt-table1 as an MPI sweep: 2 ranks train its 3 members and store 1 rank's numbers", q1 .. q2)
+-- the analysis spreads too (remedies: one model per member of run:sweep): on 2 ranks, with the
+-- 1-rank run's models, rank 1 analyses its share and the table is 1 rank's
+local rem = "bin/outlierlab run experiments/remedies.lua --profile=quick"
+local r1, okr1 = run(env .. rem .. dirs("rem1"))
+os.execute(string.format("mkdir -p %s/cache-rem2 && cp -r %s/cache-rem1/models %s/cache-rem2/", tmp, tmp, tmp))
+local r2, okr2 = run(env .. "mpirun --oversubscribe -np 2 " .. rem .. dirs("rem2"))
+local analysed_by_1 = (r2:match("stage analyze(.*)$") or ""):find("%[rank 1%]: [%w_]+ +seed 1: loss") ~= nil
+t.ok(okr1 and okr2 and not r2:find("stage train\n[^\n]*step", 1) and analysed_by_1,
+     "remedies on 2 ranks: the 1-rank models reused, rank 1 analyses its share of them", r2)
+t.ok(#data("rem1", "remedies") > 100 and data("rem1", "remedies") == data("rem2", "remedies"), "and the stored numbers are 1 rank's, bit for bit")
 os.execute("rm -rf " .. tmp)
 return t.done()
