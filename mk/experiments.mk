@@ -26,11 +26,14 @@ $(addprefix reproduce-,$(EXPERIMENT_IDS)): reproduce-%: all ## reproduce-<id>: o
 reproduce-%: all
 	@bin/outlierlab run experiments/$*.lua --profile=$(PROFILE)
 
-reproduce-all: all ## every experiment, one after the other (RANKS=2: under mpirun)
-	@for id in $(EXPERIMENT_IDS); do \
-	  echo "== $$id ($(PROFILE))"; \
+# each experiment's wall time and the total are printed as they end (a rerun reuses the cache:
+# its times are what was left to do)
+reproduce-all: all ## every experiment, one after the other (RANKS=2: under mpirun), each one timed
+	@t0=$$(date +%s); for id in $(EXPERIMENT_IDS); do \
+	  echo "== $$id ($(PROFILE))"; t=$$(date +%s); \
 	  $(RUN_PREFIX)bin/outlierlab run experiments/$$id.lua --profile=$(PROFILE) $(REPRODUCE_ARGS) || exit 1; \
-	done
+	  echo "== $$id: $$(( $$(date +%s) - t )) s"; \
+	done; echo "== reproduce-all ($(PROFILE)): $(words $(EXPERIMENT_IDS)) experiments in $$(( $$(date +%s) - t0 )) s"
 
 list: all ## the experiments' ids, titles and the profiles with results (MARKDOWN=1: the docs' table)
 	@bin/outlierlab list $(if $(MARKDOWN),--markdown)
