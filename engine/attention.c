@@ -105,6 +105,11 @@ static inline float dotf(const float *a, const float *b, int64_t n) {
 
 static inline float sigmf(float x) { return 1.0f / (1.0f + ol__expf(-x)); }
 
+/* padded keys (pad[j] == 0) get weight 0 */
+static inline void zero_padded(float *s, const int32_t *pad, int64_t n) {
+    for (int64_t j = 0; j < n; j++) s[j] = pad[j] ? s[j] : 0.0f;
+}
+
 /* dropout factor z of mask index idx: 0 with probability p, else 1/(1−p) (as ol_dropout) */
 static inline float keepf(const att_plan *d, uint64_t seed, uint64_t idx) {
     return ol__u01(seed, idx) < d->drop_p ? 0.0f : d->drop_keep;
@@ -128,9 +133,11 @@ static void tile_probs(const att_plan *d, int64_t b, int64_t h, int64_t row0, in
         int64_t i = i0 + r, row = row0 + i, kv = row_kmax(d, i);
         float *s = S + r * Tk;
         for (int64_t j = kv; j < kmax; j++) s[j] = 0.0f;
+        /* e^x and σ over every visible column, then the padded ones zeroed: a conditional
+         * inside the e^x loop would keep it scalar (the values are the same either way) */
         if (d->kind == OL_ATTN_SIGMOID) {
-            for (int64_t j = 0; j < kv; j++)
-                s[j] = (!pad || pad[j]) ? sigmf(s[j] + sb) : 0.0f;
+            for (int64_t j = 0; j < kv; j++) s[j] = sigmf(s[j] + sb);
+            if (pad) zero_padded(s, pad, kv);
             continue;
         }
         if (d->kind == OL_ATTN_SOFTPICK) {   /* leaves e_j = e^{s_j−m} (masked 0); tile_softpick makes A */
@@ -141,8 +148,8 @@ static void tile_probs(const att_plan *d, int64_t b, int64_t h, int64_t row0, in
                     if ((!pad || pad[j]) && s[j] > m) m = s[j];
                 d->m[row] = m;
             } else m = d->m[row];
-            if (pad) for (int64_t j = 0; j < kv; j++) s[j] = pad[j] ? ol__expf(s[j] - m) : 0.0f;
-            else     for (int64_t j = 0; j < kv; j++) s[j] = ol__expf(s[j] - m);
+            for (int64_t j = 0; j < kv; j++) s[j] = ol__expf(s[j] - m);
+            if (pad) zero_padded(s, pad, kv);
             if (fresh) {
                 float c = expf(-m), l = 0.0f;
                 for (int64_t j = 0; j < kv; j++)
@@ -165,16 +172,16 @@ static void tile_probs(const att_plan *d, int64_t b, int64_t h, int64_t row0, in
               : (d->kind == OL_ATTN_ATTN_BIAS || d->kind == OL_ATTN_SINK_LOGIT) ? expf(sp - m) : 0.0f;
             /* e_j = exp(s_j − m) once, in a loop that vectorises (ol__expf), then summed in
              * order (the sum stays serial: no reassociation without fast-math) */
-            if (pad) for (int64_t j = 0; j < kv; j++) s[j] = pad[j] ? ol__expf(s[j] - m) : 0.0f;
-            else     for (int64_t j = 0; j < kv; j++) s[j] = ol__expf(s[j] - m);
+            for (int64_t j = 0; j < kv; j++) s[j] = ol__expf(s[j] - m);
+            if (pad) zero_padded(s, pad, kv);
             for (int64_t j = 0; j < kv; j++) l += s[j];
             d->m[row] = m;
             d->l[row] = l;
         } else {
             m = d->m[row];
             l = d->l[row];
-            if (pad) for (int64_t j = 0; j < kv; j++) s[j] = pad[j] ? ol__expf(s[j] - m) : 0.0f;
-            else     for (int64_t j = 0; j < kv; j++) s[j] = ol__expf(s[j] - m);
+            for (int64_t j = 0; j < kv; j++) s[j] = ol__expf(s[j] - m);
+            if (pad) zero_padded(s, pad, kv);
         }
         float inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int64_t j = 0; j < kv; j++) s[j] *= inv;
