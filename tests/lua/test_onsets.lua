@@ -123,6 +123,20 @@ do
   t.ok(not out:find("norm_variant=dyt", 1, true), "onset-table: a model still training (no done.lua) is left out", out)
   t.ok(table_of("--partial"):find("| norm_variant=dyt (llama-quick, 80 steps) | 2 | 40 | n/a | n/a | 40 |", 1, true),
        "onset-table --partial: it is listed with its last tracked step")
+  -- another recipe of the same label and seed (a knob of the recipe map): one row of the two is
+  -- kept (the later; written in the same second here, so either) and the note counts the other;
+  -- --run keeps the models one run.json lists
+  model("d", { embed_scale = 0 }, 1, { { step = 0, sink_rate = 0 }, { step = 80, sink_rate = 0.1 } })
+  local later = table_of("")
+  local _, n_vanilla = later:gsub("| vanilla %(llama%-quick, 80 steps%) | 1 |", "")
+  t.ok(n_vanilla == 1 and later:find("1 model(s) with the label and seed of a later one left out", 1, true),
+       "onset-table: two models of the same label and seed give one row, and the note counts the other", later)
+  fs.write_atomic(root .. "/run.json", json.encode({ models = { "a", "b" } }))
+  local picked = table_of("--run='" .. root .. "/run.json'")
+  t.ok(picked:find("| vanilla (llama-quick, 80 steps) | 1 | 20 (held 60) |", 1, true) and not picked:find("left out", 1, true),
+       "onset-table --run: only the run's models, so the leaderboard's own vanilla is kept", picked)
+  fs.write_atomic(root .. "/empty.json", "{}")
+  t.ok(table_of("--run='" .. root .. "/empty.json'"):find("lists no models", 1, true), "onset-table --run: a run.json without models is refused")
   os.execute("rm -rf '" .. root .. "'")
 end
 
