@@ -44,14 +44,17 @@ local function tables_of(text)
   return out
 end
 
-local summaries = {}
+local summaries = {}   -- path -> the summary's tables (read and split once per summary)
 local function table_from(id, rank)
   local path = cfg.results .. "/" .. id .. "/" .. cfg.profile .. "/summary.md"
-  if summaries[path] == nil then summaries[path] = fs.read_file(path) or false end
-  if not summaries[path] then error(cfg.doc .. ": block " .. id .. " #" .. rank .. ": cannot read " .. path, 0) end
-  local t = tables_of(summaries[path])[rank]
+  if not summaries[path] then
+    local text = fs.read_file(path)
+    if not text then error(cfg.doc .. ": block " .. id .. " #" .. rank .. ": cannot read " .. path, 0) end
+    summaries[path] = tables_of(text)
+  end
+  local t = summaries[path][rank]
   if not t then
-    error(string.format("%s: block %s #%d: %s has %d table(s)", cfg.doc, id, rank, path, #tables_of(summaries[path])), 0)
+    error(string.format("%s: block %s #%d: %s has %d table(s)", cfg.doc, id, rank, path, #summaries[path]), 0)
   end
   return t
 end
