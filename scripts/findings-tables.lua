@@ -18,6 +18,7 @@
 -- an error naming the file and the rank.
 local ol = require "outlierlab"
 local fs = require "outlierlab.util.fs"
+local marked = require "outlierlab.util.marked"
 local cfg = require("outlierlab.config").get {
   doc = ol.root .. "/docs/findings/results.md", results = ol.root .. "/results", profile = "default",
   write = false, check = false,
@@ -60,26 +61,14 @@ local function table_from(id, rank)
 end
 
 local text = fs.read_file(cfg.doc) or error(cfg.doc .. ": cannot read", 0)
-local out, pos, n_blocks, n_diff = {}, 1, 0, 0
-while true do
-  local a, b, id, rank = text:find(OPEN, pos)
-  if not a then break end
-  local c, d = text:find(CLOSE, b, true)
-  if not c then error(string.format("%s: block %s #%s has no closing line %q", cfg.doc, id, rank, CLOSE), 0) end
-  local inner = text:sub(b + 2, c - 2)      -- between the marker lines, without their newlines
-  local want = table_from(id, tonumber(rank))
-  n_blocks = n_blocks + 1
-  if inner ~= want then
-    n_diff = n_diff + 1
-    print(string.format("differs: %s #%s", id, rank))
-  end
-  out[#out + 1] = text:sub(pos, b) .. "\n" .. want .. "\n"
-  pos = c
-end
-out[#out + 1] = text:sub(pos)
+local new, n_blocks, n_diff = marked.rewrite(text, OPEN, CLOSE, function(inner, id, rank)
+  local want = "\n" .. table_from(id, tonumber(rank)) .. "\n"   -- the table on the lines between the markers
+  if inner ~= want then print(string.format("differs: %s #%s", id, rank)) end
+  return want
+end, cfg.doc)
 
 if cfg.write then
-  if n_diff > 0 then fs.write_atomic(cfg.doc, table.concat(out)) end
+  if n_diff > 0 then fs.write_atomic(cfg.doc, new) end
   print(string.format("%s: %d generated table(s), %d rewritten", cfg.doc, n_blocks, n_diff))
 else
   print(string.format("%s: %d generated table(s), %d differ from %s", cfg.doc, n_blocks, n_diff, cfg.results))

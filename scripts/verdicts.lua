@@ -17,6 +17,7 @@
 local ol = require "outlierlab"
 local fs = require "outlierlab.util.fs"
 local json = require "outlierlab.util.json"
+local marked = require "outlierlab.util.marked"
 local catalogue = require "outlierlab.runner.catalogue"
 local cfg = require("outlierlab.config").get {
   tsv = ol.root .. "/docs/findings/verdicts.tsv", results = ol.root .. "/results", profile = "default",
@@ -118,10 +119,9 @@ local END = "<!-- end of generated verdicts -->"
 
 local function replace_block(path, block)
   local text = fs.read_file(path) or error(path .. ": cannot read", 0)
-  local a, b = text:find(BEGIN, 1, true)
-  local c = text:find(END, 1, true)
-  if not a or not c or c < b then error(path .. ": no generated-verdicts markers", 0) end
-  fs.write_atomic(path, text:sub(1, b) .. block .. text:sub(c))
+  local new, n = marked.rewrite(text, BEGIN, END, function() return block end, path, true)
+  if n ~= 1 then error(string.format("%s: %d generated-verdicts blocks, expected one", path, n), 0) end
+  fs.write_atomic(path, new)
 end
 
 local rows = read_tsv(cfg.tsv)

@@ -152,6 +152,25 @@ do
   t.ok(out:find("\nso%-fig11\tdoes not hold\t") ~= nil, "verdicts --update: a row without a run file is kept")
 end
 
+-- outlierlab.util.marked: each block between its markers rewritten, the captures passed on, the
+-- rest of the page kept; an unclosed block is an error naming the page and the marker
+do
+  local marked = require "outlierlab.util.marked"
+  local page = "a\n<!-- x 1 -->\nold\n<!-- end -->\nb\n<!-- x 2 -->\nsame\n<!-- end -->\nc\n"
+  local seen = {}
+  local new, n, changed = marked.rewrite(page, "<!%-%- x (%d) %-%->", "<!-- end -->", function(inner, k)
+    seen[#seen + 1] = k .. "=" .. inner
+    return k == "1" and "\nnew\n" or inner
+  end, "p.md")
+  t.is(new, "a\n<!-- x 1 -->\nnew\n<!-- end -->\nb\n<!-- x 2 -->\nsame\n<!-- end -->\nc\n", "marked.rewrite: one block rewritten, the other and the page kept")
+  t.is(n .. " " .. changed .. " " .. table.concat(seen, ","), "2 1 1=\nold\n,2=\nsame\n", "marked.rewrite: counts and captures")
+  local plain = marked.rewrite("<!-- (a) -->X<!-- end -->", "<!-- (a) -->", "<!-- end -->", function() return "Y" end, "p.md", true)
+  t.is(plain, "<!-- (a) -->Y<!-- end -->", "marked.rewrite: a plain opening marker")
+  local ok, err = pcall(marked.rewrite, "<!-- x 1 -->\nno end\n", "<!%-%- x (%d) %-%->", "<!-- end -->", function(s) return s end, "p.md")
+  t.ok(not ok and tostring(err):find('p.md: the block opened by "<!-- x 1 -->" has no closing marker "<!-- end -->"', 1, true),
+       "marked.rewrite: an unclosed block names the page and both markers", tostring(err))
+end
+
 -- scripts/findings-tables.lua: a marked block becomes the summary's table of that rank; a block
 -- already equal is left; --check fails while one differs; a missing table is an error naming it;
 -- every block of the findings pages names an experiment of the catalogue
