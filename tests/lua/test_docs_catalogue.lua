@@ -143,13 +143,17 @@ do
   f:write('{"paper":"SO","paper_result":"x","reproduced":"ratio 999","verdict":"holds","settings":{"seed":1}}')
   f:close()
   os.execute("cp '" .. root .. "/docs/findings/verdicts.tsv' '" .. dir .. "/v.tsv'")
+  local before = slurp(dir .. "/v.tsv") or ""
+  local fig3_was = before:match("\nso%-fig3\t([^\t]+)\t") or "?"
+  local fig11_row = before:match("\nso%-fig11\t[^\n]*\n") or "?"
   sh("cd " .. root .. " && bin/outlierlab run scripts/verdicts.lua --update --tsv=" .. dir .. "/v.tsv --results=" .. dir .. " 2>/dev/null")
   local out = slurp(dir .. "/v.tsv") or ""
   os.execute("rm -rf '" .. dir .. "'")
   local row = out:match("\nso%-fig3\t[^\n]*") or ""
-  t.ok(row:find("\tholds\t1\tSO\tx\tratio 999\t", 1, true) and row:find("REVIEW: verdict was does not hold", 1, true),
+  -- (the so-fig3 row's verdict moves unless it already holds; the check needs it to move)
+  t.ok(fig3_was ~= "holds" and row:find("\tholds\t1\tSO\tx\tratio 999\t", 1, true) and row:find("REVIEW: verdict was " .. fig3_was, 1, true),
        "verdicts --update: the run file's fields copied, the why flagged for review when the verdict moved", row)
-  t.ok(out:find("\nso%-fig11\tdoes not hold\t") ~= nil, "verdicts --update: a row without a run file is kept")
+  t.ok(out:find(fig11_row, 1, true) ~= nil, "verdicts --update: a row without a run file is kept as it was")
 end
 
 -- outlierlab.util.marked: each block between its markers rewritten, the captures passed on, the
