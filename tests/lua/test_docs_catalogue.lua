@@ -217,4 +217,21 @@ do
   t.ok(#bad == 0, "every generated table of the findings pages names an experiment", table.concat(bad, ", "))
 end
 
+-- the seeds a verdict states are the seeds it judges: an experiment whose profile trains more
+-- than one seed reads them (seeds.list, a sweep member's it.seed, cfg.n_seeds); one that judges a
+-- single model says n_seeds = 1, so the verdict table does not claim three seeds for one model
+do
+  local bad = {}
+  for _, e in ipairs(catalogue.list()) do
+    local exp = dofile(e.file)
+    local src = slurp(e.file) or ""
+    local uses = src:find("seeds%.list") or src:find("it%.seed") or src:find("cfg%.n_seeds")
+    for name, p in pairs(exp.profiles or {}) do
+      if (p.n_seeds or 1) > 1 and not uses then bad[#bad + 1] = e.id .. " (" .. name .. ": n_seeds " .. p.n_seeds .. ")" end
+    end
+  end
+  table.sort(bad)
+  t.ok(#bad == 0, "an experiment with n_seeds > 1 reads its seeds; one that judges one model says n_seeds = 1", table.concat(bad, ", "))
+end
+
 return t.done()
