@@ -189,7 +189,7 @@ return {
   title = "The no-op's softmax dynamic range, the LayerNorm hypersphere and W_q/W_k singular subspaces",
   source = { paper = "BLOG (Why do transformers have outliers?, 2026)", figure = "three checks",
              claim = "A no-op head needs a score gap M = log((n − 1)p/(1 − p)); LayerNorm puts every token on a sphere of radius √d (scaled by γ), so the gap comes from W_q and W_k sharing dominant singular directions." },
-  profiles = papers.so_profiles({ quick = { seed = 1, n_seeds = 1 }, default = { seed = 1, n_seeds = 1 }, paper = { seed = 1, n_seeds = 1 } }),
+  profiles = recipes.single_seed(papers.so_profiles({ quick = { seed = 1 }, default = { seed = 1 }, paper = { seed = 1 } })),
   stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

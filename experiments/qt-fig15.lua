@@ -146,7 +146,7 @@ return {
   title = "Gated attention: gate probabilities, softmax output, values and their product",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 15",
              claim = "With gated attention a head does nothing by closing its gate, instead of parking its softmax on a delimiter." },
-  profiles = papers.qt_profiles({ quick = { n_seeds = 1 }, default = { n_seeds = 1 }, paper = { n_seeds = 1 } }),
+  profiles = recipes.single_seed(papers.qt_profiles({})),
   stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

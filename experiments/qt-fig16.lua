@@ -183,7 +183,7 @@ return {
   title = "ViT outlier summaries for several images and two layers: outliers, next-layer attention, value magnitudes",
   source = { paper = "QT (Bondarenko et al. 2023)", figure = "Fig. 16–17",
              claim = "Across images and in both of the last layers, ViT outliers sit in background patches, the next layer's head attends to them, and their values are small." },
-  profiles = papers.qt_profiles{ quick = { n_show = 2, n_seeds = 1 }, default = { n_show = 8, n_seeds = 1 }, paper = { n_show = 8, n_seeds = 1 } },
+  profiles = recipes.single_seed(papers.qt_profiles{ quick = { n_show = 2 }, default = { n_show = 8 }, paper = { n_show = 8 } }),
   stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

@@ -59,7 +59,7 @@ return {
   title = "Activation outliers in h for each attention variant (a)–(e) and sigmoid attention",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 10",
              claim = "Attention bias (d) and context-aware scaling (e) (and sigmoid attention) prevent the activation outliers that (a) default, (b) fixed bias and (c) context-aware bias attention show." },
-  profiles = papers.so_profiles({ quick = { tau = 10, n_seeds = 1 }, default = { tau = 100, n_seeds = 1 }, paper = { tau = 1000, n_seeds = 1 } }),
+  profiles = recipes.single_seed(papers.so_profiles({ quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } })),
   stages = figure.stages(train, analyze, FIG, { { "views", views.stage{ key = function(it) return it.variant end, label = function(it) return papers.SO_LABELS[it.variant] end } } }),
   summary = summary,
 }

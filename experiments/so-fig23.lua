@@ -40,7 +40,7 @@ return {
   title = "Sigmoid attention against softmax: x_down, W_down, h and the attention map",
   source = { paper = "SO (An et al. 2025)", figure = "Fig. 23 (App. D.1)",
              claim = "Sigmoid attention eliminates the systematic outliers that softmax attention produces." },
-  profiles = papers.so_profiles({ quick = { tau = 10, n_seeds = 1 }, default = { tau = 100, n_seeds = 1 }, paper = { tau = 1000, n_seeds = 1 } }),
+  profiles = recipes.single_seed(papers.so_profiles({ quick = { tau = 10 }, default = { tau = 100 }, paper = { tau = 1000 } })),
   stages = figure.stages(train, analyze, FIG),
   summary = summary,
 }

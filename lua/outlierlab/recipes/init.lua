@@ -183,6 +183,14 @@ function M.profiles_with(base, extra)
   return out
 end
 
+-- the profiles of an experiment that judges one model (seed 1, or --seed=S): n_seeds = 1 in every
+-- profile, so its run file and the verdict table state the one seed it judges, not the three its
+-- family's profiles train elsewhere (changes and returns the tables profiles_with made)
+function M.single_seed(profiles)
+  for _, p in pairs(profiles) do p.n_seeds = 1 end
+  return profiles
+end
+
 -- the model config of a spec: preset + overrides, vocab_size and block_size from the data
 local model_cfg = require("outlierlab.models").spec_cfg   -- one conversion (models.spec_cfg)
 
