@@ -8,7 +8,10 @@
 -- cache) and spec.json its preset and steps. A model is counted once, in the first experiment
 -- that uses it in id order (the order `make reproduce-all` runs them), so the per-experiment
 -- column says what that experiment adds from an empty cache. The wall time at --ranks models at a
--- time is the training time over the ranks (each model on one rank, as `RANKS=N` trains them).
+-- time (each model on one rank, as `RANKS=N` trains them) is summed over the experiments, which
+-- run one after another: each one's new models spread evenly over the ranks, and never less than
+-- its longest model (so --ranks=64 does not promise a 72-model leaderboard in one model's time
+-- plus nothing). It assumes each model takes the time it took here.
 -- A model resumed from its checkpoint counts the time to that checkpoint too (train_clock.lua);
 -- one resumed before the clock existed recorded only its last run's time (flagged). The last line
 -- names the machines the models were trained on (done.lua's machine: CPU and OpenBLAS kernels).
@@ -27,13 +30,13 @@ table.sort(ids)
 
 local seen, n_models, total, resumed, missing = {}, 0, 0, 0, {}
 local machines, machine_order = {}, {}   -- where the models were trained (done.lua's machine), in order met
-local rows, by_preset = {}, {}
+local rows, by_preset, wall_at_ranks = {}, {}, 0
 for _, id in ipairs(ids) do
   local path = cfg.results .. "/" .. id .. "/" .. cfg.profile .. "/run.json"
   local text = fs.read_file(path)
   if text then
     local r = json.decode(text, path)
-    local new, secs = 0, 0
+    local new, secs, longest = 0, 0, 0
     for _, h in ipairs(r.models or {}) do
       if not seen[h] then
         seen[h] = true
@@ -51,6 +54,7 @@ for _, id in ipairs(ids) do
           by_preset[key] = by_preset[key] or {}
           table.insert(by_preset[key], s)
           new, secs, n_models, total = new + 1, secs + s, n_models + 1, total + s
+          longest = math.max(longest, s)
           -- a model resumed by a version without train_clock.lua recorded its last run's time only
           if info.resumed and not fs.read_file(dir .. "/train_clock.lua") then resumed = resumed + 1 end
           -- the machine decides the time (and the bits): its CPU and OpenBLAS kernels, not the threads
@@ -62,6 +66,7 @@ for _, id in ipairs(ids) do
       end
     end
     rows[#rows + 1] = { id = id, models = #(r.models or {}), new = new, secs = secs, wall = r.seconds or 0 }
+    wall_at_ranks = wall_at_ranks + math.max(secs / cfg.ranks, longest)
   end
 end
 
@@ -86,8 +91,9 @@ for _, k in ipairs(keys) do
   print(string.format("| %s | %d | %.0f / %.0f / %.0f s |", k, n, t[1], med, t[n]))
 end
 print()
-print(string.format("Total: %d distinct models, %.0f s of training (%.1f h); at %d models at a time about %.0f s (%.1f h) of wall time%s%s.",
-                    n_models, total, total / 3600, cfg.ranks, total / cfg.ranks, total / cfg.ranks / 3600,
+print(string.format("Total: %d distinct models, %.0f s of training (%.1f h); at %d models at a time about %.0f s (%.1f h) of " ..
+                    "training wall time (each experiment's new models over the ranks, at least its longest)%s%s.",
+                    n_models, total, total / 3600, cfg.ranks, wall_at_ranks, wall_at_ranks / 3600,
                     resumed > 0 and string.format("; %d model(s) resumed from a checkpoint (only their last run's time is recorded)", resumed) or "",
                     #missing > 0 and ("; not in the cache: " .. table.concat(missing, ", ")) or ""))
 local where = {}

@@ -6,8 +6,9 @@ local M = {}
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
--- every experiments/*.lua: id, title, source, profiles and the profiles that have results
--- (results/<id>/<dir>/summary.md, see runner/report.results_dir)
+-- every experiments/*.lua: id, title, source, profiles (their names, in quick/default/paper
+-- order), profile_tables (name -> the profile's settings, as the file returns them) and the
+-- profiles that have results (results/<id>/<dir>/summary.md, see runner/report.results_dir)
 function M.list(dir, results_root)
   dir = dir or (ol.root .. "/experiments")
   results_root = results_root or os.getenv("OUTLIERLAB_RESULTS") or (ol.root .. "/results")
@@ -31,7 +32,7 @@ function M.list(dir, results_root)
         return x < y
       end)
       out[#out + 1] = { id = exp.id, title = exp.title, file = f, source = exp.source or {}, profiles = profiles,
-                        results = ran, has_results = #ran > 0 }
+                        profile_tables = exp.profiles or {}, results = ran, has_results = #ran > 0 }
     end
   end
   p:close()
